@@ -1,0 +1,140 @@
+//! [`FsDoc`]: the document that stands for one file or directory in the tree index.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{PathError, Result};
+use crate::path::FsPath;
+
+/// Whether a document is a file or a directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DocKind {
+    /// A regular file (or anything that is not a directory).
+    File,
+    /// A directory: other documents may name it as their `parent`.
+    Dir,
+}
+
+/// One file or directory, as stored in the tree index.
+///
+/// `parent`, `name` and `depth` are derived from `path` and stored so that listing a directory
+/// and filtering by depth are cheap term queries. A document's store id is not its path: it is
+/// minted once ([`FsDoc::new_id`]) and kept, so a rename is an update of these fields and never
+/// a delete plus a create.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsDoc {
+    /// The full path.
+    pub path: FsPath,
+    /// The parent directory's path; `None` only for the root.
+    pub parent: Option<FsPath>,
+    /// The last path component; empty for the root.
+    pub name: String,
+    /// The number of components in `path`; 0 for the root.
+    pub depth: usize,
+    /// File or directory.
+    pub kind: DocKind,
+    /// Size in bytes (0 for directories).
+    #[serde(default)]
+    pub size: u64,
+    /// Last modification, in milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub modified: i64,
+}
+
+impl FsDoc {
+    /// Returns a document for `path` with the derived fields filled in.
+    pub fn new(path: FsPath, kind: DocKind, size: u64, modified: i64) -> FsDoc {
+        FsDoc {
+            parent: path.parent(),
+            name: path.name().to_owned(),
+            depth: path.depth(),
+            path,
+            kind,
+            size,
+            modified,
+        }
+    }
+
+    /// Returns a directory document for `path` (size 0).
+    pub fn dir(path: FsPath, modified: i64) -> FsDoc {
+        FsDoc::new(path, DocKind::Dir, 0, modified)
+    }
+
+    /// Returns a file document for `path`.
+    pub fn file(path: FsPath, size: u64, modified: i64) -> FsDoc {
+        FsDoc::new(path, DocKind::File, size, modified)
+    }
+
+    /// Mints a new stable document id (a random UUID), never derived from the path.
+    pub fn new_id() -> String {
+        uuid::Uuid::new_v4().to_string()
+    }
+
+    /// Returns true if `parent`, `name` and `depth` agree with `path`.
+    pub fn is_consistent(&self) -> bool {
+        self.parent == self.path.parent()
+            && self.name == self.path.name()
+            && self.depth == self.path.depth()
+    }
+
+    /// Returns this document moved by a rename of `from` to `to`: a new path with `parent`,
+    /// `name` and `depth` recomputed; kind, size and modification time kept.
+    ///
+    /// # Errors
+    /// [`PathError::NotInside`] if the document is not inside `from`; a length error if the new
+    /// path is too long.
+    pub fn renamed(&self, from: &FsPath, to: &FsPath) -> Result<FsDoc, PathError> {
+        let path = self.path.rebase(from, to)?;
+        Ok(FsDoc::new(path, self.kind, self.size, self.modified))
+    }
+
+    /// Returns true for a directory.
+    pub fn is_dir(&self) -> bool {
+        self.kind == DocKind::Dir
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_fields_and_json_shape() {
+        let path = FsPath::parse("/clinton/projects/README.txt").expect("path");
+        let doc = FsDoc::file(path, 42, 1_700_000_000_000);
+        assert!(doc.is_consistent());
+        let json = serde_json::to_value(&doc).expect("serialize");
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "path": "/clinton/projects/README.txt", "parent": "/clinton/projects",
+                "name": "README.txt", "depth": 3, "kind": "file", "size": 42,
+                "modified": 1_700_000_000_000_i64
+            })
+        );
+        let back: FsDoc = serde_json::from_value(json).expect("deserialize");
+        assert_eq!(back, doc);
+    }
+
+    #[test]
+    fn renamed_keeps_everything_but_the_place() {
+        let doc = FsDoc::file(FsPath::parse("/clinton/a/b.txt").expect("path"), 7, 9);
+        let from = FsPath::parse("/clinton").expect("path");
+        let to = FsPath::parse("/gormley/c").expect("path");
+        let moved = doc.renamed(&from, &to).expect("rename");
+        assert_eq!(moved.path.as_str(), "/gormley/c/a/b.txt");
+        assert_eq!(moved.depth, 4);
+        assert_eq!(
+            (moved.size, moved.modified, moved.kind),
+            (7, 9, DocKind::File)
+        );
+        assert!(moved.is_consistent());
+    }
+
+    #[test]
+    fn inconsistent_documents_are_spotted() {
+        let mut doc = FsDoc::dir(FsPath::parse("/a/b").expect("path"), 0);
+        doc.depth = 5;
+        assert!(!doc.is_consistent());
+    }
+}

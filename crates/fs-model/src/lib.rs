@@ -1,0 +1,35 @@
+//! The data model of fsrename, free of any runtime or network concern.
+//!
+//! - [`FsPath`]: a validated absolute path with the arithmetic a rename needs (parent, name,
+//!   depth, ancestors in both orders, component-wise containment, [`FsPath::rebase`]).
+//! - [`FsDoc`]: the tree-index document for one file or directory, with a stable id that is not
+//!   its path.
+//! - [`tree_index_mappings`] and [`lock_index_mappings`]: the index mappings.
+//! - [`tree_lock_id`]: where the lock for a path lives in the lock index.
+//!
+//! ```
+//! use fs_model::{FsDoc, FsPath};
+//!
+//! let readme = FsPath::parse("/clinton/projects/elasticsearch/README.txt")?;
+//! let moved = readme.rebase(&FsPath::parse("/clinton")?, &FsPath::parse("/gormley")?)?;
+//! assert_eq!(moved.as_str(), "/gormley/projects/elasticsearch/README.txt");
+//! assert_eq!(readme.ancestors().len(), 4); // `/`, `/clinton`, `/clinton/projects`, ...
+//! let doc = FsDoc::file(moved, 1024, 0);
+//! assert_eq!(doc.depth, 4);
+//! # Ok::<(), fs_model::PathError>(())
+//! ```
+#![deny(missing_docs)]
+
+mod doc;
+mod error;
+mod lock_id;
+mod mapping;
+mod path;
+
+pub use doc::{DocKind, FsDoc};
+pub use error::{PathError, Result};
+pub use lock_id::{
+    is_hashed_lock_id, tree_lock_id, GLOBAL_LOCK_ID, HASHED_ID_PREFIX, MAX_ID_BYTES,
+};
+pub use mapping::{lock_index_mappings, lock_index_name, tree_index_mappings, DEFAULT_TREE_INDEX};
+pub use path::{FsPath, MAX_COMPONENT_BYTES, MAX_PATH_BYTES};

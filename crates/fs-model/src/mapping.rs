@@ -1,0 +1,73 @@
+//! The index mappings for the tree index and the lock index.
+//!
+//! Paths are `keyword`s: exact (`term`) and prefix queries on them are cheap, and they sort by
+//! their bytes, as [`FsPath`](crate::FsPath) does.
+
+use serde_json::{json, Value};
+
+/// The default name of the tree index.
+pub const DEFAULT_TREE_INDEX: &str = "fs";
+
+/// Returns the name of the lock index that goes with a tree index: `fs` → `fs-lock`.
+pub fn lock_index_name(tree_index: &str) -> String {
+    format!("{tree_index}-lock")
+}
+
+/// Returns the mappings of the tree index (one document per file or directory).
+pub fn tree_index_mappings() -> Value {
+    json!({
+        "dynamic": "strict",
+        "properties": {
+            "path": { "type": "keyword" },
+            "parent": { "type": "keyword" },
+            "name": { "type": "keyword" },
+            "depth": { "type": "integer" },
+            "kind": { "type": "keyword" },
+            "size": { "type": "long" },
+            "modified": { "type": "date", "format": "epoch_millis" }
+        }
+    })
+}
+
+/// Returns the mappings of the lock index.
+///
+/// `lock_type`, `lock_count` and `process_id` are the fields of the source texts, so a client
+/// following the book's requests and fsrename see the same locks. The rest is fsrename's own:
+/// the locked `path` (kept in full even when the id is hashed), a readable `holder` label, times
+/// in epoch milliseconds, and `holders`, one entry per shared holder (not indexed: only read
+/// back with the document). Mappings are not strict so the book's documents, which carry none of
+/// these fields, and later additions can be written.
+pub fn lock_index_mappings() -> Value {
+    json!({
+        "properties": {
+            "lock_type": { "type": "keyword" },
+            "lock_count": { "type": "integer" },
+            "process_id": { "type": "keyword" },
+            "path": { "type": "keyword" },
+            "holder": { "type": "keyword" },
+            "acquired_at": { "type": "date", "format": "epoch_millis" },
+            "expires_at": { "type": "date", "format": "epoch_millis" },
+            "holders": { "type": "object", "enabled": false }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_keywords() {
+        for field in ["path", "parent", "name"] {
+            assert_eq!(
+                tree_index_mappings()["properties"][field]["type"],
+                "keyword"
+            );
+        }
+        assert_eq!(
+            lock_index_mappings()["properties"]["path"]["type"],
+            "keyword"
+        );
+        assert_eq!(lock_index_name(DEFAULT_TREE_INDEX), "fs-lock");
+    }
+}

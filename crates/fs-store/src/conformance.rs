@@ -1,0 +1,704 @@
+//! The conformance suite: the semantics every [`DocStore`] must share, written once.
+//!
+//! Each case is a public async function taking a fresh store; it panics on a violation, naming
+//! what broke. [`conformance_suite!`](crate::conformance_suite) turns them into one test per
+//! case for a store factory, so every implementation runs the same code:
+//!
+//! ```text
+//! async fn make_store() -> fs_store::SharedStore { /* ... */ }
+//! fs_store::conformance_suite!(make_store);
+//! ```
+//!
+//! Every case works in indices of its own (a random suffix), so one server can serve them all,
+//! and refreshes before it searches, so it holds on near-real-time stores too.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use fs_model::{tree_index_mappings, DocKind, FsDoc, FsPath};
+use serde_json::{json, Value};
+
+use crate::{BulkOp, DocStore, Scope, SearchRequest, SharedStore, StoreError, Version};
+
+/// Returns a fresh index name `prefix-<random>`, created with the tree mappings.
+pub async fn fresh_index(store: &dyn DocStore, prefix: &str) -> String {
+    let index = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
+    assert!(store
+        .create_index(&index, &tree_index_mappings())
+        .await
+        .expect("create index"));
+    index
+}
+
+fn doc(path: &str, kind: DocKind) -> Value {
+    let path = FsPath::parse(path).expect("test path");
+    serde_json::to_value(FsDoc::new(path, kind, 0, 0)).expect("serialize doc")
+}
+
+fn file(path: &str) -> Value {
+    doc(path, DocKind::File)
+}
+
+/// Indexes `paths` (directories end up as files; only paths matter here) with ids `d0`, `d1`...
+async fn put_paths(store: &dyn DocStore, index: &str, paths: &[&str]) {
+    let ops = paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| BulkOp::Create {
+            id: format!("d{i}"),
+            source: file(p),
+        })
+        .collect();
+    let results = store.bulk(index, ops).await.expect("bulk");
+    assert!(
+        results.iter().all(Result::is_ok),
+        "setup bulk failed: {results:?}"
+    );
+    store.refresh(index).await.expect("refresh");
+}
+
+/// Pages through `scope` `size` documents at a time; returns the paths in order.
+async fn search_all(store: &dyn DocStore, index: &str, scope: Scope, size: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut request = SearchRequest::first(scope, size);
+    loop {
+        let page = store.search(index, request.clone()).await.expect("search");
+        assert!(page.docs.len() <= size, "page larger than asked");
+        for d in &page.docs {
+            let path = d
+                .source
+                .get("path")
+                .and_then(Value::as_str)
+                .unwrap_or("<none>");
+            out.push(path.to_owned());
+        }
+        match page.next {
+            Some(cursor) => request.after = Some(cursor),
+            None => return out,
+        }
+    }
+}
+
+pub async fn index_lifecycle(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-life").await;
+    assert!(
+        !store.create_index(&index, &json!({})).await.expect("again"),
+        "created twice"
+    );
+    assert!(store.delete_index(&index).await.expect("delete"));
+    assert!(!store.delete_index(&index).await.expect("delete again"));
+    let missing = store.get(&index, "x").await;
+    assert!(
+        matches!(missing, Err(StoreError::IndexNotFound { .. })),
+        "{missing:?}"
+    );
+    let bad = store.create_index("Not-Lowercase", &json!({})).await;
+    assert!(matches!(bad, Err(StoreError::Rejected { .. })), "{bad:?}");
+}
+
+pub async fn create_then_get(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-create").await;
+    let v = store.create(&index, "a", file("/a")).await.expect("create");
+    let got = store.get(&index, "a").await.expect("get").expect("found");
+    assert_eq!((got.id.as_str(), got.version), ("a", v));
+    assert_eq!(got.source, file("/a"));
+    let again = store.create(&index, "a", file("/b")).await;
+    match again {
+        Err(StoreError::Conflict { current, .. }) => {
+            assert_eq!(current.map(|c| c.seq_no), Some(v.seq_no))
+        }
+        other => panic!("second create of `a` should conflict, got {other:?}"),
+    }
+    let unchanged = store.get(&index, "a").await.expect("get").expect("found");
+    assert_eq!(
+        unchanged.source,
+        file("/a"),
+        "a refused create must not write"
+    );
+    assert!(store
+        .get(&index, "nope")
+        .await
+        .expect("get missing")
+        .is_none());
+}
+
+pub async fn ids_may_contain_slashes_and_unicode(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-ids").await;
+    for id in [
+        "/clinton/projects",
+        "/日本/é",
+        "global",
+        "sha256:00ff",
+        "a b%2F?#",
+    ] {
+        store
+            .create(&index, id, json!({"id": id}))
+            .await
+            .expect("create");
+        let got = store.get(&index, id).await.expect("get").expect("found");
+        assert_eq!(got.source["id"], id);
+    }
+}
+
+pub async fn index_writes_and_conditions(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-index").await;
+    let v1 = store
+        .index(&index, "a", file("/a"), None)
+        .await
+        .expect("upsert creates");
+    let v2 = store
+        .index(&index, "a", file("/b"), None)
+        .await
+        .expect("upsert replaces");
+    assert!(
+        v2.seq_no > v1.seq_no,
+        "seq_no must grow: {v1:?} then {v2:?}"
+    );
+    let stale = store.index(&index, "a", file("/c"), Some(v1)).await;
+    match stale {
+        Err(StoreError::Conflict { current, .. }) => assert_eq!(current, Some(v2)),
+        other => panic!("write conditional on a stale version should conflict, got {other:?}"),
+    }
+    let v3 = store
+        .index(&index, "a", file("/d"), Some(v2))
+        .await
+        .expect("matching version");
+    assert!(v3.seq_no > v2.seq_no);
+    let got = store.get(&index, "a").await.expect("get").expect("found");
+    assert_eq!((got.version, got.source), (v3, file("/d")));
+    let missing = store.index(&index, "nope", file("/x"), Some(v3)).await;
+    assert!(
+        matches!(missing, Err(StoreError::Conflict { current: None, .. })),
+        "conditional write of a missing doc should conflict, got {missing:?}"
+    );
+    assert!(store.get(&index, "nope").await.expect("get").is_none());
+}
+
+pub async fn delete_and_conditions(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-delete").await;
+    let v1 = store.create(&index, "a", file("/a")).await.expect("create");
+    let v2 = store
+        .index(&index, "a", file("/a2"), None)
+        .await
+        .expect("index");
+    let stale = store.delete(&index, "a", Some(v1)).await;
+    assert!(
+        matches!(stale, Err(StoreError::Conflict { current: Some(c), .. }) if c == v2),
+        "{stale:?}"
+    );
+    assert!(
+        store.get(&index, "a").await.expect("get").is_some(),
+        "refused delete must not delete"
+    );
+    store
+        .delete(&index, "a", Some(v2))
+        .await
+        .expect("conditional delete");
+    assert!(store.get(&index, "a").await.expect("get").is_none());
+    let again = store.delete(&index, "a", None).await;
+    assert!(
+        matches!(again, Err(StoreError::NotFound { .. })),
+        "{again:?}"
+    );
+    let cond_missing = store.delete(&index, "a", Some(v2)).await;
+    assert!(
+        matches!(
+            cond_missing,
+            Err(StoreError::Conflict { current: None, .. })
+        ),
+        "{cond_missing:?}"
+    );
+    store.create(&index, "b", file("/b")).await.expect("create");
+    store
+        .delete(&index, "b", None)
+        .await
+        .expect("unconditional delete");
+    let v = store
+        .create(&index, "b", file("/b"))
+        .await
+        .expect("re-create after delete");
+    assert!(v.seq_no > v2.seq_no, "a re-created doc gets a new seq_no");
+}
+
+pub async fn mget_keeps_order(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-mget").await;
+    let va = store.create(&index, "a", file("/a")).await.expect("create");
+    let vc = store.create(&index, "c", file("/c")).await.expect("create");
+    let ids: Vec<String> = ["c", "missing", "a", "c"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let docs = store.mget(&index, &ids).await.expect("mget");
+    let seen: Vec<Option<(String, Version)>> = docs
+        .into_iter()
+        .map(|d| d.map(|d| (d.id, d.version)))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            Some(("c".into(), vc)),
+            None,
+            Some(("a".into(), va)),
+            Some(("c".into(), vc))
+        ]
+    );
+    assert!(store
+        .mget(&index, &[])
+        .await
+        .expect("empty mget")
+        .is_empty());
+    let many: Vec<String> = (0..1200).map(|i| format!("m{i}")).collect();
+    let ops = many
+        .iter()
+        .map(|id| BulkOp::Create {
+            id: id.clone(),
+            source: json!({}),
+        })
+        .collect();
+    store.bulk(&index, ops).await.expect("bulk");
+    let docs = store.mget(&index, &many).await.expect("large mget");
+    assert!(docs
+        .iter()
+        .zip(&many)
+        .all(|(d, id)| d.as_ref().map(|d| &d.id) == Some(id)));
+}
+
+pub async fn bulk_items_are_independent(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-bulk").await;
+    let v_old = store
+        .create(&index, "old", file("/old"))
+        .await
+        .expect("create");
+    let v_new = store
+        .index(&index, "old", file("/old2"), None)
+        .await
+        .expect("index");
+    store
+        .create(&index, "taken", file("/taken"))
+        .await
+        .expect("create");
+    let results = store
+        .bulk(
+            &index,
+            vec![
+                BulkOp::Create {
+                    id: "fresh".into(),
+                    source: file("/fresh"),
+                },
+                BulkOp::Create {
+                    id: "taken".into(),
+                    source: file("/other"),
+                },
+                BulkOp::Index {
+                    id: "old".into(),
+                    source: file("/stale"),
+                    if_version: Some(v_old),
+                },
+                BulkOp::Index {
+                    id: "old".into(),
+                    source: file("/ok"),
+                    if_version: Some(v_new),
+                },
+                BulkOp::Delete {
+                    id: "ghost".into(),
+                    if_version: None,
+                },
+                BulkOp::Create {
+                    id: "fresh2".into(),
+                    source: file("/fresh2"),
+                },
+            ],
+        )
+        .await
+        .expect("bulk request");
+    assert_eq!(results.len(), 6);
+    assert!(results[0].is_ok(), "{:?}", results[0]);
+    assert!(
+        matches!(results[1], Err(StoreError::Conflict { .. })),
+        "{:?}",
+        results[1]
+    );
+    assert!(
+        matches!(results[2], Err(StoreError::Conflict { .. })),
+        "{:?}",
+        results[2]
+    );
+    assert!(results[3].is_ok(), "{:?}", results[3]);
+    assert!(
+        matches!(results[4], Err(StoreError::NotFound { .. })),
+        "{:?}",
+        results[4]
+    );
+    assert!(
+        results[5].is_ok(),
+        "a failed item must not stop later ones: {:?}",
+        results[5]
+    );
+    let get = |id: &'static str| {
+        let store = Arc::clone(&store);
+        let index = index.clone();
+        async move { store.get(&index, id).await.expect("get").map(|d| d.source) }
+    };
+    assert_eq!(get("taken").await, Some(file("/taken")));
+    assert_eq!(get("old").await, Some(file("/ok")));
+    assert_eq!(get("fresh2").await, Some(file("/fresh2")));
+    let v3 = results[3].clone().expect("item 3");
+    let deleted = store
+        .bulk(
+            &index,
+            vec![BulkOp::Delete {
+                id: "old".into(),
+                if_version: Some(v3),
+            }],
+        )
+        .await
+        .expect("bulk delete");
+    assert!(deleted[0].is_ok(), "{deleted:?}");
+    assert!(store
+        .bulk(&index, vec![])
+        .await
+        .expect("empty bulk")
+        .is_empty());
+}
+
+const TREE: &[&str] = &[
+    "/clinton",
+    "/clinton/projects",
+    "/clinton/projects/elasticsearch",
+    "/clinton/projects/elasticsearch/README.txt",
+    "/clinton/projects/kibana",
+    "/clinton/a.txt",
+    "/clinton-x",
+    "/clinton-x/inside",
+    "/clintonx",
+    "/clinton0",
+    "/gormley",
+    "/gormley/b.txt",
+    "/日本/é",
+];
+
+pub async fn search_subtree_is_component_wise(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-subtree").await;
+    put_paths(&*store, &index, TREE).await;
+    store
+        .create(&index, "no-path", json!({"lock_type": "exclusive"}))
+        .await
+        .expect("create");
+    store.refresh(&index).await.expect("refresh");
+    let clinton = Scope::Subtree(FsPath::parse("/clinton").expect("path"));
+    for size in [1, 2, 3, 100] {
+        let got = search_all(&*store, &index, clinton.clone(), size).await;
+        assert_eq!(
+            got,
+            vec![
+                "/clinton",
+                "/clinton/a.txt",
+                "/clinton/projects",
+                "/clinton/projects/elasticsearch",
+                "/clinton/projects/elasticsearch/README.txt",
+                "/clinton/projects/kibana",
+            ],
+            "page size {size}"
+        );
+    }
+    let leaf = Scope::Subtree(FsPath::parse("/clinton/a.txt").expect("path"));
+    assert_eq!(
+        search_all(&*store, &index, leaf, 10).await,
+        vec!["/clinton/a.txt"]
+    );
+    let none = Scope::Subtree(FsPath::parse("/nothing").expect("path"));
+    assert!(search_all(&*store, &index, none, 10).await.is_empty());
+    let mut everything: Vec<String> = TREE.iter().map(|s| s.to_string()).collect();
+    everything.sort();
+    let root = Scope::Subtree(FsPath::root());
+    assert_eq!(
+        search_all(&*store, &index, root, 4).await,
+        everything,
+        "root covers all paths"
+    );
+}
+
+pub async fn search_children(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-children").await;
+    put_paths(&*store, &index, TREE).await;
+    let kids = Scope::Children(FsPath::parse("/clinton").expect("path"));
+    assert_eq!(
+        search_all(&*store, &index, kids, 1).await,
+        vec!["/clinton/a.txt", "/clinton/projects"]
+    );
+    let top = search_all(&*store, &index, Scope::Children(FsPath::root()), 2).await;
+    assert_eq!(
+        top,
+        vec![
+            "/clinton",
+            "/clinton-x",
+            "/clinton0",
+            "/clintonx",
+            "/gormley"
+        ]
+    );
+}
+
+pub async fn search_all_pages_everything(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-all").await;
+    put_paths(&*store, &index, TREE).await;
+    store
+        .create(&index, "global", json!({}))
+        .await
+        .expect("create");
+    store.refresh(&index).await.expect("refresh");
+    for size in [1, 5, 1000] {
+        let mut ids = BTreeSet::new();
+        let mut request = SearchRequest::first(Scope::All, size);
+        loop {
+            let page = store.search(&index, request.clone()).await.expect("search");
+            for d in page.docs {
+                assert!(
+                    ids.insert(d.id.clone()),
+                    "`{}` returned twice at page size {size}",
+                    d.id
+                );
+            }
+            match page.next {
+                Some(c) => request.after = Some(c),
+                None => break,
+            }
+        }
+        assert_eq!(ids.len(), TREE.len() + 1, "page size {size}");
+    }
+    let count = store.count(&index, &Scope::All).await.expect("count");
+    assert_eq!(count, TREE.len() as u64 + 1);
+}
+
+pub async fn count_agrees_with_search(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-count").await;
+    put_paths(&*store, &index, TREE).await;
+    for scope in [
+        Scope::Subtree(FsPath::parse("/clinton").expect("path")),
+        Scope::Subtree(FsPath::root()),
+        Scope::Children(FsPath::root()),
+        Scope::Children(FsPath::parse("/clinton/projects").expect("path")),
+    ] {
+        let found = search_all(&*store, &index, scope.clone(), 3).await.len() as u64;
+        assert_eq!(
+            store.count(&index, &scope).await.expect("count"),
+            found,
+            "{scope:?}"
+        );
+    }
+}
+
+pub async fn search_hits_carry_versions(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-hitver").await;
+    put_paths(&*store, &index, &["/a", "/a/b"]).await;
+    store
+        .index(&index, "d1", file("/a/b"), None)
+        .await
+        .expect("rewrite");
+    store.refresh(&index).await.expect("refresh");
+    let scope = Scope::Subtree(FsPath::parse("/a").expect("path"));
+    let page = store
+        .search(&index, SearchRequest::first(scope, 10))
+        .await
+        .expect("search");
+    for hit in page.docs {
+        let got = store
+            .get(&index, &hit.id)
+            .await
+            .expect("get")
+            .expect("found");
+        assert_eq!(
+            hit.version, got.version,
+            "search and get disagree on `{}`",
+            hit.id
+        );
+        assert_eq!(hit.source, got.source);
+    }
+}
+
+pub async fn refresh_makes_writes_searchable(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-refresh").await;
+    store.create(&index, "a", file("/a")).await.expect("create");
+    store
+        .index(&index, "b", file("/b"), None)
+        .await
+        .expect("index");
+    store.refresh(&index).await.expect("refresh");
+    let all = search_all(&*store, &index, Scope::Subtree(FsPath::root()), 10).await;
+    assert_eq!(all, vec!["/a", "/b"]);
+    store.delete(&index, "a", None).await.expect("delete");
+    store
+        .index(&index, "b", file("/c"), None)
+        .await
+        .expect("move b");
+    store.refresh(&index).await.expect("refresh");
+    let all = search_all(&*store, &index, Scope::Subtree(FsPath::root()), 10).await;
+    assert_eq!(
+        all,
+        vec!["/c"],
+        "deletes and moves are searchable after refresh"
+    );
+}
+
+pub async fn sources_must_be_objects(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-object").await;
+    let refused = store.create(&index, "a", json!([1, 2])).await;
+    assert!(
+        matches!(refused, Err(StoreError::Rejected { .. })),
+        "{refused:?}"
+    );
+    assert!(store.get(&index, "a").await.expect("get").is_none());
+    let cursor = crate::Cursor(json!({"not": "ours"}));
+    let request = SearchRequest {
+        scope: Scope::All,
+        size: 5,
+        after: Some(cursor),
+    };
+    let bad = store.search(&index, request).await;
+    assert!(matches!(bad, Err(StoreError::Rejected { .. })), "{bad:?}");
+}
+
+/// 8 tasks × 200 compare-and-set increments of one document end at exactly 1600.
+pub async fn cas_increments_are_exact(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-cas").await;
+    store
+        .create(&index, "counter", json!({"n": 0}))
+        .await
+        .expect("create");
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let (store, index) = (Arc::clone(&store), index.clone());
+        tasks.spawn(async move {
+            let mut conflicts = 0u64;
+            for _ in 0..200 {
+                loop {
+                    let doc = store
+                        .get(&index, "counter")
+                        .await
+                        .expect("get")
+                        .expect("exists");
+                    let n = doc.source["n"].as_i64().expect("n");
+                    match store
+                        .index(&index, "counter", json!({"n": n + 1}), Some(doc.version))
+                        .await
+                    {
+                        Ok(_) => break,
+                        Err(e) if e.is_conflict() || e.is_retryable() => conflicts += 1,
+                        Err(e) => panic!("increment failed: {e}"),
+                    }
+                }
+            }
+            conflicts
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("task");
+    }
+    let doc = store
+        .get(&index, "counter")
+        .await
+        .expect("get")
+        .expect("exists");
+    assert_eq!(doc.source["n"], 1600);
+}
+
+/// 16 tasks racing to create one id: exactly one wins, the others see a conflict.
+pub async fn create_race_has_one_winner(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-race").await;
+    for round in 0..5 {
+        let id = format!("lock-{round}");
+        let mut tasks = tokio::task::JoinSet::new();
+        for task in 0..16 {
+            let (store, index, id) = (Arc::clone(&store), index.clone(), id.clone());
+            tasks.spawn(async move { store.create(&index, &id, json!({"owner": task})).await });
+        }
+        let (mut won, mut lost) = (0, 0);
+        while let Some(done) = tasks.join_next().await {
+            match done.expect("task") {
+                Ok(_) => won += 1,
+                Err(e) if e.is_conflict() => lost += 1,
+                Err(e) => panic!("create failed with a non-conflict: {e}"),
+            }
+        }
+        assert_eq!((won, lost), (1, 15), "round {round}");
+    }
+}
+
+/// For stores in near-real-time mode: an unrefreshed write is invisible to search and count but
+/// not to get.
+pub async fn near_real_time_hides_unrefreshed_writes(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-nrt").await;
+    let root = Scope::Subtree(FsPath::root());
+    store.create(&index, "a", file("/a")).await.expect("create");
+    assert!(
+        store.get(&index, "a").await.expect("get").is_some(),
+        "get is realtime"
+    );
+    assert!(
+        search_all(&*store, &index, root.clone(), 10)
+            .await
+            .is_empty(),
+        "search saw it"
+    );
+    assert_eq!(
+        store.count(&index, &root).await.expect("count"),
+        0,
+        "count saw it"
+    );
+    store.refresh(&index).await.expect("refresh");
+    assert_eq!(
+        search_all(&*store, &index, root.clone(), 10).await,
+        vec!["/a"]
+    );
+    store
+        .index(&index, "a", file("/moved"), None)
+        .await
+        .expect("move");
+    store.create(&index, "b", file("/b")).await.expect("create");
+    assert_eq!(
+        search_all(&*store, &index, root.clone(), 10).await,
+        vec!["/a"],
+        "stale view"
+    );
+    let stale = store
+        .search(&index, SearchRequest::first(root.clone(), 10))
+        .await
+        .expect("search");
+    let fresh = store.get(&index, "a").await.expect("get").expect("found");
+    assert_ne!(
+        stale.docs[0].version, fresh.version,
+        "search shows the refreshed version"
+    );
+    store.delete(&index, "b", None).await.expect("delete");
+    store.refresh(&index).await.expect("refresh");
+    assert_eq!(search_all(&*store, &index, root, 10).await, vec!["/moved"]);
+}
+
+/// Generates one `#[tokio::test]` per conformance case for a store factory: an async function
+/// returning a fresh [`SharedStore`](crate::SharedStore). Add `near_real_time` to also run the
+/// case that only near-real-time stores pass.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($factory:path) => {
+        $crate::conformance_suite!(@cases $factory;
+            index_lifecycle, create_then_get, ids_may_contain_slashes_and_unicode,
+            index_writes_and_conditions, delete_and_conditions, mget_keeps_order,
+            bulk_items_are_independent, search_subtree_is_component_wise, search_children,
+            search_all_pages_everything, count_agrees_with_search, search_hits_carry_versions,
+            refresh_makes_writes_searchable, sources_must_be_objects, cas_increments_are_exact,
+            create_race_has_one_winner);
+    };
+    ($factory:path, near_real_time) => {
+        $crate::conformance_suite!($factory);
+        $crate::conformance_suite!(@cases $factory; near_real_time_hides_unrefreshed_writes);
+    };
+    (@cases $factory:path; $($case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                $crate::conformance::$case($factory().await).await;
+            }
+        )+
+    };
+}

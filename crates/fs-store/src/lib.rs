@@ -1,0 +1,42 @@
+//! Document stores with Elasticsearch's per-document semantics.
+//!
+//! - [`DocStore`]: the async trait, exactly the primitives Elasticsearch offers: realtime
+//!   [`get`](DocStore::get) and [`mget`](DocStore::mget) with `seq_no`/`primary_term`,
+//!   [`create`](DocStore::create), conditional [`index`](DocStore::index) and
+//!   [`delete`](DocStore::delete), [`bulk`](DocStore::bulk) with a result per item, paged
+//!   [`search`](DocStore::search) by path, [`count`](DocStore::count) and
+//!   [`refresh`](DocStore::refresh). One call is one round trip.
+//! - [`StoreError`]: conflict, not found, transient, rejected; [`StoreError::is_retryable`]
+//!   answers "may a retry help?".
+//! - [`SqliteStore`]: the embedded implementation, a database file shared safely by several
+//!   processes, or in memory; optionally near-real-time, like Elasticsearch's search.
+//!
+//! ```
+//! use fs_store::{DocStore, SqliteStore, StoreError};
+//! use serde_json::json;
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let store = SqliteStore::in_memory()?;
+//! store.create_index("fs-lock", &json!({})).await?;
+//! store.create("fs-lock", "/clinton", json!({"lock_type": "exclusive"})).await?;
+//! // A second create of the same lock document is refused: the lock is taken.
+//! let refused = store.create("fs-lock", "/clinton", json!({"lock_type": "exclusive"})).await;
+//! assert!(matches!(refused, Err(StoreError::Conflict { .. })));
+//! # Ok::<(), StoreError>(())
+//! # }).unwrap();
+//! ```
+#![deny(missing_docs)]
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+mod error;
+mod index_name;
+mod sqlite;
+mod store;
+mod types;
+
+pub use error::{Result, StoreError};
+pub use index_name::validate_index_name;
+pub use sqlite::{SqliteOptions, SqliteStore};
+pub use store::{DocStore, SharedStore};
+pub use types::{BulkItemResult, BulkOp, Cursor, Page, Scope, SearchRequest, StoredDoc, Version};

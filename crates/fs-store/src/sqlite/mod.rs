@@ -1,0 +1,276 @@
+//! [`SqliteStore`]: the embedded, durable implementation of [`DocStore`] on SQLite.
+//!
+//! One SQLite transaction per call makes each primitive atomic, also across processes sharing a
+//! database file. A bulk request runs in one transaction for speed, but its items stay
+//! independent (a failed item writes nothing and does not stop the others), so no multi-document
+//! guarantee leaks through the trait that Elasticsearch would not give.
+
+mod ops;
+mod schema;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::Connection;
+use serde_json::Value;
+
+use crate::error::{Result, StoreError};
+use crate::index_name::validate_index_name;
+use crate::store::DocStore;
+use crate::types::{BulkItemResult, BulkOp, Page, Scope, SearchRequest, StoredDoc, Version};
+use ops::Writer;
+
+/// How a [`SqliteStore`] is opened.
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    near_real_time: bool,
+    busy_timeout: Duration,
+    synchronous_full: bool,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> SqliteOptions {
+        SqliteOptions {
+            near_real_time: false,
+            busy_timeout: Duration::from_secs(5),
+            synchronous_full: false,
+        }
+    }
+}
+
+impl SqliteOptions {
+    /// Returns the defaults: realtime search, 5 s busy timeout, `synchronous = NORMAL`.
+    pub fn new() -> SqliteOptions {
+        SqliteOptions::default()
+    }
+
+    /// Makes searches see only what was written before the last refresh, as in Elasticsearch,
+    /// so that code which forgets to refresh fails its tests. Realtime get is unaffected.
+    /// The mode belongs to the database: it is fixed when the file is created, and opening it
+    /// with the other mode is an error. Default: false.
+    pub fn near_real_time(mut self, yes: bool) -> SqliteOptions {
+        self.near_real_time = yes;
+        self
+    }
+
+    /// Sets how long a call waits for another process's write to finish before failing with a
+    /// transient error. Default: 5 s.
+    pub fn busy_timeout(mut self, timeout: Duration) -> SqliteOptions {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// Makes every commit survive a power cut (`synchronous = FULL`, an fsync per commit).
+    /// Default: false (`NORMAL`: a process crash loses nothing, a power cut may lose the last
+    /// commits, the file is never corrupted).
+    pub fn synchronous_full(mut self, yes: bool) -> SqliteOptions {
+        self.synchronous_full = yes;
+        self
+    }
+}
+
+/// The embedded document store: a SQLite database file, or an in-memory database.
+///
+/// Cheap to clone; clones share one connection.
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// A std mutex, not tokio's: it is only taken inside `spawn_blocking`, never across an await.
+    conn: Mutex<Connection>,
+    near_real_time: bool,
+    location: String,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file at `path` with default options.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if the file cannot be opened or is not a database.
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
+        SqliteStore::open_with(path, SqliteOptions::default())
+    }
+
+    /// Opens (creating if needed) the database file at `path`.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if the file cannot be opened or is not a database;
+    /// [`StoreError::Rejected`] if it was created with another near-real-time mode.
+    pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteStore> {
+        let location = format!("sqlite database `{}`", path.as_ref().display());
+        let conn = Connection::open(path.as_ref())
+            .map_err(|e| ops::sql_error(&format!("opening {location}"), e))?;
+        SqliteStore::from_connection(conn, location, options)
+    }
+
+    /// Opens a fresh in-memory database with default options.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if SQLite cannot allocate it.
+    pub fn in_memory() -> Result<SqliteStore> {
+        SqliteStore::in_memory_with(SqliteOptions::default())
+    }
+
+    /// Opens a fresh in-memory database.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] if SQLite cannot allocate it.
+    pub fn in_memory_with(options: SqliteOptions) -> Result<SqliteStore> {
+        let location = "in-memory sqlite database".to_owned();
+        let conn = Connection::open_in_memory()
+            .map_err(|e| ops::sql_error(&format!("opening {location}"), e))?;
+        SqliteStore::from_connection(conn, location, options)
+    }
+
+    fn from_connection(
+        mut conn: Connection,
+        location: String,
+        options: SqliteOptions,
+    ) -> Result<SqliteStore> {
+        let near_real_time = schema::prepare(
+            &mut conn,
+            &location,
+            options.near_real_time,
+            options.busy_timeout,
+            options.synchronous_full,
+        )?;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                conn: Mutex::new(conn),
+                near_real_time,
+                location,
+            }),
+        })
+    }
+
+    /// Returns true if searches only see refreshed writes.
+    pub fn is_near_real_time(&self) -> bool {
+        self.inner.near_real_time
+    }
+
+    /// Runs `f` on the connection on the blocking pool.
+    async fn run<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection, bool) -> Result<T> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            // A panic while holding the lock leaves no transaction open (rusqlite rolls back
+            // on drop), so a poisoned connection is still sound to use.
+            let mut conn = inner
+                .conn
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            f(&mut conn, inner.near_real_time)
+        })
+        .await
+        .map_err(|e| StoreError::Backend {
+            context: format!("calling {}", self.inner.location),
+            message: format!("the blocking task failed: {e}"),
+        })?
+    }
+}
+
+#[async_trait]
+impl DocStore for SqliteStore {
+    fn describe(&self) -> String {
+        self.inner.location.clone()
+    }
+
+    async fn create_index(&self, index: &str, mappings: &Value) -> Result<bool> {
+        validate_index_name(index)?;
+        let (index, mappings) = (index.to_owned(), mappings.clone());
+        self.run(move |conn, _| ops::create_index(conn, &index, &mappings))
+            .await
+    }
+
+    async fn delete_index(&self, index: &str) -> Result<bool> {
+        let index = index.to_owned();
+        self.run(move |conn, _| ops::delete_index(conn, &index))
+            .await
+    }
+
+    async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
+        let mut docs = self.mget(index, &[id.to_owned()]).await?;
+        Ok(docs.pop().flatten())
+    }
+
+    async fn mget(&self, index: &str, ids: &[String]) -> Result<Vec<Option<StoredDoc>>> {
+        let (index, ids) = (index.to_owned(), ids.to_vec());
+        self.run(move |conn, _| ops::mget(conn, &index, &ids)).await
+    }
+
+    async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
+        let (index, id) = (index.to_owned(), id.to_owned());
+        self.run(move |conn, nrt| {
+            let mut writer = Writer::begin(conn, &index, nrt)?;
+            let version = writer.create(&id, &source)?;
+            writer.finish()?;
+            Ok(version)
+        })
+        .await
+    }
+
+    async fn index(
+        &self,
+        index: &str,
+        id: &str,
+        source: Value,
+        if_version: Option<Version>,
+    ) -> Result<Version> {
+        let (index, id) = (index.to_owned(), id.to_owned());
+        self.run(move |conn, nrt| {
+            let mut writer = Writer::begin(conn, &index, nrt)?;
+            let version = writer.index(&id, &source, if_version)?;
+            writer.finish()?;
+            Ok(version)
+        })
+        .await
+    }
+
+    async fn delete(&self, index: &str, id: &str, if_version: Option<Version>) -> Result<Version> {
+        let (index, id) = (index.to_owned(), id.to_owned());
+        self.run(move |conn, nrt| {
+            let mut writer = Writer::begin(conn, &index, nrt)?;
+            let version = writer.delete(&id, if_version)?;
+            writer.finish()?;
+            Ok(version)
+        })
+        .await
+    }
+
+    async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
+        let index = index.to_owned();
+        self.run(move |conn, nrt| {
+            let mut writer = Writer::begin(conn, &index, nrt)?;
+            let results = writer.bulk(&ops)?;
+            writer.finish()?;
+            Ok(results)
+        })
+        .await
+    }
+
+    async fn search(&self, index: &str, request: SearchRequest) -> Result<Page> {
+        let index = index.to_owned();
+        self.run(move |conn, nrt| ops::search(conn, nrt, &index, &request))
+            .await
+    }
+
+    async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {
+        let (index, scope) = (index.to_owned(), scope.clone());
+        self.run(move |conn, nrt| ops::count(conn, nrt, &index, &scope))
+            .await
+    }
+
+    async fn refresh(&self, index: &str) -> Result<()> {
+        let index = index.to_owned();
+        self.run(move |conn, nrt| ops::refresh(conn, nrt, &index))
+            .await
+    }
+}

@@ -1,0 +1,112 @@
+//! [`DocStore`]: the per-document primitives of Elasticsearch, and nothing more.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::error::Result;
+use crate::types::{BulkItemResult, BulkOp, Page, Scope, SearchRequest, StoredDoc, Version};
+
+/// A document store with Elasticsearch's guarantees: each document is read and written
+/// atomically, and nothing spans documents (a bulk request is many independent writes).
+///
+/// Every method is one round trip to the store, so callers can count their round trips and
+/// batch with [`DocStore::mget`] and [`DocStore::bulk`]. Reads by id ([`DocStore::get`],
+/// [`DocStore::mget`]) are realtime; [`DocStore::search`] and [`DocStore::count`] may see only
+/// what was written before the last [`DocStore::refresh`] of the index, as in Elasticsearch.
+///
+/// Document sources are JSON objects. Searches select on the `path` and `parent` fields, which
+/// the tree index and the lock index both carry.
+#[async_trait]
+pub trait DocStore: Send + Sync + Debug {
+    /// Returns a short description of where the store lives, for logs and messages.
+    fn describe(&self) -> String;
+
+    /// Creates `index` with `mappings` if it does not exist; returns true if it was created.
+    ///
+    /// # Errors
+    /// [`StoreError::Rejected`](crate::StoreError::Rejected) for an invalid index name.
+    async fn create_index(&self, index: &str, mappings: &Value) -> Result<bool>;
+
+    /// Deletes `index` and all its documents; returns true if it existed.
+    ///
+    /// # Errors
+    /// Transient and backend failures.
+    async fn delete_index(&self, index: &str) -> Result<bool>;
+
+    /// Returns the document with `id`, or `None`; realtime.
+    ///
+    /// # Errors
+    /// [`StoreError::IndexNotFound`](crate::StoreError::IndexNotFound), transient and backend
+    /// failures.
+    async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>>;
+
+    /// Returns the documents with `ids`, one entry per id in the same order; realtime.
+    ///
+    /// # Errors
+    /// As [`DocStore::get`].
+    async fn mget(&self, index: &str, ids: &[String]) -> Result<Vec<Option<StoredDoc>>>;
+
+    /// Creates a document; fails if `id` exists.
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`](crate::StoreError::Conflict) carrying the existing version.
+    async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version>;
+
+    /// Creates or replaces a document; with `if_version`, only if it is at that version.
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`](crate::StoreError::Conflict) if `if_version` does not match (or
+    /// the document does not exist).
+    async fn index(
+        &self,
+        index: &str,
+        id: &str,
+        source: Value,
+        if_version: Option<Version>,
+    ) -> Result<Version>;
+
+    /// Deletes a document; with `if_version`, only if it is at that version. Returns the
+    /// version of the deletion.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`](crate::StoreError::NotFound) for an unconditional delete of a
+    /// missing document; [`StoreError::Conflict`](crate::StoreError::Conflict) if `if_version`
+    /// does not match.
+    async fn delete(&self, index: &str, id: &str, if_version: Option<Version>) -> Result<Version>;
+
+    /// Runs many writes in one round trip; returns one result per operation, in order.
+    ///
+    /// A failed item does not undo or stop the others. The call itself fails only when the
+    /// request as a whole could not be carried out.
+    ///
+    /// # Errors
+    /// [`StoreError::IndexNotFound`](crate::StoreError::IndexNotFound), transient and backend
+    /// failures of the whole request.
+    async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>>;
+
+    /// Returns one page of the documents in `request.scope`, in the order [`Page`] describes.
+    ///
+    /// # Errors
+    /// [`StoreError::Rejected`](crate::StoreError::Rejected) for a cursor this store did not
+    /// make; transient and backend failures.
+    async fn search(&self, index: &str, request: SearchRequest) -> Result<Page>;
+
+    /// Returns how many documents `scope` holds (what a search would see).
+    ///
+    /// # Errors
+    /// As [`DocStore::search`].
+    async fn count(&self, index: &str, scope: &Scope) -> Result<u64>;
+
+    /// Makes every write so far visible to search and count.
+    ///
+    /// # Errors
+    /// [`StoreError::IndexNotFound`](crate::StoreError::IndexNotFound), transient and backend
+    /// failures.
+    async fn refresh(&self, index: &str) -> Result<()>;
+}
+
+/// A store shared between tasks.
+pub type SharedStore = Arc<dyn DocStore>;

@@ -1,0 +1,122 @@
+//! The values that cross the store trait: versions, stored documents, bulk items, search scopes
+//! and pages.
+
+use fs_model::FsPath;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A document's version as Elasticsearch reports it: every write gives the document a new
+/// `seq_no`; `primary_term` changes when a new primary shard takes over. Conditional writes pass
+/// both back (`if_seq_no`, `if_primary_term`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Version {
+    /// The sequence number of the write that produced this version.
+    pub seq_no: i64,
+    /// The primary term under which it was written.
+    pub primary_term: i64,
+}
+
+/// A document as read back from the store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredDoc {
+    /// The document id (`_id`).
+    pub id: String,
+    /// Its current version.
+    pub version: Version,
+    /// Its source, always a JSON object.
+    pub source: Value,
+}
+
+/// One operation of a bulk request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BulkOp {
+    /// Creates the document; fails with a conflict if the id exists.
+    Create {
+        /// The document id.
+        id: String,
+        /// The source, a JSON object.
+        source: Value,
+    },
+    /// Creates or replaces the document, optionally only if it is at `if_version`.
+    Index {
+        /// The document id.
+        id: String,
+        /// The source, a JSON object.
+        source: Value,
+        /// The version the document must be at; `None` writes unconditionally.
+        if_version: Option<Version>,
+    },
+    /// Deletes the document, optionally only if it is at `if_version`.
+    Delete {
+        /// The document id.
+        id: String,
+        /// The version the document must be at; `None` deletes unconditionally.
+        if_version: Option<Version>,
+    },
+}
+
+impl BulkOp {
+    /// Returns the id of the document this operation writes.
+    pub fn id(&self) -> &str {
+        match self {
+            BulkOp::Create { id, .. } | BulkOp::Index { id, .. } | BulkOp::Delete { id, .. } => id,
+        }
+    }
+}
+
+/// The outcome of one bulk item: the version written (for a delete, the version of the
+/// deletion), or why this item failed. Other items are unaffected by one item's failure.
+pub type BulkItemResult = Result<Version, crate::StoreError>;
+
+/// Which documents a search or count looks at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Every document in the index, including documents without a `path` field.
+    All,
+    /// Documents whose `path` field equals the path or lies below it, component-wise
+    /// (`/clinton` covers `/clinton/a`, not `/clintonx`). The root covers every document that
+    /// has a path.
+    Subtree(FsPath),
+    /// Documents whose `parent` field equals the path: the entries of one directory.
+    Children(FsPath),
+}
+
+/// An opaque position in a sorted search, to resume after (Elasticsearch's `search_after`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cursor(pub Value);
+
+/// A request for one page of a search.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchRequest {
+    /// Which documents.
+    pub scope: Scope,
+    /// At most this many documents in the page.
+    pub size: usize,
+    /// Resume after this position; `None` starts at the beginning.
+    pub after: Option<Cursor>,
+}
+
+impl SearchRequest {
+    /// Returns a request for the first page of `scope`, `size` documents at most.
+    pub fn first(scope: Scope, size: usize) -> SearchRequest {
+        SearchRequest {
+            scope,
+            size,
+            after: None,
+        }
+    }
+}
+
+/// One page of search results.
+///
+/// Path scopes ([`Scope::Subtree`], [`Scope::Children`]) are sorted by `path` (UTF-8 byte
+/// order), ties broken in a backend-specific but stable order; [`Scope::All`] is in a
+/// backend-specific stable order. Pages are not a snapshot: each sees the documents searchable
+/// when it is fetched.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page {
+    /// The documents, with their versions.
+    pub docs: Vec<StoredDoc>,
+    /// Where the next page starts; `None` when this page was the last.
+    pub next: Option<Cursor>,
+}

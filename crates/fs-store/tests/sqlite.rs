@@ -1,0 +1,205 @@
+//! The store conformance suite on the embedded SQLite store, in every mode, and the
+//! two-process race on one database file.
+
+use std::sync::Arc;
+
+use fs_store::{SharedStore, SqliteOptions, SqliteStore};
+
+mod in_memory {
+    use super::*;
+
+    async fn store() -> SharedStore {
+        Arc::new(SqliteStore::in_memory().expect("in-memory store"))
+    }
+
+    fs_store::conformance_suite!(store);
+}
+
+mod file {
+    use super::*;
+
+    async fn store() -> SharedStore {
+        // The directory outlives the test process's use of it: leaked on purpose, removed with
+        // the OS temp dir, so the store never points at a deleted file mid-test.
+        let dir = tempfile::tempdir().expect("temp dir").keep();
+        Arc::new(SqliteStore::open(dir.join("store.db")).expect("file store"))
+    }
+
+    fs_store::conformance_suite!(store);
+}
+
+mod near_real_time {
+    use super::*;
+
+    async fn store() -> SharedStore {
+        let options = SqliteOptions::new().near_real_time(true);
+        Arc::new(SqliteStore::in_memory_with(options).expect("near-real-time store"))
+    }
+
+    fs_store::conformance_suite!(store, near_real_time);
+}
+
+#[test]
+fn the_mode_belongs_to_the_database() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("mode.db");
+    let nrt = SqliteOptions::new().near_real_time(true);
+    drop(SqliteStore::open_with(&path, nrt.clone()).expect("create near-real-time"));
+    let err = SqliteStore::open(&path).expect_err("realtime open of a near-real-time file");
+    assert!(err.to_string().contains("near_real_time = true"), "{err}");
+    assert!(SqliteStore::open_with(&path, nrt)
+        .expect("same mode")
+        .is_near_real_time());
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_a_clear_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("garbage.db");
+    std::fs::write(&path, vec![b'x'; 8192]).expect("write garbage");
+    let err = SqliteStore::open(&path).expect_err("garbage file");
+    assert!(
+        err.to_string().contains("garbage.db"),
+        "error names the file: {err}"
+    );
+}
+
+/// Two OS processes sharing one database file: compare-and-set increments stay exact and every
+/// create race has exactly one winner.
+mod two_processes {
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    use fs_store::{DocStore, SqliteStore};
+    use serde_json::json;
+
+    const INDEX: &str = "race";
+    const TASKS: u64 = 4;
+    const INCREMENTS: u64 = 100;
+    const CREATE_IDS: usize = 200;
+
+    fn spawn_child(db: &Path, out: &Path, name: &str) -> std::process::Child {
+        let exe = std::env::current_exe().expect("test binary path");
+        Command::new(exe)
+            .args([
+                "two_processes::race_child",
+                "--exact",
+                "--ignored",
+                "--test-threads=1",
+            ])
+            .env("FSRENAME_RACE_DB", db)
+            .env("FSRENAME_RACE_OUT", out)
+            .env("FSRENAME_RACE_NAME", name)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn child process")
+    }
+
+    #[tokio::test]
+    async fn two_processes_race_on_one_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db: PathBuf = dir.path().join("shared.db");
+        let store = SqliteStore::open(&db).expect("open");
+        store.create_index(INDEX, &json!({})).await.expect("index");
+        store
+            .create(INDEX, "counter", json!({"n": 0}))
+            .await
+            .expect("counter");
+
+        let outs = [dir.path().join("p1.json"), dir.path().join("p2.json")];
+        let mut children: Vec<_> = ["p1", "p2"]
+            .iter()
+            .zip(&outs)
+            .map(|(name, out)| spawn_child(&db, out, name))
+            .collect();
+        for child in &mut children {
+            let status = child.wait().expect("wait for child");
+            assert!(status.success(), "child process failed: {status}");
+        }
+
+        let counter = store
+            .get(INDEX, "counter")
+            .await
+            .expect("get")
+            .expect("counter exists");
+        assert_eq!(
+            counter.source["n"],
+            2 * TASKS * INCREMENTS,
+            "lost or doubled increments"
+        );
+
+        let mut winners: BTreeMap<String, String> = BTreeMap::new();
+        for (name, out) in ["p1", "p2"].iter().zip(&outs) {
+            let text = std::fs::read_to_string(out).expect("child result");
+            let won: Vec<String> = serde_json::from_str(&text).expect("child result JSON");
+            for id in won {
+                let previous = winners.insert(id.clone(), name.to_string());
+                assert!(previous.is_none(), "both processes won `{id}`");
+            }
+        }
+        assert_eq!(winners.len(), CREATE_IDS, "every id has exactly one winner");
+        for (id, winner) in &winners {
+            let doc = store.get(INDEX, id).await.expect("get").expect("lock doc");
+            assert_eq!(
+                doc.source["owner"],
+                winner.as_str(),
+                "the stored owner is the winner"
+            );
+        }
+        let both_won = winners.values().any(|w| w == "p1") && winners.values().any(|w| w == "p2");
+        assert!(
+            both_won || CREATE_IDS < 10,
+            "the processes did not overlap: {winners:?}"
+        );
+    }
+
+    /// The child side, run only by `two_processes_race_on_one_file` in a separate process.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[ignore = "child process of two_processes_race_on_one_file; needs FSRENAME_RACE_* set by it"]
+    async fn race_child() {
+        let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set"));
+        let (db, out, name) = (
+            var("FSRENAME_RACE_DB"),
+            var("FSRENAME_RACE_OUT"),
+            var("FSRENAME_RACE_NAME"),
+        );
+        let store = SqliteStore::open(&db).expect("open shared file");
+
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..TASKS {
+            let store = store.clone();
+            tasks.spawn(async move {
+                for _ in 0..INCREMENTS {
+                    loop {
+                        let doc = store
+                            .get(INDEX, "counter")
+                            .await
+                            .expect("get")
+                            .expect("exists");
+                        let n = doc.source["n"].as_u64().expect("n");
+                        let next = json!({"n": n + 1});
+                        match store.index(INDEX, "counter", next, Some(doc.version)).await {
+                            Ok(_) => break,
+                            Err(e) if e.is_conflict() || e.is_retryable() => continue,
+                            Err(e) => panic!("increment: {e}"),
+                        }
+                    }
+                }
+            });
+        }
+        let mut won = Vec::new();
+        for i in 0..CREATE_IDS {
+            let id = format!("lock-{i}");
+            match store.create(INDEX, &id, json!({"owner": name})).await {
+                Ok(_) => won.push(id),
+                Err(e) if e.is_conflict() => {}
+                Err(e) => panic!("create `{id}`: {e}"),
+            }
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.expect("increment task");
+        }
+        std::fs::write(out, serde_json::to_string(&won).expect("json")).expect("write result");
+    }
+}
