@@ -1,1 +1,55 @@
-//! Placeholder.
+//! Locks stored as documents, on any [`fs_store::DocStore`]: the three schemes of
+//! *Elasticsearch: The Definitive Guide* ("Solving Concurrency Issues"), wire-compatible with
+//! the book's requests, plus what the book leaves open.
+//!
+//! - [`LockClient`]: one owner (a `process_id`), built with [`LockClient::builder`]. It takes
+//!   [tree locks](LockClient::lock_tree) (shared on every ancestor, exclusive on the target),
+//!   [rename locks](LockClient::lock_rename) (source and destination in one acquisition), the
+//!   [global lock](LockClient::lock_global) and [document locks](LockClient::lock_documents).
+//! - [`LockGuard`]: held locks; [`LockGuard::release`] gives them back deepest first.
+//! - [`TreeLockRequest`]: which documents a tree lock takes, in which order.
+//! - Leases: every lock records an expiry that a background task renews; expired locks are
+//!   only touched by the explicit [`LockClient::reap_expired`] and [`LockClient::take_over`].
+//!
+//! Every write to a lock document is compare-and-set (`if_seq_no`/`if_primary_term`), so the
+//! protocol needs no server-side script. An acquisition costs one `mget` and one `bulk`
+//! when nothing is in the way (one `bulk` when it takes no shared lock); a release costs one
+//! `bulk`. `docs/locking.md` describes the protocol.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use fs_locks::LockClient;
+//! use fs_model::FsPath;
+//! use fs_store::SqliteStore;
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Arc::new(SqliteStore::open("fsrename.db")?);
+//! let locks = LockClient::builder(store, "fs-lock").holder("mv /clinton /gormley").build();
+//! locks.ensure_index().await?;
+//! let guard = locks.lock_rename(&FsPath::parse("/clinton")?, &FsPath::parse("/gormley")?).await?;
+//! // ... rewrite the documents under /clinton ...
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+mod backoff;
+mod client;
+mod clock;
+mod engine;
+mod error;
+mod guard;
+mod lease;
+mod listing;
+mod lock_doc;
+mod plan;
+
+pub use client::{LockClient, LockClientBuilder};
+pub use clock::LeaseClock;
+pub use error::{Blocker, LockError, Result};
+pub use guard::{Grant, LockGuard, ReleaseReport};
+pub use lease::Reaped;
+pub use listing::LockInfo;
+pub use lock_doc::{HolderEntry, LockMode, Observed, Owner};
+pub use plan::{LockItem, TreeLockRequest};

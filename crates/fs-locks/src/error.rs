@@ -1,0 +1,108 @@
+//! The error type of lock operations.
+
+use std::time::Duration;
+
+use fs_model::FsPath;
+use fs_store::StoreError;
+
+/// A lock that stood in the way: where it is and who holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocker {
+    /// The locked path, or the lock document id for global and document locks.
+    pub path: String,
+    /// `shared` or `exclusive`.
+    pub lock_type: String,
+    /// Who holds it, as readable as the lock document allows.
+    pub holders: String,
+}
+
+impl std::fmt::Display for Blocker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} lock on `{}` held by {}",
+            self.lock_type, self.path, self.holders
+        )
+    }
+}
+
+/// Why a lock operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LockError {
+    /// The locks were not granted before the deadline.
+    #[error(
+        "{wanted} not granted within {waited:?} ({attempts} attempts): blocked by the {blocker}"
+    )]
+    Timeout {
+        /// What was being locked.
+        wanted: String,
+        /// The lock that refused the last attempt.
+        blocker: Blocker,
+        /// How long the caller waited.
+        waited: Duration,
+        /// How many attempts were made.
+        attempts: u32,
+    },
+    /// A rename's destination lies inside its source.
+    #[error("cannot move `{from}` into itself (`{to}`)")]
+    MoveIntoItself {
+        /// The source.
+        from: FsPath,
+        /// The destination, inside the source.
+        to: FsPath,
+    },
+    /// The root was asked for an exclusive tree lock; the root is never renamed, and no
+    /// acquisition takes a shared lock on it, so such a lock would exclude nothing.
+    #[error("the root `/` cannot be locked exclusively")]
+    RootLock,
+    /// The owner holds a shared lock on a path and asked for an exclusive one there.
+    #[error("`{path}` is held shared by this owner; upgrading to exclusive is not supported")]
+    Upgrade {
+        /// The lock's path or id.
+        path: String,
+    },
+    /// An explicit takeover found a lock that has not expired.
+    #[error("the lock on `{path}` has not expired: {holders} holds it until {expires_at} ms")]
+    NotExpired {
+        /// The lock's path or id.
+        path: String,
+        /// Who holds it.
+        holders: String,
+        /// When it expires, epoch milliseconds (0 when it records no expiry).
+        expires_at: i64,
+    },
+    /// This owner's lock was taken over or removed by someone else (its lease had expired).
+    #[error("lost the lock on `{path}`: its lease expired and it was taken over or removed")]
+    LeaseLost {
+        /// The lock's path or id.
+        path: String,
+    },
+    /// The store failed.
+    #[error("lock store failure while {context}: {source}")]
+    Store {
+        /// What was being done.
+        context: String,
+        /// The store's error.
+        #[source]
+        source: StoreError,
+    },
+}
+
+impl LockError {
+    /// Returns true if retrying the same operation later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            LockError::Timeout { .. } => true,
+            LockError::Store { source, .. } => source.is_retryable(),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn store(context: impl Into<String>) -> impl FnOnce(StoreError) -> LockError {
+        let context = context.into();
+        move |source| LockError::Store { context, source }
+    }
+}
+
+/// A `Result` whose error is a [`LockError`].
+pub type Result<T, E = LockError> = std::result::Result<T, E>;

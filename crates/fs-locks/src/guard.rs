@@ -1,0 +1,102 @@
+//! [`LockGuard`]: proof that a set of locks is held, and the way to give them back.
+
+use std::time::Duration;
+
+use crate::client::LockClient;
+use crate::error::Result;
+
+/// What an acquisition cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Grant {
+    /// Store round trips, over all attempts (including undoing refused ones).
+    pub round_trips: u32,
+    /// Attempts made; 1 when nothing was in the way.
+    pub attempts: u32,
+    /// Time from the first attempt to the grant.
+    pub waited: Duration,
+}
+
+/// What a release cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReleaseReport {
+    /// Store round trips.
+    pub round_trips: u32,
+}
+
+/// A set of held locks. Release it with [`LockGuard::release`]; a guard dropped without that
+/// still releases its locks, in a background task, and logs a warning: code paths should
+/// release explicitly so they can see and report a failure.
+#[derive(Debug)]
+#[must_use = "locks are held until the guard is released"]
+pub struct LockGuard {
+    client: LockClient,
+    ids: Vec<String>,
+    wanted: String,
+    grant: Grant,
+    released: bool,
+}
+
+impl LockGuard {
+    pub(crate) fn new(client: LockClient, ids: Vec<String>, wanted: String, grant: Grant) -> Self {
+        LockGuard {
+            client,
+            ids,
+            wanted,
+            grant,
+            released: false,
+        }
+    }
+
+    /// Returns what the acquisition cost.
+    pub fn grant(&self) -> Grant {
+        self.grant
+    }
+
+    /// Returns a description of what is held, e.g. "tree lock on `/clinton`".
+    pub fn wanted(&self) -> &str {
+        &self.wanted
+    }
+
+    /// Returns the ids of the lock documents this guard holds, in acquisition order.
+    pub fn ids(&self) -> &[String] {
+        &self.ids
+    }
+
+    /// Returns the client that holds these locks.
+    pub fn client(&self) -> &LockClient {
+        &self.client
+    }
+
+    /// Releases the locks: exclusive first, then shared from the deepest path up.
+    ///
+    /// # Errors
+    /// [`LockError::LeaseLost`](crate::LockError::LeaseLost) if a lock had been taken over
+    /// (the others are released all the same); [`LockError::Store`](crate::LockError::Store)
+    /// if the store failed, in which case the leases expire what is left.
+    pub async fn release(mut self) -> Result<ReleaseReport> {
+        self.released = true;
+        let ids = std::mem::take(&mut self.ids);
+        self.client.release_ids(&ids).await
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        tracing::warn!(wanted = %self.wanted, "lock guard dropped without release; releasing in the background");
+        let ids = std::mem::take(&mut self.ids);
+        let client = self.client.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move {
+                    if let Err(e) = client.release_ids(&ids).await {
+                        tracing::warn!(error = %e, "background release failed; leases will expire the locks");
+                    }
+                });
+            }
+            Err(_) => tracing::warn!("no runtime to release on; leases will expire the locks"),
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! Leases: background renewal of held locks, and the explicit operations on expired ones.
+//!
+//! Taking over an expired lock is never a side effect of acquiring: an acquisition refused by
+//! an expired lock keeps waiting. Only [`LockClient::reap_expired`] and
+//! [`LockClient::take_over`] act on expired locks, and only with compare-and-set writes, so two
+//! recoverers cannot both win and a holder that renews in time keeps its lock.
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use fs_store::BulkOp;
+use tokio::sync::watch;
+
+use crate::client::{Held, Inner, LockClient};
+use crate::engine::Taken;
+use crate::error::{LockError, Result};
+use crate::guard::{Grant, LockGuard};
+use crate::lock_doc::{
+    exclusive_source, lock_label, renewed_exclusive, shared_renewed, shared_without, LockMode,
+    Observed,
+};
+use crate::plan::LockItem;
+
+/// Renews the client's locks every `every` until the client is dropped.
+pub(crate) async fn renew_loop(
+    weak: Weak<Inner>,
+    mut stop_rx: watch::Receiver<()>,
+    every: Duration,
+) {
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            // Errors once the client, which owns the sender, is gone.
+            changed = stop_rx.changed() => if changed.is_err() { return },
+        }
+        let Some(inner) = weak.upgrade() else { return };
+        if let Err(e) = renew(&inner).await {
+            tracing::warn!(error = %e, process_id = %inner.owner.process_id, "lease renewal failed; will retry");
+        }
+    }
+}
+
+/// Pushes every held lock's expiry to now + lease: one `mget` of the shared documents (other
+/// holders change them) and one `bulk` of conditional writes.
+pub(crate) async fn renew(inner: &Inner) -> Result<u32> {
+    let mut held = inner.held.lock().await;
+    if held.is_empty() {
+        return Ok(0);
+    }
+    let now = inner.clock.now_ms();
+    let expires_at = now.saturating_add(i64::try_from(inner.lease.as_millis()).unwrap_or(i64::MAX));
+    let mut calls = inner.calls();
+    let shared_ids: Vec<String> = held
+        .values()
+        .filter(|h| h.taken.item.mode == LockMode::Shared)
+        .map(|h| h.taken.item.id.clone())
+        .collect();
+    let fresh = if shared_ids.is_empty() {
+        Default::default()
+    } else {
+        calls.mget(&shared_ids).await?
+    };
+    let pid = inner.owner.process_id.as_str();
+    // (id, new source, version it is conditional on) for every lock still ours.
+    let mut writes = Vec::new();
+    let mut lost = Vec::new();
+    for (id, h) in held.iter().filter(|(_, h)| !h.lost) {
+        let t = &h.taken;
+        let renewed = match t.item.mode {
+            LockMode::Shared => fresh.get(id).and_then(|doc| {
+                shared_renewed(&doc.source, pid, expires_at).map(|s| (s, doc.version))
+            }),
+            LockMode::Exclusive => Some((renewed_exclusive(&t.source, expires_at), t.version)),
+        };
+        match renewed {
+            Some((source, version)) => writes.push((id.clone(), source, version)),
+            // The shared document is gone or no longer lists us: our share was reaped.
+            None => lost.push(id.clone()),
+        }
+    }
+    let ops = writes
+        .iter()
+        .map(|(id, source, version)| BulkOp::Index {
+            id: id.clone(),
+            source: source.clone(),
+            if_version: Some(*version),
+        })
+        .collect();
+    let results = calls.bulk(ops).await?;
+    for ((id, source, _), result) in writes.into_iter().zip(results) {
+        let Some(h) = held.get_mut(&id) else { continue };
+        match result {
+            Ok(version) => {
+                h.taken.version = version;
+                h.taken.source = source;
+            }
+            // A shared document another holder changed meanwhile: the next round renews it,
+            // well within the lease (renewal runs every third of it).
+            Err(e) if e.is_conflict() && h.taken.item.mode == LockMode::Shared => {}
+            Err(e) if e.is_conflict() || e.is_not_found() => lost.push(id),
+            Err(e) => tracing::warn!(lock = %id, error = %e, "renewing a lock failed"),
+        }
+    }
+    let mut labels = Vec::with_capacity(lost.len());
+    for id in &lost {
+        if let Some(h) = held.get_mut(id) {
+            h.lost = true;
+            labels.push(h.taken.item.label());
+        }
+    }
+    drop(held);
+    inner.report_lost(&labels);
+    Ok(calls.round_trips)
+}
+
+/// What [`LockClient::reap_expired`] removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reaped {
+    /// There was no lock document.
+    Nothing,
+    /// An expired exclusive lock was deleted; its holder's description.
+    Exclusive(String),
+    /// Expired holders' shares were removed from a shared lock; their process ids. Empty when
+    /// no share had expired.
+    Shares(Vec<String>),
+}
+
+impl LockClient {
+    /// Renews every held lock now instead of waiting for the background task; returns the
+    /// round trips it took.
+    ///
+    /// # Errors
+    /// [`LockError::Store`] if the store failed.
+    pub async fn renew_now(&self) -> Result<u32> {
+        renew(&self.inner).await
+    }
+
+    /// Removes what has expired from the lock document `id`: an exclusive lock whose lease
+    /// ended is deleted; from a shared lock exactly the expired holders' shares are removed
+    /// (foreign shares, which record no lease, are kept).
+    ///
+    /// # Errors
+    /// [`LockError::NotExpired`] for an exclusive lock that is still valid or records no
+    /// lease; [`LockError::Store`] if the document changed meanwhile (call again).
+    pub async fn reap_expired(&self, id: &str) -> Result<Reaped> {
+        let mut calls = self.inner.calls();
+        let Some(lock) = ExpiryCheck::read(&self.inner, &mut calls, id).await? else {
+            return Ok(Reaped::Nothing);
+        };
+        let (store, index) = (&self.inner.store, &self.inner.lock_index);
+        let context = format!("reaping the lock on `{}`", lock.label);
+        let (written, reaped) = match &lock.observed {
+            Observed::Exclusive { .. } => {
+                lock.expired_exclusive()?;
+                let reaped = Reaped::Exclusive(lock.observed.describe_holders());
+                (
+                    store.delete(index, id, Some(lock.doc.version)).await,
+                    reaped,
+                )
+            }
+            Observed::Shared { holders, .. } => {
+                let expired: Vec<&str> = holders
+                    .iter()
+                    .filter(|(_, h)| h.expires_at < lock.now)
+                    .map(|(pid, _)| pid.as_str())
+                    .collect();
+                if expired.is_empty() {
+                    return Ok(Reaped::Shares(Vec::new()));
+                }
+                let version = Some(lock.doc.version);
+                let written = match shared_without(&lock.doc.source, &expired) {
+                    Some(source) => store.index(index, id, source, version).await,
+                    None => store.delete(index, id, version).await,
+                };
+                (
+                    written,
+                    Reaped::Shares(expired.into_iter().map(str::to_owned).collect()),
+                )
+            }
+        };
+        written.map_err(LockError::store(context))?;
+        Ok(reaped)
+    }
+
+    /// Takes over the expired exclusive lock `id` (a tree, global or document lock): rewrites
+    /// it, conditional on the version read, with this client as owner, and returns a guard as
+    /// if this client had acquired it. Recovery uses this to finish a dead job's rename under
+    /// the dead job's own lock.
+    ///
+    /// # Errors
+    /// [`LockError::NotExpired`] if the lock is still valid, records no lease, or is shared;
+    /// [`LockError::Store`] if it changed meanwhile (someone renewed or took it first).
+    pub async fn take_over(&self, id: &str) -> Result<LockGuard> {
+        let inner = &self.inner;
+        let mut held = inner.held.lock().await;
+        let mut calls = inner.calls();
+        let Some(lock) = ExpiryCheck::read(inner, &mut calls, id).await? else {
+            return Err(LockError::LeaseLost {
+                path: id.to_owned(),
+            });
+        };
+        lock.expired_exclusive()?;
+        let (doc, now, label) = (lock.doc, lock.now, lock.label);
+        let path = fs_model::FsPath::parse(&label).ok();
+        let lease_ms = i64::try_from(inner.lease.as_millis()).unwrap_or(i64::MAX);
+        let source = exclusive_source(
+            &inner.owner,
+            path.as_ref(),
+            now,
+            now.saturating_add(lease_ms),
+        );
+        calls.round_trips += 1;
+        let version = inner
+            .store
+            .index(&inner.lock_index, id, source.clone(), Some(doc.version))
+            .await
+            .map_err(LockError::store(format!(
+                "taking over the lock on `{label}`"
+            )))?;
+        let item = LockItem {
+            id: id.to_owned(),
+            path,
+            mode: LockMode::Exclusive,
+        };
+        let taken = Taken {
+            item,
+            version,
+            source,
+        };
+        held.insert(
+            id.to_owned(),
+            Held {
+                taken,
+                refcount: 1,
+                lost: false,
+            },
+        );
+        drop(held);
+        self.start_renewer();
+        let grant = Grant {
+            round_trips: calls.round_trips,
+            attempts: 1,
+            waited: Duration::ZERO,
+        };
+        Ok(LockGuard::new(
+            self.clone(),
+            vec![id.to_owned()],
+            format!("taken-over lock on `{label}`"),
+            grant,
+        ))
+    }
+}
+
+/// A lock document read to decide whether it has expired.
+struct ExpiryCheck {
+    doc: fs_store::StoredDoc,
+    observed: Observed,
+    label: String,
+    now: i64,
+}
+
+impl ExpiryCheck {
+    async fn read(
+        inner: &Inner,
+        calls: &mut crate::engine::Calls<'_>,
+        id: &str,
+    ) -> Result<Option<ExpiryCheck>> {
+        let Some(doc) = calls.get(id).await? else {
+            return Ok(None);
+        };
+        Ok(Some(ExpiryCheck {
+            observed: Observed::from_source(&doc.source),
+            label: lock_label(id, &doc.source),
+            now: inner.clock.now_ms(),
+            doc,
+        }))
+    }
+
+    /// Succeeds only for an exclusive lock whose recorded lease has ended.
+    fn expired_exclusive(&self) -> Result<()> {
+        let expires_at = match &self.observed {
+            Observed::Exclusive { expires_at, .. } => expires_at.unwrap_or(0),
+            Observed::Shared { .. } => 0,
+        };
+        if expires_at == 0 || expires_at >= self.now {
+            return Err(LockError::NotExpired {
+                path: self.label.clone(),
+                holders: self.observed.describe_holders(),
+                expires_at,
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,117 @@
+//! Reading the lock index as a whole: listing locks, and the book's release by query.
+
+use fs_store::{BulkOp, Scope, SearchRequest};
+
+use crate::client::LockClient;
+use crate::error::{LockError, Result};
+use crate::lock_doc::Observed;
+
+/// One lock document as found in the lock index.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LockInfo {
+    /// The document id (a path, a hashed path, `global`, or a tree document's id).
+    pub id: String,
+    /// The locked path, if the document records one.
+    pub path: Option<String>,
+    /// What the document says.
+    pub observed: Observed,
+    /// When it expires, epoch milliseconds, if recorded.
+    pub expires_at: Option<i64>,
+}
+
+const PAGE: usize = 1_000;
+
+impl LockClient {
+    /// Lists every lock document, refreshing the lock index first so that locks taken just now
+    /// are listed too.
+    ///
+    /// # Errors
+    /// [`LockError::Store`] if the store failed.
+    pub async fn list_locks(&self) -> Result<Vec<LockInfo>> {
+        let store = self.store();
+        let index = self.lock_index();
+        let context = format!("listing locks in `{index}`");
+        store
+            .refresh(index)
+            .await
+            .map_err(LockError::store(context.clone()))?;
+        let mut out = Vec::new();
+        let mut request = SearchRequest::first(Scope::All, PAGE);
+        loop {
+            let page = store
+                .search(index, request.clone())
+                .await
+                .map_err(LockError::store(context.clone()))?;
+            for doc in page.docs {
+                out.push(LockInfo {
+                    path: doc
+                        .source
+                        .get("path")
+                        .and_then(|p| p.as_str())
+                        .map(str::to_owned),
+                    expires_at: doc.source.get("expires_at").and_then(|e| e.as_i64()),
+                    observed: Observed::from_source(&doc.source),
+                    id: doc.id,
+                });
+            }
+            match page.next {
+                Some(cursor) => request.after = Some(cursor),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Deletes every exclusive lock document (tree, global or document lock) that carries this
+    /// client's process id, found by searching the lock index: the book's
+    /// `DELETE /fs/lock/_query {"term": {"process_id": ...}}`. The index is refreshed first, as
+    /// the book says, or a lock document written since the last refresh would be missed.
+    /// Shared locks are left alone (a share is not this owner's to delete). Returns how many
+    /// documents were deleted.
+    ///
+    /// # Errors
+    /// [`LockError::Store`] if the store failed.
+    pub async fn release_all_by_query(&self) -> Result<usize> {
+        let pid = self.owner().process_id.clone();
+        let index = self.lock_index().to_owned();
+        let context = format!("releasing the locks of process {pid} in `{index}`");
+        let mut ops = Vec::new();
+        let mut ids = Vec::new();
+        let store = self.store();
+        store
+            .refresh(&index)
+            .await
+            .map_err(LockError::store(context.clone()))?;
+        let mut request = SearchRequest::first(Scope::All, PAGE);
+        loop {
+            let page = store
+                .search(&index, request.clone())
+                .await
+                .map_err(LockError::store(context.clone()))?;
+            for doc in page.docs {
+                let mine = matches!(Observed::from_source(&doc.source),
+                    Observed::Exclusive { process_id: Some(ref p), .. } if *p == pid);
+                if mine {
+                    ids.push(doc.id.clone());
+                    ops.push(BulkOp::Delete {
+                        id: doc.id,
+                        if_version: Some(doc.version),
+                    });
+                }
+            }
+            match page.next {
+                Some(cursor) => request.after = Some(cursor),
+                None => break,
+            }
+        }
+        if ops.is_empty() {
+            return Ok(0);
+        }
+        let results = store
+            .bulk(&index, ops)
+            .await
+            .map_err(LockError::store(context))?;
+        let deleted = results.iter().filter(|r| r.is_ok()).count();
+        self.forget(&ids).await;
+        Ok(deleted)
+    }
+}

@@ -1,0 +1,345 @@
+//! The lock documents: their shapes, how an existing one is read, and how ours are written.
+//!
+//! The book's fields keep their meaning so a client following the book and fsrename exclude
+//! each other:
+//!
+//! - exclusive: `{"lock_type": "exclusive"}`, created with `_create`; fsrename adds
+//!   `process_id`, `holder`, `path`, `acquired_at`, `expires_at`. Global and document locks
+//!   have the same shape (the book's document lock is `{"process_id": ...}`).
+//! - shared: `{"lock_type": "shared", "lock_count": N}`; fsrename adds `path`, `expires_at`
+//!   (the latest of its holders') and `holders`, one entry per holding process:
+//!   `{"<process_id>": {"holder": ..., "acquired_at": ..., "expires_at": ...}}`. `lock_count`
+//!   is the number of fsrename holders plus any foreign shares (a book client's increment adds
+//!   to the count without an entry), so a retried increment by the same process is a no-op and
+//!   an expired holder's share can be removed without touching anyone else's.
+
+use std::collections::BTreeMap;
+
+use fs_model::FsPath;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+/// The two lock modes of the book's tree locking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LockMode {
+    /// Many holders at once; refuses (and is refused by) an exclusive lock.
+    Shared,
+    /// One holder; refuses every other lock on the same document.
+    Exclusive,
+}
+
+/// Who holds a lock: a process id (a UUID per lock client) and a readable label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// The `process_id` of the book: unique per lock client.
+    pub process_id: String,
+    /// A label for people reading lock documents, e.g. `mv /a /b on host-1`.
+    pub holder: String,
+}
+
+/// One fsrename holder of a shared lock, as stored under `holders`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderEntry {
+    /// The holder's readable label.
+    #[serde(default)]
+    pub holder: String,
+    /// When it took its share, in epoch milliseconds.
+    #[serde(default)]
+    pub acquired_at: i64,
+    /// When its share expires unless renewed, in epoch milliseconds.
+    #[serde(default)]
+    pub expires_at: i64,
+}
+
+/// What an existing lock document says, read leniently: the book's documents carry only some
+/// of the fields, and anything unreadable counts as an exclusive lock held by someone else.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Observed {
+    /// An exclusive lock (also global and document locks). `process_id` is `None` for a
+    /// foreign document without one.
+    Exclusive {
+        /// The owner's process id, if recorded.
+        process_id: Option<String>,
+        /// The owner's label, if recorded.
+        holder: Option<String>,
+        /// When it expires unless renewed, if recorded.
+        expires_at: Option<i64>,
+    },
+    /// A shared lock.
+    Shared {
+        /// The book's `lock_count`: all holders, foreign ones included.
+        lock_count: i64,
+        /// fsrename's holders by process id.
+        holders: BTreeMap<String, HolderEntry>,
+    },
+}
+
+impl Observed {
+    /// Reads a lock document's source.
+    pub fn from_source(source: &Value) -> Observed {
+        let text = |field: &str| source.get(field).and_then(Value::as_str).map(str::to_owned);
+        if source.get("lock_type").and_then(Value::as_str) == Some("shared") {
+            let holders: BTreeMap<String, HolderEntry> = source
+                .get("holders")
+                .and_then(|h| serde_json::from_value(h.clone()).ok())
+                .unwrap_or_default();
+            let lock_count = source
+                .get("lock_count")
+                .and_then(Value::as_i64)
+                .unwrap_or(holders.len() as i64);
+            return Observed::Shared {
+                lock_count,
+                holders,
+            };
+        }
+        Observed::Exclusive {
+            process_id: source.get("process_id").map(|v| match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            }),
+            holder: text("holder"),
+            expires_at: source.get("expires_at").and_then(Value::as_i64),
+        }
+    }
+
+    /// Returns the mode of this lock.
+    pub fn mode(&self) -> LockMode {
+        match self {
+            Observed::Exclusive { .. } => LockMode::Exclusive,
+            Observed::Shared { .. } => LockMode::Shared,
+        }
+    }
+
+    /// Returns true if `process_id` holds this lock (exclusively, or a share of it).
+    pub fn is_held_by(&self, process_id: &str) -> bool {
+        match self {
+            Observed::Exclusive { process_id: p, .. } => p.as_deref() == Some(process_id),
+            Observed::Shared { holders, .. } => holders.contains_key(process_id),
+        }
+    }
+
+    /// Returns the number of shares held by clients that left no holder entry (the book's).
+    pub fn foreign_shares(&self) -> i64 {
+        match self {
+            Observed::Shared {
+                lock_count,
+                holders,
+            } => (*lock_count - holders.len() as i64).max(0),
+            Observed::Exclusive { .. } => 0,
+        }
+    }
+
+    /// Describes who holds this lock, for messages: labels and process ids, foreign shares.
+    pub fn describe_holders(&self) -> String {
+        match self {
+            Observed::Exclusive {
+                process_id, holder, ..
+            } => match (holder, process_id) {
+                (Some(h), Some(p)) => format!("{h} (process {p})"),
+                (None, Some(p)) => format!("process {p}"),
+                (Some(h), None) => h.clone(),
+                (None, None) => "a client that did not record a process_id".to_owned(),
+            },
+            Observed::Shared { holders, .. } => {
+                let mut parts: Vec<String> = holders
+                    .iter()
+                    .map(|(p, e)| format!("{} (process {p})", e.holder))
+                    .collect();
+                let foreign = self.foreign_shares();
+                if foreign > 0 {
+                    parts.push(format!("{foreign} share(s) without a process_id"));
+                }
+                parts.join(", ")
+            }
+        }
+    }
+}
+
+/// Returns the locked path a lock document records, or its id where it records none: what
+/// messages call the lock.
+pub fn lock_label(id: &str, source: &Value) -> String {
+    source
+        .get("path")
+        .and_then(Value::as_str)
+        .unwrap_or(id)
+        .to_owned()
+}
+
+/// Returns the source of an exclusive lock document (also a global or document lock).
+pub fn exclusive_source(owner: &Owner, path: Option<&FsPath>, now: i64, expires_at: i64) -> Value {
+    let mut doc = json!({
+        "lock_type": "exclusive",
+        "process_id": owner.process_id,
+        "holder": owner.holder,
+        "acquired_at": now,
+        "expires_at": expires_at,
+    });
+    if let (Some(path), Value::Object(fields)) = (path, &mut doc) {
+        fields.insert("path".to_owned(), json!(path.as_str()));
+    }
+    doc
+}
+
+/// Returns `source` (an exclusive lock of ours) with a new expiry.
+pub fn renewed_exclusive(source: &Value, expires_at: i64) -> Value {
+    let mut doc = source.clone();
+    if let Value::Object(fields) = &mut doc {
+        fields.insert("expires_at".to_owned(), json!(expires_at));
+    }
+    doc
+}
+
+/// Returns the shared lock document after `owner` joins it: a new document when `current` is
+/// `None`, else `current` with one more holder. The caller has checked that `current` is a
+/// shared lock `owner` does not hold yet.
+pub fn shared_with(
+    current: Option<&Value>,
+    owner: &Owner,
+    path: &FsPath,
+    now: i64,
+    expires_at: i64,
+) -> Value {
+    let entry = HolderEntry {
+        holder: owner.holder.clone(),
+        acquired_at: now,
+        expires_at,
+    };
+    let (lock_count, mut holders) = match current.map(Observed::from_source) {
+        Some(Observed::Shared {
+            lock_count,
+            holders,
+        }) => (lock_count, holders),
+        _ => (0, BTreeMap::new()),
+    };
+    holders.insert(owner.process_id.clone(), entry);
+    shared_doc(current, Some(path), lock_count + 1, &holders)
+}
+
+/// Returns the shared lock document after the holders in `leaving` give up their shares, or
+/// `None` if no share is left and the document should be deleted. Foreign shares are kept.
+pub fn shared_without(current: &Value, leaving: &[&str]) -> Option<Value> {
+    let Observed::Shared {
+        lock_count,
+        mut holders,
+    } = Observed::from_source(current)
+    else {
+        return None;
+    };
+    let before = holders.len();
+    holders.retain(|pid, _| !leaving.contains(&pid.as_str()));
+    let removed = (before - holders.len()) as i64;
+    // Never below the holders still listed, whatever a foreign client did to the count.
+    let lock_count = (lock_count - removed).max(holders.len() as i64);
+    (lock_count > 0).then(|| shared_doc(Some(current), None, lock_count, &holders))
+}
+
+/// Returns the shared lock document with `process_id`'s share renewed until `expires_at`, or
+/// `None` if it holds no share there.
+pub fn shared_renewed(current: &Value, process_id: &str, expires_at: i64) -> Option<Value> {
+    let Observed::Shared {
+        lock_count,
+        mut holders,
+    } = Observed::from_source(current)
+    else {
+        return None;
+    };
+    holders.get_mut(process_id)?.expires_at = expires_at;
+    Some(shared_doc(Some(current), None, lock_count, &holders))
+}
+
+/// Builds a shared lock document; `path` is set when creating, else the current one is kept.
+fn shared_doc(
+    current: Option<&Value>,
+    path: Option<&FsPath>,
+    lock_count: i64,
+    holders: &BTreeMap<String, HolderEntry>,
+) -> Value {
+    // Keep any field a foreign client put there.
+    let mut fields = match current {
+        Some(Value::Object(fields)) => fields.clone(),
+        _ => Map::new(),
+    };
+    let latest = holders.values().map(|h| h.expires_at).max();
+    fields.insert("lock_type".to_owned(), json!("shared"));
+    fields.insert("lock_count".to_owned(), json!(lock_count));
+    if let Some(path) = path {
+        fields.insert("path".to_owned(), json!(path.as_str()));
+    }
+    fields.insert("holders".to_owned(), json!(holders));
+    match latest {
+        Some(latest) => fields.insert("expires_at".to_owned(), json!(latest)),
+        None => fields.remove("expires_at"),
+    };
+    Value::Object(fields)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(pid: &str) -> Owner {
+        Owner {
+            process_id: pid.to_owned(),
+            holder: format!("job {pid}"),
+        }
+    }
+
+    fn clinton() -> FsPath {
+        FsPath::parse("/clinton").expect("path")
+    }
+
+    #[test]
+    fn the_books_documents_are_understood() {
+        let exclusive = Observed::from_source(&json!({"lock_type": "exclusive"}));
+        assert_eq!(exclusive.mode(), LockMode::Exclusive);
+        assert!(!exclusive.is_held_by("anyone"));
+        let shared = Observed::from_source(&json!({"lock_type": "shared", "lock_count": 2}));
+        assert_eq!(shared.foreign_shares(), 2);
+        let document = Observed::from_source(&json!({"process_id": 123}));
+        assert!(document.is_held_by("123"));
+        let global = Observed::from_source(&json!({}));
+        assert_eq!(
+            global.mode(),
+            LockMode::Exclusive,
+            "anything unreadable is exclusive"
+        );
+    }
+
+    #[test]
+    fn shares_count_once_per_process() {
+        let first = shared_with(None, &owner("a"), &clinton(), 1, 10);
+        assert_eq!(first["lock_count"], 1);
+        let second = shared_with(Some(&first), &owner("b"), &clinton(), 2, 20);
+        assert_eq!(second["lock_count"], 2);
+        assert_eq!(second["expires_at"], 20);
+        let one_left = shared_without(&second, &["a"]).expect("b still holds");
+        assert_eq!(one_left["lock_count"], 1);
+        assert!(Observed::from_source(&one_left).is_held_by("b"));
+        assert_eq!(
+            shared_without(&one_left, &["b"]),
+            None,
+            "last share deletes"
+        );
+    }
+
+    #[test]
+    fn foreign_shares_survive_our_release() {
+        let book = json!({"lock_type": "shared", "lock_count": 1});
+        let joined = shared_with(Some(&book), &owner("a"), &clinton(), 1, 10);
+        assert_eq!(joined["lock_count"], 2);
+        let left = shared_without(&joined, &["a"]).expect("foreign share remains");
+        assert_eq!(left["lock_count"], 1);
+        assert_eq!(Observed::from_source(&left).foreign_shares(), 1);
+    }
+
+    #[test]
+    fn renewal_touches_only_the_renewing_holder() {
+        let doc = shared_with(None, &owner("a"), &clinton(), 1, 10);
+        let doc = shared_with(Some(&doc), &owner("b"), &clinton(), 1, 10);
+        let renewed = shared_renewed(&doc, "a", 99).expect("a holds");
+        assert_eq!(renewed["holders"]["a"]["expires_at"], 99);
+        assert_eq!(renewed["holders"]["b"]["expires_at"], 10);
+        assert_eq!(shared_renewed(&doc, "z", 99), None);
+    }
+}

@@ -1,0 +1,417 @@
+//! The rules of the book's tree locking, the global and document locks, and what fsrename
+//! adds (rename locks, reentrancy, retry safety, round trips), on the embedded store.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use fs_locks::{LockError, TreeLockRequest};
+use serde_json::json;
+
+#[tokio::test]
+async fn shared_and_shared_are_compatible() {
+    let store = store().await;
+    let (a, b) = (client(&store, "a"), client(&store, "b"));
+    let ga = a.lock_tree(&p("/clinton/a")).await.expect("a");
+    let gb = b
+        .lock_tree(&p("/clinton/b"))
+        .await
+        .expect("b shares /clinton with a");
+    let shared = lock_doc(&store, "/clinton").await.expect("shared lock doc");
+    assert_eq!(shared["lock_type"], "shared");
+    assert_eq!(shared["lock_count"], 2);
+    ga.release().await.expect("release a");
+    assert_eq!(
+        lock_doc(&store, "/clinton").await.expect("still shared")["lock_count"],
+        1
+    );
+    gb.release().await.expect("release b");
+    assert_eq!(
+        lock_count(&store).await,
+        0,
+        "release leaves no lock document behind"
+    );
+}
+
+#[tokio::test]
+async fn exclusive_is_refused_under_a_shared_lock() {
+    let store = store().await;
+    let (a, b) = (client(&store, "job-a"), client(&store, "job-b"));
+    let ga = a.lock_tree(&p("/clinton/a")).await.expect("a");
+    let msg = assert_blocked_on(b.lock_tree(&p("/clinton")).await, "/clinton");
+    assert!(
+        msg.contains("shared lock on `/clinton` held by job-a"),
+        "{msg}"
+    );
+    ga.release().await.expect("release");
+    b.lock_tree(&p("/clinton"))
+        .await
+        .expect("free now")
+        .release()
+        .await
+        .expect("release");
+    assert_eq!(lock_count(&store).await, 0);
+}
+
+#[tokio::test]
+async fn shared_is_refused_under_an_exclusive_lock() {
+    let store = store().await;
+    let (a, b) = (client(&store, "job-a"), client(&store, "job-b"));
+    let ga = a.lock_tree(&p("/clinton")).await.expect("a");
+    let msg = assert_blocked_on(b.lock_tree(&p("/clinton/a/b")).await, "/clinton");
+    assert!(
+        msg.contains("exclusive lock on `/clinton` held by job-a"),
+        "{msg}"
+    );
+    assert_eq!(
+        lock_doc(&store, "/clinton/a").await,
+        None,
+        "the refused attempt left nothing"
+    );
+    ga.release().await.expect("release");
+    assert_eq!(lock_count(&store).await, 0);
+}
+
+#[tokio::test]
+async fn the_books_example() {
+    let store = store().await;
+    let (a, b) = (client(&store, "readme"), client(&store, "clinton"));
+    let readme = p("/clinton/projects/elasticsearch/README.txt");
+    let guard = a.lock_tree(&readme).await.expect("lock README");
+    for ancestor in [
+        "/clinton",
+        "/clinton/projects",
+        "/clinton/projects/elasticsearch",
+    ] {
+        let doc = lock_doc(&store, ancestor).await.expect("shared ancestor");
+        assert_eq!(
+            (doc["lock_type"].as_str(), doc["lock_count"].as_i64()),
+            (Some("shared"), Some(1))
+        );
+    }
+    let exclusive = lock_doc(&store, readme.as_str()).await.expect("exclusive");
+    assert_eq!(exclusive["lock_type"], "exclusive");
+    assert_eq!(exclusive["process_id"], a.owner().process_id.as_str());
+    assert_blocked_on(b.lock_tree(&p("/clinton")).await, "/clinton");
+    guard.release().await.expect("release");
+    assert_eq!(lock_count(&store).await, 0);
+    b.lock_tree(&p("/clinton"))
+        .await
+        .expect("now free")
+        .release()
+        .await
+        .expect("release");
+}
+
+#[tokio::test]
+async fn waiting_ends_when_the_holder_releases() {
+    let store = store().await;
+    let a = client(&store, "a");
+    let b = client_builder(&store, "b")
+        .wait(Duration::from_secs(10))
+        .build();
+    let ga = a.lock_tree(&p("/clinton")).await.expect("a");
+    let releaser = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        ga.release().await.expect("release a");
+    });
+    let gb = b.lock_tree(&p("/clinton/x")).await.expect("b after a");
+    assert!(gb.grant().attempts > 1 && gb.grant().waited >= Duration::from_millis(100));
+    releaser.await.expect("releaser");
+    gb.release().await.expect("release b");
+    assert_eq!(lock_count(&store).await, 0);
+}
+
+#[tokio::test]
+async fn the_timeout_names_the_path_and_the_holder() {
+    let store = store().await;
+    let a = client(&store, "mv /clinton /gormley");
+    let b = client_builder(&store, "b")
+        .wait(Duration::from_millis(50))
+        .build();
+    let _ga = a.lock_tree(&p("/clinton")).await.expect("a");
+    let err = b
+        .lock_tree(&p("/clinton/projects"))
+        .await
+        .expect_err("blocked");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("`/clinton`") && msg.contains("mv /clinton /gormley"),
+        "{msg}"
+    );
+    assert!(msg.contains(&a.owner().process_id), "{msg}");
+    assert!(err.is_retryable());
+}
+
+#[tokio::test]
+async fn reentrant_for_the_same_owner() {
+    let store = store().await;
+    let a = client(&store, "a");
+    let outer = a.lock_tree(&p("/x/y")).await.expect("outer");
+    let inner = a.lock_tree(&p("/x/y")).await.expect("reentrant");
+    assert_eq!(inner.grant().round_trips, 0, "granted from memory");
+    let below = a
+        .lock_tree(&p("/x/y/z"))
+        .await
+        .expect("under our own exclusive lock");
+    assert_eq!(
+        lock_doc(&store, "/x").await.expect("shared")["lock_count"],
+        1,
+        "counted once"
+    );
+    assert_eq!(
+        lock_doc(&store, "/x/y").await.expect("ours")["lock_type"],
+        "exclusive"
+    );
+    inner.release().await.expect("inner");
+    below.release().await.expect("below");
+    assert!(
+        lock_doc(&store, "/x/y").await.is_some(),
+        "the outer guard still holds it"
+    );
+    outer.release().await.expect("outer");
+    assert_eq!(lock_count(&store).await, 0);
+}
+
+#[tokio::test]
+async fn a_retried_share_is_not_counted_twice() {
+    // As if an earlier increment landed but its answer was lost: the document already lists
+    // us. The next attempt adopts it instead of counting again.
+    let store = store().await;
+    let a = client(&store, "a");
+    let pid = a.owner().process_id.clone();
+    let landed = json!({"lock_type": "shared", "lock_count": 1, "path": "/x",
+                        "holders": {pid: {"holder": "a", "acquired_at": 0, "expires_at": 0}}});
+    store
+        .create(LOCKS, "/x", landed)
+        .await
+        .expect("landed share");
+    let guard = a.lock_tree(&p("/x/y")).await.expect("lock");
+    assert_eq!(
+        lock_doc(&store, "/x").await.expect("shared")["lock_count"],
+        1
+    );
+    guard.release().await.expect("release");
+    assert_eq!(lock_count(&store).await, 0);
+}
+
+#[tokio::test]
+async fn upgrading_shared_to_exclusive_is_refused_clearly() {
+    let store = store().await;
+    let a = client(&store, "a");
+    let guard = a.lock_tree(&p("/x/y")).await.expect("lock");
+    let err = a.lock_tree(&p("/x")).await.expect_err("upgrade");
+    assert!(
+        matches!(err, LockError::Upgrade { ref path } if path == "/x"),
+        "{err:?}"
+    );
+    guard.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn a_rename_locks_source_and_destination_at_once() {
+    let store = store().await;
+    let (a, b) = (client(&store, "a"), client(&store, "b"));
+    let guard = a
+        .lock_rename(&p("/clinton/a"), &p("/gormley/b"))
+        .await
+        .expect("rename lock");
+    for (id, kind) in [
+        ("/clinton", "shared"),
+        ("/gormley", "shared"),
+        ("/clinton/a", "exclusive"),
+        ("/gormley/b", "exclusive"),
+    ] {
+        assert_eq!(
+            lock_doc(&store, id).await.expect(id)["lock_type"],
+            kind,
+            "{id}"
+        );
+    }
+    assert_eq!(guard.grant().round_trips, 2, "one mget and one bulk");
+    assert_blocked_on(b.lock_tree(&p("/gormley/b/c")).await, "/gormley/b");
+    guard.release().await.expect("release");
+    assert_eq!(lock_count(&store).await, 0);
+    let into_itself = a.lock_rename(&p("/clinton"), &p("/clinton/sub")).await;
+    assert!(
+        matches!(into_itself, Err(LockError::MoveIntoItself { .. })),
+        "{into_itself:?}"
+    );
+    assert!(matches!(
+        a.lock_tree(&fs_model::FsPath::root()).await,
+        Err(LockError::RootLock)
+    ));
+}
+
+#[tokio::test]
+async fn a_foreign_clients_book_documents_are_respected() {
+    let store = store().await;
+    // Written exactly as the book writes them, by a client that is not fsrename.
+    store
+        .create(
+            LOCKS,
+            "/clinton/projects",
+            json!({"lock_type": "exclusive"}),
+        )
+        .await
+        .expect("exclusive");
+    store
+        .create(
+            LOCKS,
+            "/clinton",
+            json!({"lock_type": "shared", "lock_count": 1}),
+        )
+        .await
+        .expect("shared");
+    let a = client(&store, "a");
+    let msg = assert_blocked_on(
+        a.lock_tree(&p("/clinton/projects/elasticsearch/README.txt"))
+            .await,
+        "/clinton/projects",
+    );
+    assert!(msg.contains("did not record a process_id"), "{msg}");
+    assert_blocked_on(a.lock_tree(&p("/clinton")).await, "/clinton");
+    let guard = a
+        .lock_tree(&p("/clinton/other"))
+        .await
+        .expect("shares with the foreign client");
+    assert_eq!(
+        lock_doc(&store, "/clinton").await.expect("shared")["lock_count"],
+        2
+    );
+    guard.release().await.expect("release");
+    let left = lock_doc(&store, "/clinton")
+        .await
+        .expect("the foreign share is kept");
+    assert_eq!(left["lock_count"], 1);
+    assert_eq!(left["holders"], json!({}));
+    assert!(
+        lock_doc(&store, "/clinton/projects").await.is_some(),
+        "foreign exclusive untouched"
+    );
+}
+
+#[tokio::test]
+async fn the_global_lock() {
+    let store = store().await;
+    let (a, b) = (client(&store, "a"), client(&store, "b"));
+    let guard = a.lock_global().await.expect("global");
+    assert_blocked_on(b.lock_global().await, "global");
+    let again = a.lock_global().await.expect("reentrant");
+    again.release().await.expect("inner");
+    assert_blocked_on(b.lock_global().await, "global");
+    assert_eq!(guard.grant().round_trips, 1, "a single _create");
+    guard.release().await.expect("release");
+    assert_eq!(lock_count(&store).await, 0);
+    // The book's own global lock document: `PUT /fs/lock/global/_create {}`.
+    store
+        .create(LOCKS, "global", json!({}))
+        .await
+        .expect("book's global lock");
+    assert_blocked_on(b.lock_global().await, "global");
+}
+
+#[tokio::test]
+async fn document_locks() {
+    let store = store().await;
+    let (a, b) = (client(&store, "a"), client(&store, "b"));
+    let docs = |ids: &[&str]| {
+        ids.iter()
+            .map(|id| (id.to_string(), None))
+            .collect::<Vec<_>>()
+    };
+    let guard = a
+        .lock_documents(&docs(&["d1", "d2", "d3"]))
+        .await
+        .expect("a's documents");
+    assert_eq!(guard.grant().round_trips, 1, "one bulk create");
+    assert_eq!(
+        lock_doc(&store, "d1").await.expect("d1")["process_id"],
+        a.owner().process_id.as_str()
+    );
+    assert_blocked_on(b.lock_documents(&docs(&["d4", "d3"])).await, "d3");
+    assert_eq!(
+        lock_doc(&store, "d4").await,
+        None,
+        "a refused attempt releases what it took"
+    );
+    let again = a
+        .lock_documents(&docs(&["d2", "d3", "d5"]))
+        .await
+        .expect("reentrant");
+    again.release().await.expect("release again");
+    assert!(lock_doc(&store, "d5").await.is_none() && lock_doc(&store, "d2").await.is_some());
+    guard.release().await.expect("release");
+    assert_eq!(lock_count(&store).await, 0);
+}
+
+#[tokio::test]
+async fn document_locks_released_by_query_after_a_refresh() {
+    let store = store().await;
+    let (a, b) = (client(&store, "a"), client(&store, "b"));
+    let ids: Vec<(String, Option<fs_model::FsPath>)> =
+        (0..50).map(|i| (format!("a{i}"), None)).collect();
+    let guard = a.lock_documents(&ids).await.expect("a's documents");
+    let other = b
+        .lock_documents(&[("b0".to_string(), None)])
+        .await
+        .expect("b's document");
+    // Nothing has refreshed the lock index since the locks were created; the release must.
+    assert_eq!(a.release_all_by_query().await.expect("by query"), 50);
+    assert!(lock_doc(&store, "a0").await.is_none() && lock_doc(&store, "b0").await.is_some());
+    std::mem::forget(guard); // its locks are gone already
+    other.release().await.expect("release b");
+    assert_eq!(lock_count(&store).await, 0);
+}
+
+#[tokio::test]
+async fn hashed_ids_for_long_paths() {
+    let store = store().await;
+    let a = client(&store, "a");
+    let long = p(&format!(
+        "/{}/{}/{}",
+        "a".repeat(200),
+        "b".repeat(200),
+        "c".repeat(200)
+    ));
+    let guard = a.lock_tree(&long).await.expect("lock");
+    let id = fs_model::tree_lock_id(&long);
+    assert!(id.starts_with("sha256:"));
+    assert_eq!(
+        lock_doc(&store, &id).await.expect("hashed lock")["path"],
+        long.as_str()
+    );
+    let listed = a.list_locks().await.expect("list");
+    assert!(listed
+        .iter()
+        .any(|l| l.path.as_deref() == Some(long.as_str())));
+    guard.release().await.expect("release");
+    assert_eq!(lock_count(&store).await, 0);
+}
+
+/// Lock + unlock round trips at depth 1, 4 and 16, nothing in the way. Printed for the record.
+#[tokio::test]
+async fn round_trips_by_depth() {
+    let store = store().await;
+    let a = client(&store, "a");
+    for depth in [1usize, 4, 16] {
+        let path = p(&(1..=depth).map(|i| format!("/d{i}")).collect::<String>());
+        let guard = a.lock_tree(&path).await.expect("lock");
+        let lock = guard.grant().round_trips;
+        let unlock = guard.release().await.expect("release").round_trips;
+        println!("depth {depth:>2}: lock {lock} round trips, unlock {unlock}");
+        assert_eq!(
+            (lock, unlock),
+            (if depth == 1 { 1 } else { 2 }, 1),
+            "depth {depth}"
+        );
+        let rename = a
+            .lock_request(&TreeLockRequest::rename(&path, &p(&format!("{path}x"))).expect("plan"))
+            .await
+            .expect("rename lock");
+        assert!(rename.grant().round_trips <= 2);
+        rename.release().await.expect("release");
+    }
+    assert_eq!(lock_count(&store).await, 0);
+}

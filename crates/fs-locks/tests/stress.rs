@@ -1,0 +1,126 @@
+//! Stress: 32 tasks take and release random tree and rename locks over a 4-level tree. At
+//! every successful acquisition no two holders may hold exclusive locks on overlapping paths,
+//! and at the end no lock document is left.
+//!
+//! `FSRENAME_STRESS_SEED` replays a seed (each task's is seed + task number);
+//! `FSRENAME_STRESS_SECS` sets the duration (default 10).
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use fs_model::FsPath;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const TASKS: u64 = 32;
+const FAN_OUT: usize = 3;
+
+fn random_path(rng: &mut StdRng) -> FsPath {
+    let depth = rng.random_range(1..=4);
+    let mut path = FsPath::root();
+    for level in 0..depth {
+        let name = format!(
+            "{}{}",
+            ["a", "b", "c", "d"][level],
+            rng.random_range(0..FAN_OUT)
+        );
+        path = path.join(&name).expect("join");
+    }
+    path
+}
+
+/// Exclusive paths held right now, by task.
+type Registry = Arc<Mutex<Vec<(u64, FsPath)>>>;
+
+fn check_and_register(registry: &Registry, task: u64, mine: &[FsPath], seed: u64) {
+    let mut held = registry.lock().unwrap_or_else(|p| p.into_inner());
+    for (other, path) in held.iter() {
+        for m in mine {
+            assert!(
+                !m.overlaps(path),
+                "seed {seed}: task {task} was granted `{m}` while task {other} holds `{path}`"
+            );
+        }
+    }
+    held.extend(mine.iter().map(|m| (task, m.clone())));
+}
+
+fn unregister(registry: &Registry, task: u64) {
+    registry
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|(t, _)| *t != task);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tree_locks_never_overlap() {
+    let seed: u64 = std::env::var("FSRENAME_STRESS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    let secs: u64 = std::env::var("FSRENAME_STRESS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    println!("stress seed {seed} (replay with FSRENAME_STRESS_SEED={seed}), {secs} s");
+    let store = store().await;
+    let registry: Registry = Arc::new(Mutex::new(Vec::new()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..TASKS {
+        let (store, registry) = (Arc::clone(&store), Arc::clone(&registry));
+        tasks.spawn(async move {
+            let mut rng = StdRng::seed_from_u64(seed.wrapping_add(task));
+            let client = client_builder(&store, &format!("task-{task}"))
+                .wait(Duration::from_millis(200))
+                .build();
+            let (mut granted, mut timed_out) = (0u64, 0u64);
+            while tokio::time::Instant::now() < deadline {
+                let from = random_path(&mut rng);
+                let rename_to = rng.random_bool(0.25).then(|| random_path(&mut rng));
+                let result = match &rename_to {
+                    Some(to) => client.lock_rename(&from, to).await,
+                    None => client.lock_tree(&from).await,
+                };
+                let guard = match result {
+                    Ok(guard) => guard,
+                    Err(fs_locks::LockError::MoveIntoItself { .. }) => continue,
+                    Err(e) if e.is_retryable() => {
+                        timed_out += 1;
+                        continue;
+                    }
+                    Err(e) => panic!("seed {seed}: task {task}: {e}"),
+                };
+                let mine: Vec<FsPath> = std::iter::once(from).chain(rename_to).collect();
+                check_and_register(&registry, task, &mine, seed);
+                granted += 1;
+                tokio::time::sleep(Duration::from_micros(rng.random_range(0..2_000))).await;
+                unregister(&registry, task);
+                guard
+                    .release()
+                    .await
+                    .unwrap_or_else(|e| panic!("seed {seed}: release: {e}"));
+            }
+            (granted, timed_out)
+        });
+    }
+    let (mut granted, mut timed_out) = (0, 0);
+    while let Some(done) = tasks.join_next().await {
+        let (g, t) = done.expect("stress task");
+        granted += g;
+        timed_out += t;
+    }
+    println!("{granted} acquisitions granted, {timed_out} timed out");
+    assert!(
+        granted > TASKS,
+        "seed {seed}: too little progress ({granted} grants)"
+    );
+    assert_eq!(
+        lock_count(&store).await,
+        0,
+        "seed {seed}: lock documents left behind"
+    );
+}
