@@ -20,7 +20,7 @@ use crate::lock_doc::{LockMode, Owner};
 use crate::plan::{LockItem, TreeLockRequest};
 
 /// Builds a [`LockClient`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LockClientBuilder {
     store: SharedStore,
     lock_index: String,
@@ -31,9 +31,51 @@ pub struct LockClientBuilder {
     wait: Duration,
     backoff_base: Duration,
     backoff_max: Duration,
+    on_event: Option<EventSink>,
+}
+
+/// Something that happened to an acquisition, for progress reports and timelines.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LockEvent {
+    /// An attempt was refused; the client backs off and tries again.
+    Refused {
+        /// What was being locked.
+        wanted: String,
+        /// The lock in the way.
+        blocker: Blocker,
+        /// Attempts so far.
+        attempts: u32,
+    },
+    /// The locks were granted.
+    Granted {
+        /// What was locked.
+        wanted: String,
+        /// What it cost.
+        grant: Grant,
+    },
+}
+
+/// A callback told of every [`LockEvent`]. It runs on the acquiring task: keep it quick.
+pub type EventSink = Arc<dyn Fn(LockEvent) + Send + Sync>;
+
+impl std::fmt::Debug for LockClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockClientBuilder")
+            .field("lock_index", &self.lock_index)
+            .field("holder", &self.holder)
+            .field("lease", &self.lease)
+            .field("wait", &self.wait)
+            .finish_non_exhaustive()
+    }
 }
 
 impl LockClientBuilder {
+    /// Calls `sink` with every [`LockEvent`] of this client's acquisitions. Default: none.
+    pub fn on_event(mut self, sink: EventSink) -> LockClientBuilder {
+        self.on_event = Some(sink);
+        self
+    }
+
     /// Sets the readable label written into lock documents. Default: `fsrename`.
     pub fn holder(mut self, holder: impl Into<String>) -> LockClientBuilder {
         self.holder = holder.into();
@@ -97,6 +139,7 @@ impl LockClientBuilder {
                 wait: self.wait,
                 backoff_base: self.backoff_base,
                 backoff_max: self.backoff_max,
+                on_event: self.on_event,
                 clock: LeaseClock::new(),
                 held: Mutex::new(HashMap::new()),
                 renewer_started: AtomicBool::new(false),
@@ -128,7 +171,6 @@ pub struct LockClient {
     pub(crate) inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) store: SharedStore,
     pub(crate) lock_index: String,
@@ -138,6 +180,7 @@ pub(crate) struct Inner {
     wait: Duration,
     backoff_base: Duration,
     backoff_max: Duration,
+    on_event: Option<EventSink>,
     pub(crate) clock: LeaseClock,
     /// A tokio mutex: held across the store round trips of an attempt, a release or a
     /// renewal, which must not interleave for one owner.
@@ -149,7 +192,23 @@ pub(crate) struct Inner {
     pub(crate) lost_tx: watch::Sender<Vec<String>>,
 }
 
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockClient")
+            .field("lock_index", &self.lock_index)
+            .field("owner", &self.owner)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Inner {
+    fn emit(&self, event: LockEvent) {
+        if let Some(sink) = &self.on_event {
+            sink(event);
+        }
+    }
+
     pub(crate) fn calls(&self) -> Calls<'_> {
         Calls::new(self.store.as_ref(), &self.lock_index)
     }
@@ -178,6 +237,7 @@ impl LockClient {
             wait: Duration::from_secs(30),
             backoff_base: Duration::from_millis(5),
             backoff_max: Duration::from_millis(500),
+            on_event: None,
         }
     }
 
@@ -291,6 +351,10 @@ impl LockClient {
                     };
                     let ids = items.iter().map(|i| i.id.clone()).collect();
                     tracing::debug!(%wanted, round_trips, attempts, "locks granted");
+                    self.inner.emit(LockEvent::Granted {
+                        wanted: wanted.clone(),
+                        grant,
+                    });
                     return Ok(LockGuard::new(self.clone(), ids, wanted, grant));
                 }
                 Ok(Some(blocker)) => blocker,
@@ -314,6 +378,11 @@ impl LockClient {
                 });
             }
             tracing::debug!(%wanted, %blocker, attempts, "locks refused; backing off");
+            self.inner.emit(LockEvent::Refused {
+                wanted: wanted.clone(),
+                blocker: blocker.clone(),
+                attempts,
+            });
             tokio::time::sleep(backoff.next_pause().min(deadline - now)).await;
         }
     }

@@ -320,7 +320,7 @@ pub(crate) async fn release(
                 let left: Vec<String> = pending.iter().map(|t| t.item.label()).collect();
                 return Err(LockError::Store {
                     context: format!("releasing {}", left.join(", ")),
-                    source: StoreError::Transient {
+                    cause: StoreError::Transient {
                         context: "release".to_owned(),
                         message: format!("the documents kept changing for {rounds} rounds"),
                     },

@@ -78,13 +78,13 @@ pub enum LockError {
         path: String,
     },
     /// The store failed.
-    #[error("lock store failure while {context}: {source}")]
+    #[error("lock store failure while {context}: {cause}")]
     Store {
         /// What was being done.
         context: String,
-        /// The store's error.
-        #[source]
-        source: StoreError,
+        /// The store's error. Not a `source`: the message already says it, and a chain
+        /// printer would say it twice.
+        cause: StoreError,
     },
 }
 
@@ -93,14 +93,14 @@ impl LockError {
     pub fn is_retryable(&self) -> bool {
         match self {
             LockError::Timeout { .. } => true,
-            LockError::Store { source, .. } => source.is_retryable(),
+            LockError::Store { cause, .. } => cause.is_retryable(),
             _ => false,
         }
     }
 
     pub(crate) fn store(context: impl Into<String>) -> impl FnOnce(StoreError) -> LockError {
         let context = context.into();
-        move |source| LockError::Store { context, source }
+        move |cause| LockError::Store { context, cause }
     }
 }
 

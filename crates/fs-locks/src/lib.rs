@@ -45,7 +45,7 @@ mod listing;
 mod lock_doc;
 mod plan;
 
-pub use client::{LockClient, LockClientBuilder};
+pub use client::{EventSink, LockClient, LockClientBuilder, LockEvent};
 pub use clock::LeaseClock;
 pub use error::{Blocker, LockError, Result};
 pub use guard::{Grant, LockGuard, ReleaseReport};

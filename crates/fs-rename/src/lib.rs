@@ -1,1 +1,40 @@
-//! Placeholder.
+//! Rename jobs on an fsrename tree, safe under concurrency.
+//!
+//! - [`Renamer`]: renames a file or directory: takes the locks of its [`Strategy`] (the book's
+//!   tree, global or document locking), checks source and destination under them, rewrites
+//!   every affected document with writes conditional on what it read, and releases on every
+//!   exit path. Returns a [`RenameReport`]; progress is observable through [`RenameEvent`]s.
+//! - [`FsTree`]: the tree index as a set of paths (find, count, insert, scan).
+//! - [`fsck()`]: checks that a tree is well-formed and reports leftover locks.
+//! - [`clinton`]: the book's `/clinton` scenario, run four ways, for `fsrename demo`.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use fs_model::FsPath;
+//! use fs_rename::{Renamer, Strategy};
+//! use fs_store::SqliteStore;
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Arc::new(SqliteStore::open("fsrename.db")?);
+//! let renamer = Renamer::builder(store, "fs").strategy(Strategy::Tree).build();
+//! let report = renamer.rename(&FsPath::parse("/clinton")?, &FsPath::parse("/gormley")?).await?;
+//! println!("moved {} documents in {} round trips", report.rewritten, report.round_trips);
+//! # Ok(())
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+pub mod clinton;
+mod error;
+mod fsck;
+mod job;
+mod report;
+mod strategy;
+mod tree;
+
+pub use error::{RenameError, Result};
+pub use fsck::{fsck, FsckReport};
+pub use job::{RenameOutcome, Renamer, RenamerBuilder};
+pub use report::{PhaseTimes, ProgressSink, RenameEvent, RenameHooks, RenameReport};
+pub use strategy::Strategy;
+pub use tree::{Entry, FsTree, BULK_BATCH};

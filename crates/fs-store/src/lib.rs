@@ -10,6 +10,7 @@
 //!   answers "may a retry help?".
 //! - [`SqliteStore`]: the embedded implementation, a database file shared safely by several
 //!   processes, or in memory; optionally near-real-time, like Elasticsearch's search.
+//! - [`CountingStore`]: counts the round trips made through it.
 //!
 //! ```
 //! use fs_store::{DocStore, SqliteStore, StoreError};
@@ -29,12 +30,14 @@
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod counting;
 mod error;
 mod index_name;
 mod sqlite;
 mod store;
 mod types;
 
+pub use counting::CountingStore;
 pub use error::{Result, StoreError};
 pub use index_name::validate_index_name;
 pub use sqlite::{SqliteOptions, SqliteStore};

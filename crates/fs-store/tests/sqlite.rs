@@ -96,8 +96,13 @@ mod two_processes {
             .expect("spawn child process")
     }
 
-    #[tokio::test]
-    async fn two_processes_race_on_one_file() {
+    /// The file both children wait for, so they start racing at the same moment.
+    fn go_file(out: &Path) -> PathBuf {
+        out.with_file_name("go")
+    }
+
+    /// Runs one race on a fresh file; returns the winner of every id.
+    async fn race_once() -> BTreeMap<String, String> {
         let dir = tempfile::tempdir().expect("temp dir");
         let db: PathBuf = dir.path().join("shared.db");
         let store = SqliteStore::open(&db).expect("open");
@@ -113,6 +118,16 @@ mod two_processes {
             .zip(&outs)
             .map(|(name, out)| spawn_child(&db, out, name))
             .collect();
+        let ready = |out: &PathBuf| out.with_extension("ready").exists();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !outs.iter().all(ready) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "children never became ready"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        std::fs::write(go_file(&outs[0]), b"go").expect("start the race");
         for child in &mut children {
             let status = child.wait().expect("wait for child");
             assert!(status.success(), "child process failed: {status}");
@@ -147,11 +162,24 @@ mod two_processes {
                 "the stored owner is the winner"
             );
         }
-        let both_won = winners.values().any(|w| w == "p1") && winners.values().any(|w| w == "p2");
-        assert!(
-            both_won || CREATE_IDS < 10,
-            "the processes did not overlap: {winners:?}"
-        );
+        winners
+    }
+
+    #[tokio::test]
+    async fn two_processes_race_on_one_file() {
+        // Overlap is what makes this a race, so a run where one process happened to finish
+        // before the other began proves nothing and is run again; the guarantees themselves
+        // are asserted on every run.
+        for _ in 0..3 {
+            let winners = race_once().await;
+            let both_won = ["p1", "p2"]
+                .iter()
+                .all(|p| winners.values().any(|w| w == p));
+            if both_won {
+                return;
+            }
+        }
+        panic!("in 3 runs the two processes never raced for the same ids");
     }
 
     /// The child side, run only by `two_processes_race_on_one_file` in a separate process.
@@ -165,6 +193,14 @@ mod two_processes {
             var("FSRENAME_RACE_NAME"),
         );
         let store = SqliteStore::open(&db).expect("open shared file");
+        let out_path = std::path::PathBuf::from(&out);
+        std::fs::write(out_path.with_extension("ready"), b"ready").expect("signal ready");
+        let go = go_file(&out_path);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !go.exists() {
+            assert!(std::time::Instant::now() < deadline, "never told to go");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
 
         let mut tasks = tokio::task::JoinSet::new();
         for _ in 0..TASKS {
@@ -202,4 +238,21 @@ mod two_processes {
         }
         std::fs::write(out, serde_json::to_string(&won).expect("json")).expect("write result");
     }
+}
+
+#[tokio::test]
+async fn counting_store_counts_every_call() {
+    use fs_store::{CountingStore, DocStore};
+    let counted = CountingStore::new(Arc::new(SqliteStore::in_memory().expect("store")));
+    counted
+        .create_index("c", &serde_json::json!({}))
+        .await
+        .expect("index");
+    counted
+        .create("c", "a", serde_json::json!({}))
+        .await
+        .expect("create");
+    counted.get("c", "a").await.expect("get");
+    counted.clone().refresh("c").await.expect("refresh");
+    assert_eq!(counted.round_trips(), 4);
 }

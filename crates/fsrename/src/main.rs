@@ -1,25 +1,10 @@
-//! The `fsrename` command line: parses arguments, sets up logging and hands over to a verb.
+//! The `fsrename` binary: parses arguments, sets up logging and the shutdown signal, and hands
+//! over to [`fsrename::run`].
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-
-mod demo;
-
-/// Keeps a directory tree in a document store (embedded SQLite or Elasticsearch) and renames
-/// files and directories in it safely while other jobs do the same.
-#[derive(Debug, Parser)]
-#[command(name = "fsrename", version, about, long_about = None)]
-struct Cli {
-    #[command(subcommand)]
-    verb: Verb,
-}
-
-#[derive(Debug, Subcommand)]
-enum Verb {
-    /// Shows, on an in-memory store, why renames need locks: racing jobs and who wins.
-    Demo,
-}
+use clap::Parser;
+use fsrename::Cli;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -34,19 +19,32 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("fsrename: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
+            return ExitCode::from(fsrename::EXIT_FAILED);
         }
     };
-    let result = runtime.block_on(async {
-        match cli.verb {
-            Verb::Demo => demo::run().await,
+    ExitCode::from(runtime.block_on(fsrename::run(cli, shutdown_signal())))
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
         }
-    });
-    match result {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("fsrename: {e:#}");
-            ExitCode::FAILURE
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
         }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
     }
 }

@@ -1,0 +1,109 @@
+//! The error type of rename jobs and tree operations.
+
+use fs_locks::LockError;
+use fs_model::{FsPath, PathError};
+use fs_store::StoreError;
+
+/// Why a rename (or another tree operation) failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RenameError {
+    /// The source does not exist (checked once the locks are held).
+    #[error("source `{path}` not found")]
+    SourceNotFound {
+        /// The missing source.
+        path: FsPath,
+    },
+    /// The destination exists already.
+    #[error("destination `{path}` already exists")]
+    DestinationExists {
+        /// The existing destination.
+        path: FsPath,
+    },
+    /// The destination's parent directory does not exist.
+    #[error("destination's parent `{path}` does not exist")]
+    DestinationParentMissing {
+        /// The missing parent.
+        path: FsPath,
+    },
+    /// The destination's parent is a file.
+    #[error("destination's parent `{path}` is not a directory")]
+    DestinationParentNotDir {
+        /// The parent that is a file.
+        path: FsPath,
+    },
+    /// The destination lies inside the source (or is the source).
+    #[error("cannot move `{from}` into itself (`{to}`)")]
+    MoveIntoItself {
+        /// The source.
+        from: FsPath,
+        /// The destination.
+        to: FsPath,
+    },
+    /// The root cannot be renamed.
+    #[error("the root `/` cannot be moved")]
+    RootCannotMove,
+    /// A path operation failed (a rebased path would be too long, say).
+    #[error(transparent)]
+    Path(#[from] PathError),
+    /// The locks were not granted, or were lost.
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    /// A document changed between the job's read and its conditional write: someone else
+    /// wrote it. The job stopped there; what it wrote before stays written.
+    #[error("`{path}` changed while it was being renamed (version conflict); stopped after rewriting {rewritten} of {found} documents")]
+    Conflict {
+        /// The document that changed.
+        path: String,
+        /// Documents rewritten before the job stopped.
+        rewritten: u64,
+        /// Documents found so far.
+        found: u64,
+    },
+    /// Fewer documents were rewritten than found.
+    #[error("rewrote {rewritten} documents but found {found}")]
+    CountMismatch {
+        /// Documents rewritten.
+        rewritten: u64,
+        /// Documents found.
+        found: u64,
+    },
+    /// A stored document is not a valid tree document.
+    #[error("document `{id}` in `{index}` is not a valid tree document: {message}")]
+    BadDocument {
+        /// The index.
+        index: String,
+        /// The document id.
+        id: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The store failed.
+    #[error("store failure while {context}: {cause}")]
+    Store {
+        /// What was being done.
+        context: String,
+        /// The store's error. Not a `source`: the message already says it, and a chain
+        /// printer would say it twice.
+        cause: StoreError,
+    },
+}
+
+impl RenameError {
+    /// Returns true if retrying the whole operation later may succeed (a lock timeout, a
+    /// transient store failure).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            RenameError::Lock(e) => e.is_retryable(),
+            RenameError::Store { cause, .. } => cause.is_retryable(),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn store(context: impl Into<String>) -> impl FnOnce(StoreError) -> RenameError {
+        let context = context.into();
+        move |cause| RenameError::Store { context, cause }
+    }
+}
+
+/// A `Result` whose error is a [`RenameError`].
+pub type Result<T, E = RenameError> = std::result::Result<T, E>;

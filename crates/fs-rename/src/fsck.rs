@@ -1,0 +1,214 @@
+//! `fsck`: checks that a tree is well-formed and that no lock is left behind.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use fs_locks::{LockClient, LockInfo, Observed};
+use fs_model::{DocKind, FsDoc, FsPath};
+use fs_store::{Scope, SearchRequest, SharedStore, StoreError};
+use serde::Serialize;
+
+use crate::error::{RenameError, Result};
+use crate::tree::FsTree;
+
+const PAGE: usize = 1_000;
+
+/// What `fsck` found.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FsckReport {
+    /// The checked subtree.
+    pub scope: String,
+    /// Documents checked.
+    pub documents: u64,
+    /// Of which directories.
+    pub dirs: u64,
+    /// Of which files.
+    pub files: u64,
+    /// How many problems were found.
+    pub problem_count: u64,
+    /// What is wrong with the tree, the first hundred; empty for a clean tree.
+    pub problems: Vec<String>,
+    /// Lock documents whose lease is running (or that record none): jobs at work.
+    pub locks_active: usize,
+    /// Lock documents whose lease has run out: left by a job that died.
+    pub locks_expired: usize,
+}
+
+impl FsckReport {
+    /// Returns true if the tree is well-formed. Locks are not part of this: they are
+    /// reported, since jobs may be running.
+    pub fn is_clean(&self) -> bool {
+        self.problem_count == 0
+    }
+}
+
+impl fmt::Display for FsckReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "fsck {}: {} documents ({} directories, {} files), {} problem(s)",
+            self.scope, self.documents, self.dirs, self.files, self.problem_count
+        )?;
+        for problem in &self.problems {
+            writeln!(f, "  problem: {problem}")?;
+        }
+        if self.locks_active > 0 {
+            writeln!(
+                f,
+                "  {} lock document(s) held by running jobs",
+                self.locks_active
+            )?;
+        }
+        if self.locks_expired > 0 {
+            writeln!(
+                f,
+                "  {} lock document(s) expired: left by a job that died",
+                self.locks_expired
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Problems beyond this many are counted, not listed.
+const MAX_LISTED: usize = 100;
+
+/// Checks the documents at or under `scope`: every document parses and its `parent`, `name`
+/// and `depth` agree with its `path`; no two documents share a path; every document's parent
+/// exists and is a directory. Also counts the lock documents left in the lock index.
+///
+/// # Errors
+/// [`RenameError::Store`] if the store failed (a broken tree is a report, not an error).
+pub async fn fsck(store: SharedStore, index: &str, scope: &FsPath) -> Result<FsckReport> {
+    let tree = FsTree::new(Arc::clone(&store), index);
+    tree.refresh().await?;
+    let mut report = FsckReport {
+        scope: scope.to_string(),
+        ..FsckReport::default()
+    };
+    let mut problems = Vec::new();
+    let mut kinds: HashMap<FsPath, DocKind> = HashMap::new();
+    let mut request = SearchRequest::first(Scope::Subtree(scope.clone()), PAGE);
+    loop {
+        let context = format!("checking under `{scope}`");
+        let page = store
+            .search(index, request.clone())
+            .await
+            .map_err(RenameError::store(context))?;
+        for hit in page.docs {
+            report.documents += 1;
+            let doc: FsDoc = match serde_json::from_value(hit.source) {
+                Ok(doc) => doc,
+                Err(e) => {
+                    problems.push(format!(
+                        "document `{}` is not a valid tree document: {e}",
+                        hit.id
+                    ));
+                    continue;
+                }
+            };
+            match doc.kind {
+                DocKind::Dir => report.dirs += 1,
+                DocKind::File => report.files += 1,
+            }
+            if !doc.is_consistent() {
+                problems.push(format!(
+                    "`{}` (document `{}`): parent/name/depth ({:?}, {:?}, {}) disagree with the path",
+                    doc.path, hit.id, doc.parent.as_ref().map(FsPath::as_str), doc.name, doc.depth
+                ));
+            }
+            if kinds.insert(doc.path.clone(), doc.kind).is_some() {
+                problems.push(format!(
+                    "`{}` is stored twice (again as document `{}`)",
+                    doc.path, hit.id
+                ));
+            }
+        }
+        match page.next {
+            Some(cursor) => request.after = Some(cursor),
+            None => break,
+        }
+    }
+    if kinds.get(&FsPath::root()) == Some(&DocKind::File) {
+        problems.push("the root `/` is stored as a file".to_owned());
+    }
+    let mut outside: HashMap<FsPath, Option<DocKind>> = HashMap::new();
+    let mut paths: Vec<&FsPath> = kinds.keys().collect();
+    paths.sort();
+    for path in paths {
+        let Some(parent) = path.parent() else {
+            continue;
+        };
+        let kind = if parent.is_root() {
+            Some(DocKind::Dir)
+        } else if let Some(kind) = kinds.get(&parent) {
+            Some(*kind)
+        } else if !parent.is_inside(scope) {
+            // Only the scope's own parent lies outside what was scanned.
+            match outside.get(&parent) {
+                Some(kind) => *kind,
+                None => {
+                    let kind = tree.kind_of(&parent).await?;
+                    outside.insert(parent.clone(), kind);
+                    kind
+                }
+            }
+        } else {
+            None
+        };
+        match kind {
+            None => problems.push(format!(
+                "`{path}`: parent directory `{parent}` does not exist"
+            )),
+            Some(DocKind::File) => problems.push(format!("`{path}`: parent `{parent}` is a file")),
+            Some(DocKind::Dir) => {}
+        }
+    }
+    report.problem_count = problems.len() as u64;
+    if problems.len() > MAX_LISTED {
+        let more = problems.len() - MAX_LISTED;
+        problems.truncate(MAX_LISTED);
+        problems.push(format!("... and {more} more"));
+    }
+    report.problems = problems;
+    let (active, expired) = count_locks(&store, &tree.lock_index()).await?;
+    report.locks_active = active;
+    report.locks_expired = expired;
+    Ok(report)
+}
+
+/// Counts lock documents with a running lease and with an expired one.
+async fn count_locks(store: &SharedStore, lock_index: &str) -> Result<(usize, usize)> {
+    let client = LockClient::builder(Arc::clone(store), lock_index).build();
+    let locks = match client.list_locks().await {
+        Ok(locks) => locks,
+        Err(fs_locks::LockError::Store {
+            cause: StoreError::IndexNotFound { .. },
+            ..
+        }) => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    let now = fs_locks::LeaseClock::new().now_ms();
+    let expired = locks.iter().filter(|l| is_expired(l, now)).count();
+    Ok((locks.len() - expired, expired))
+}
+
+/// A lock is expired when it records leases and all of them have run out; foreign locks,
+/// which record none, count as active.
+fn is_expired(lock: &LockInfo, now: i64) -> bool {
+    match &lock.observed {
+        Observed::Exclusive {
+            expires_at: Some(at),
+            ..
+        } => *at < now,
+        Observed::Exclusive {
+            expires_at: None, ..
+        } => false,
+        Observed::Shared { holders, .. } => {
+            lock.observed.foreign_shares() == 0
+                && !holders.is_empty()
+                && holders.values().all(|h| h.expires_at < now)
+        }
+    }
+}

@@ -1,0 +1,518 @@
+//! [`Renamer`]: the rename job, from locks to release.
+//!
+//! Steps: take the locks (source and destination) → refresh → check, now that nobody else can
+//! change the answer → page through the source and everything under it → bulk-rewrite `path`,
+//! `parent`, `name`, `depth` (ids stay), each item conditional on the version the scan read →
+//! retry transient item failures, stop at a conflict → check the count → refresh → release.
+//! The locks are released on every exit path, errors included.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fs_locks::{LockClient, LockEvent, LockGuard};
+use fs_model::{tree_lock_id, FsPath};
+use fs_store::{BulkOp, CountingStore, Scope, SearchRequest, SharedStore, StoreError};
+use tokio::time::Instant;
+
+use crate::error::{RenameError, Result};
+use crate::report::{ProgressSink, RenameEvent, RenameHooks, RenameReport};
+use crate::strategy::Strategy;
+use crate::tree::{Entry, FsTree};
+
+/// How many times a transiently failed bulk item is sent again.
+const ITEM_RETRIES: u32 = 6;
+
+/// How many times document locking re-scans for documents added under the source meanwhile.
+const DOCUMENT_LOCK_ROUNDS: usize = 8;
+
+/// Builds a [`Renamer`].
+#[derive(Clone)]
+pub struct RenamerBuilder {
+    store: SharedStore,
+    index: String,
+    strategy: Strategy,
+    versioned: bool,
+    page_size: usize,
+    lease: Duration,
+    wait: Duration,
+    holder: Option<String>,
+    progress: Option<ProgressSink>,
+    hooks: Option<Arc<dyn RenameHooks>>,
+}
+
+impl RenamerBuilder {
+    /// Sets the locking scheme. Default: [`Strategy::Tree`].
+    pub fn strategy(mut self, strategy: Strategy) -> RenamerBuilder {
+        self.strategy = strategy;
+        self
+    }
+
+    /// Makes every rewrite conditional on the version read (`if_seq_no`/`if_primary_term`).
+    /// Turn it off only to show the lost update it prevents. Default: true.
+    pub fn versioned(mut self, yes: bool) -> RenamerBuilder {
+        self.versioned = yes;
+        self
+    }
+
+    /// Sets how many documents are read and rewritten per round trip. Default: 1 000.
+    pub fn page_size(mut self, size: usize) -> RenamerBuilder {
+        self.page_size = size.max(1);
+        self
+    }
+
+    /// Sets the lease of the job's locks. Default: 30 s.
+    pub fn lease(mut self, lease: Duration) -> RenamerBuilder {
+        self.lease = lease;
+        self
+    }
+
+    /// Sets how long the job waits for its locks. Default: 30 s.
+    pub fn wait(mut self, wait: Duration) -> RenamerBuilder {
+        self.wait = wait;
+        self
+    }
+
+    /// Sets the label written into lock documents. Default: `mv FROM TO`.
+    pub fn holder(mut self, holder: impl Into<String>) -> RenamerBuilder {
+        self.holder = Some(holder.into());
+        self
+    }
+
+    /// Calls `sink` with every [`RenameEvent`]. Default: none.
+    pub fn progress(mut self, sink: ProgressSink) -> RenamerBuilder {
+        self.progress = Some(sink);
+        self
+    }
+
+    /// Steps into the job at its [`RenameHooks`]. Default: none.
+    pub fn hooks(mut self, hooks: Arc<dyn RenameHooks>) -> RenamerBuilder {
+        self.hooks = Some(hooks);
+        self
+    }
+
+    /// Returns the renamer.
+    pub fn build(self) -> Renamer {
+        Renamer { config: self }
+    }
+}
+
+/// Runs renames on one tree with one configuration. Each rename is its own lock owner.
+#[derive(Clone)]
+pub struct Renamer {
+    config: RenamerBuilder,
+}
+
+impl std::fmt::Debug for Renamer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Renamer")
+            .field("index", &self.config.index)
+            .field("strategy", &self.config.strategy)
+            .field("versioned", &self.config.versioned)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The result of a rename together with its report, which is kept on failure too.
+#[derive(Debug, Clone)]
+pub struct RenameOutcome {
+    /// What the job did and cost, as far as it got.
+    pub report: RenameReport,
+    /// How it ended.
+    pub result: Result<()>,
+}
+
+impl Renamer {
+    /// Starts building a renamer for the tree index `index` on `store`.
+    pub fn builder(store: SharedStore, index: impl Into<String>) -> RenamerBuilder {
+        RenamerBuilder {
+            store,
+            index: index.into(),
+            strategy: Strategy::Tree,
+            versioned: true,
+            page_size: 1_000,
+            lease: Duration::from_secs(30),
+            wait: Duration::from_secs(30),
+            holder: None,
+            progress: None,
+            hooks: None,
+        }
+    }
+
+    /// Renames `from` to `to`.
+    ///
+    /// # Errors
+    /// The check that failed ([`RenameError::SourceNotFound`], [`RenameError::DestinationExists`],
+    /// ...), a lock timeout, a version conflict, or a store failure.
+    pub async fn rename(&self, from: &FsPath, to: &FsPath) -> Result<RenameReport> {
+        let outcome = self.rename_reporting(from, to).await;
+        outcome.result.map(|()| outcome.report)
+    }
+
+    /// Renames `from` to `to` and returns the report whatever the outcome.
+    pub async fn rename_reporting(&self, from: &FsPath, to: &FsPath) -> RenameOutcome {
+        let c = &self.config;
+        let mut report = RenameReport::new(from, to, c.strategy);
+        if from.is_root() {
+            return RenameOutcome {
+                report,
+                result: Err(RenameError::RootCannotMove),
+            };
+        }
+        if to.is_inside(from) {
+            let error = RenameError::MoveIntoItself {
+                from: from.clone(),
+                to: to.clone(),
+            };
+            return RenameOutcome {
+                report,
+                result: Err(error),
+            };
+        }
+        // The root always exists, so this answer needs no lock (and the root is never locked).
+        if to.is_root() {
+            return RenameOutcome {
+                report,
+                result: Err(RenameError::DestinationExists { path: to.clone() }),
+            };
+        }
+        let counted = CountingStore::new(Arc::clone(&c.store));
+        let store: SharedStore = Arc::new(counted.clone());
+        let tree = FsTree::new(Arc::clone(&store), c.index.clone());
+        let locks = self.lock_client(store, &tree, from, to);
+
+        let started = Instant::now();
+        let guards = self.lock(&locks, &tree, from, to).await;
+        report.phases.locking = started.elapsed();
+        let result = match guards {
+            Ok(guards) => {
+                report.lock_attempts = guards.iter().map(|g| g.grant().attempts).max().unwrap_or(0);
+                let result = self.locked_work(&tree, &locks, from, to, &mut report).await;
+                let started = Instant::now();
+                let mut released = Ok(());
+                let held_locks = !guards.is_empty();
+                for guard in guards.into_iter().rev() {
+                    if let Err(e) = guard.release().await {
+                        released = Err(RenameError::Lock(e));
+                    }
+                }
+                report.phases.releasing = started.elapsed();
+                if held_locks {
+                    self.emit(RenameEvent::Released);
+                }
+                match (result, released) {
+                    (Err(e), Err(release)) => {
+                        tracing::warn!(error = %release, "releasing after a failed rename also failed");
+                        Err(e)
+                    }
+                    (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
+                    (Ok(()), Ok(())) => Ok(()),
+                }
+            }
+            Err(e) => Err(e),
+        };
+        report.round_trips = counted.round_trips();
+        RenameOutcome { report, result }
+    }
+
+    fn emit(&self, event: RenameEvent) {
+        if let Some(sink) = &self.config.progress {
+            sink(event);
+        }
+    }
+
+    fn lock_client(
+        &self,
+        store: SharedStore,
+        tree: &FsTree,
+        from: &FsPath,
+        to: &FsPath,
+    ) -> LockClient {
+        let c = &self.config;
+        let holder = c
+            .holder
+            .clone()
+            .unwrap_or_else(|| format!("mv {from} {to}"));
+        let mut builder = LockClient::builder(store, tree.lock_index())
+            .holder(holder)
+            .lease(c.lease)
+            .wait(c.wait);
+        if let Some(sink) = c.progress.clone() {
+            builder = builder.on_event(Arc::new(move |event| {
+                sink(match event {
+                    LockEvent::Refused {
+                        blocker, attempts, ..
+                    } => RenameEvent::Waiting {
+                        blocker: blocker.to_string(),
+                        attempts,
+                    },
+                    LockEvent::Granted { grant, .. } => RenameEvent::Locked {
+                        round_trips: grant.round_trips,
+                        waited: grant.waited,
+                    },
+                })
+            }));
+        }
+        builder.build()
+    }
+
+    /// Takes the strategy's locks; returns the guards to release, in acquisition order.
+    async fn lock(
+        &self,
+        locks: &LockClient,
+        tree: &FsTree,
+        from: &FsPath,
+        to: &FsPath,
+    ) -> Result<Vec<LockGuard>> {
+        match self.config.strategy {
+            Strategy::Tree => Ok(vec![locks.lock_rename(from, to).await?]),
+            Strategy::Global => Ok(vec![locks.lock_global().await?]),
+            Strategy::Document => self.lock_documents(locks, tree, from, to).await,
+            Strategy::None => {
+                self.emit(RenameEvent::Locked {
+                    round_trips: 0,
+                    waited: Duration::ZERO,
+                });
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    /// The book's document locking: a lock per document under the source, plus the
+    /// destination's path and its parent's document, so that two renames to one destination,
+    /// or a rename into a directory being moved, still exclude each other. Scans again after
+    /// locking until no document was added meanwhile.
+    async fn lock_documents(
+        &self,
+        locks: &LockClient,
+        tree: &FsTree,
+        from: &FsPath,
+        to: &FsPath,
+    ) -> Result<Vec<LockGuard>> {
+        let mut guards: Vec<LockGuard> = Vec::new();
+        let mut locked: HashSet<String> = HashSet::new();
+        for _ in 0..DOCUMENT_LOCK_ROUNDS {
+            tree.refresh().await?;
+            let mut wanted: Vec<(String, Option<FsPath>)> = Vec::new();
+            tree.for_each_page(from, self.config.page_size, |page| {
+                wanted.extend(page.into_iter().map(|e| (e.id, Some(e.doc.path))));
+                Ok(())
+            })
+            .await?;
+            wanted.push((tree_lock_id(to), Some(to.clone())));
+            if let Some(parent) = to.parent().filter(|p| !p.is_root()) {
+                if let Some(entry) = tree.find(&parent).await? {
+                    wanted.push((entry.id, Some(parent)));
+                }
+            }
+            wanted.retain(|(id, _)| !locked.contains(id));
+            if wanted.is_empty() {
+                return Ok(guards);
+            }
+            match locks.lock_documents(&wanted).await {
+                Ok(guard) => {
+                    locked.extend(wanted.into_iter().map(|(id, _)| id));
+                    guards.push(guard);
+                }
+                Err(e) => {
+                    for guard in guards {
+                        let _ = guard.release().await;
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(guards)
+    }
+
+    async fn locked_work(
+        &self,
+        tree: &FsTree,
+        locks: &LockClient,
+        from: &FsPath,
+        to: &FsPath,
+        report: &mut RenameReport,
+    ) -> Result<()> {
+        if let Some(hooks) = &self.config.hooks {
+            hooks.locked().await;
+        }
+        let started = Instant::now();
+        tree.refresh().await?;
+        check(tree, from, to).await?;
+        let total = tree.count_under(from).await?;
+        report.phases.checking = started.elapsed();
+        self.emit(RenameEvent::Checked { total });
+
+        let started = Instant::now();
+        let rewritten = self.rewrite(tree, locks, from, to, total, report).await;
+        report.phases.rewriting = started.elapsed();
+        rewritten?;
+        if report.rewritten != report.found {
+            return Err(RenameError::CountMismatch {
+                rewritten: report.rewritten,
+                found: report.found,
+            });
+        }
+        tree.refresh().await?;
+        if let Some(hooks) = &self.config.hooks {
+            hooks.rewritten().await;
+        }
+        Ok(())
+    }
+
+    async fn rewrite(
+        &self,
+        tree: &FsTree,
+        locks: &LockClient,
+        from: &FsPath,
+        to: &FsPath,
+        total: u64,
+        report: &mut RenameReport,
+    ) -> Result<()> {
+        let lost = locks.lost_locks();
+        let store = tree.store();
+        let index = tree.index();
+        let mut request = SearchRequest::first(Scope::Subtree(from.clone()), self.config.page_size);
+        loop {
+            let context = format!("scanning under `{from}`");
+            let page = store
+                .search(index, request.clone())
+                .await
+                .map_err(RenameError::store(context))?;
+            let entries = page
+                .docs
+                .into_iter()
+                .map(|d| Entry::from_stored(index, d))
+                .collect::<Result<Vec<_>>>()?;
+            if entries.is_empty() {
+                return Ok(());
+            }
+            report.found += entries.len() as u64;
+            if let Some(hooks) = &self.config.hooks {
+                hooks.before_write(&entries).await;
+            }
+            if let Some(path) = lost.borrow().first() {
+                return Err(fs_locks::LockError::LeaseLost { path: path.clone() }.into());
+            }
+            self.write_page(tree, &entries, from, to, report).await?;
+            self.emit(RenameEvent::Progress {
+                done: report.rewritten,
+                total: total.max(report.found),
+            });
+            match page.next {
+                Some(cursor) => request.after = Some(cursor),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Rewrites one page in one bulk request; resends transiently failed items with backoff.
+    async fn write_page(
+        &self,
+        tree: &FsTree,
+        entries: &[Entry],
+        from: &FsPath,
+        to: &FsPath,
+        report: &mut RenameReport,
+    ) -> Result<()> {
+        let mut pending: Vec<(usize, BulkOp)> = Vec::with_capacity(entries.len());
+        for (i, entry) in entries.iter().enumerate() {
+            let moved = entry.doc.renamed(from, to)?;
+            let source = serde_json::to_value(&moved).map_err(|e| RenameError::BadDocument {
+                index: tree.index().to_owned(),
+                id: entry.id.clone(),
+                message: e.to_string(),
+            })?;
+            let if_version = self.config.versioned.then_some(entry.version);
+            pending.push((
+                i,
+                BulkOp::Index {
+                    id: entry.id.clone(),
+                    source,
+                    if_version,
+                },
+            ));
+        }
+        let mut attempt = 0;
+        while !pending.is_empty() {
+            if attempt > 0 {
+                report.retries += pending.len() as u64;
+                self.emit(RenameEvent::Retrying {
+                    items: pending.len(),
+                });
+                tokio::time::sleep(Duration::from_millis(10 << attempt.min(6))).await;
+            }
+            let ops: Vec<BulkOp> = pending.iter().map(|(_, op)| op.clone()).collect();
+            let context = format!("rewriting documents under `{from}`");
+            let results = match tree.store().bulk(tree.index(), ops).await {
+                Ok(results) => results,
+                Err(e) if e.is_retryable() && attempt < ITEM_RETRIES => {
+                    pending.iter().map(|_| Err(e.clone())).collect()
+                }
+                Err(e) => return Err(RenameError::store(context)(e)),
+            };
+            // Every item's fate is tallied before any failure is reported: the other items of
+            // a bulk request are written whatever happens to one of them.
+            let mut again = Vec::new();
+            let mut failure = None;
+            for ((i, op), result) in pending.into_iter().zip(results) {
+                match result {
+                    Ok(_) => report.rewritten += 1,
+                    Err(e) if e.is_retryable() && attempt < ITEM_RETRIES => again.push((i, op)),
+                    // After a resend, a conflict may be our own earlier write having landed.
+                    Err(e) if e.is_conflict() && attempt > 0 && self.landed(tree, &op).await? => {
+                        report.rewritten += 1
+                    }
+                    Err(e) => {
+                        failure.get_or_insert((i, e));
+                    }
+                }
+            }
+            if let Some((i, e)) = failure {
+                let path = entries[i].doc.path.to_string();
+                return Err(match e {
+                    StoreError::Conflict { .. } => RenameError::Conflict {
+                        path,
+                        rewritten: report.rewritten,
+                        found: report.found,
+                    },
+                    e => RenameError::store(format!("rewriting `{path}`"))(e),
+                });
+            }
+            pending = again;
+            attempt += 1;
+        }
+        Ok(())
+    }
+
+    /// Returns true if the document already holds exactly what `op` would write.
+    async fn landed(&self, tree: &FsTree, op: &BulkOp) -> Result<bool> {
+        let BulkOp::Index { id, source, .. } = op else {
+            return Ok(false);
+        };
+        let current = tree
+            .store()
+            .get(tree.index(), id)
+            .await
+            .map_err(RenameError::store(format!("re-reading `{id}`")))?;
+        Ok(current.is_some_and(|d| &d.source == source))
+    }
+}
+
+/// The checks a rename makes once its locks are held; before that their answers are stale.
+async fn check(tree: &FsTree, from: &FsPath, to: &FsPath) -> Result<()> {
+    if tree.find(from).await?.is_none() {
+        return Err(RenameError::SourceNotFound { path: from.clone() });
+    }
+    if tree.find(to).await?.is_some() {
+        return Err(RenameError::DestinationExists { path: to.clone() });
+    }
+    let Some(parent) = to.parent() else {
+        return Err(RenameError::DestinationExists { path: to.clone() });
+    };
+    match tree.kind_of(&parent).await? {
+        None => Err(RenameError::DestinationParentMissing { path: parent }),
+        Some(fs_model::DocKind::File) => Err(RenameError::DestinationParentNotDir { path: parent }),
+        Some(fs_model::DocKind::Dir) => Ok(()),
+    }
+}

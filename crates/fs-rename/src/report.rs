@@ -1,0 +1,123 @@
+//! What a rename job reports: events while it runs, and a report when it ends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fs_model::FsPath;
+use serde::Serialize;
+
+use crate::strategy::Strategy;
+use crate::tree::Entry;
+
+/// Something a running rename job did, in order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum RenameEvent {
+    /// A lock attempt was refused; the job backs off and tries again.
+    Waiting {
+        /// The lock in the way, with its holder.
+        blocker: String,
+        /// Attempts so far.
+        attempts: u32,
+    },
+    /// The locks are held.
+    Locked {
+        /// Round trips the acquisition took.
+        round_trips: u32,
+        /// Time spent waiting for them.
+        waited: Duration,
+    },
+    /// The checks passed; `total` documents are to be moved.
+    Checked {
+        /// Documents at or under the source.
+        total: u64,
+    },
+    /// Documents rewritten so far.
+    Progress {
+        /// Rewritten.
+        done: u64,
+        /// To rewrite.
+        total: u64,
+    },
+    /// Bulk items failed transiently and are being sent again.
+    Retrying {
+        /// How many.
+        items: usize,
+    },
+    /// The locks were released.
+    Released,
+}
+
+/// A callback told of every [`RenameEvent`]; it runs on the job's task, so keep it quick.
+pub type ProgressSink = Arc<dyn Fn(RenameEvent) + Send + Sync>;
+
+/// Points where a caller may step into a running job: for demonstrations that need a
+/// precise interleaving, and for fault injection in tests. Every method defaults to nothing.
+#[async_trait]
+pub trait RenameHooks: Send + Sync {
+    /// Called once the locks are held (or at once, without locks), before the checks.
+    async fn locked(&self) {}
+    /// Called with a page of documents just before they are rewritten.
+    async fn before_write(&self, _page: &[Entry]) {}
+    /// Called after the last write, while the locks are still held.
+    async fn rewritten(&self) {}
+}
+
+/// Time spent in each phase of a rename.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PhaseTimes {
+    /// Taking the locks, waiting included.
+    pub locking: Duration,
+    /// Refreshing and checking source and destination.
+    pub checking: Duration,
+    /// Scanning and rewriting the documents.
+    pub rewriting: Duration,
+    /// Releasing the locks.
+    pub releasing: Duration,
+}
+
+/// What a rename did and cost.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RenameReport {
+    /// The source.
+    pub from: FsPath,
+    /// The destination.
+    pub to: FsPath,
+    /// The locking scheme.
+    pub strategy: Strategy,
+    /// Documents found at or under the source.
+    pub found: u64,
+    /// Documents rewritten.
+    pub rewritten: u64,
+    /// Store round trips, locks included.
+    pub round_trips: u64,
+    /// Attempts the lock acquisition took.
+    pub lock_attempts: u32,
+    /// Bulk items sent again after a transient failure.
+    pub retries: u64,
+    /// Time per phase.
+    pub phases: PhaseTimes,
+}
+
+impl RenameReport {
+    pub(crate) fn new(from: &FsPath, to: &FsPath, strategy: Strategy) -> RenameReport {
+        RenameReport {
+            from: from.clone(),
+            to: to.clone(),
+            strategy,
+            found: 0,
+            rewritten: 0,
+            round_trips: 0,
+            lock_attempts: 0,
+            retries: 0,
+            phases: PhaseTimes::default(),
+        }
+    }
+
+    /// Returns the total time of the job.
+    pub fn elapsed(&self) -> Duration {
+        let p = self.phases;
+        p.locking + p.checking + p.rewriting + p.releasing
+    }
+}

@@ -1,0 +1,212 @@
+//! [`FsTree`]: the tree index as a set of paths: setting it up, finding a path, adding entries.
+
+use fs_model::{lock_index_name, tree_index_mappings, DocKind, FsDoc, FsPath};
+use fs_store::{BulkOp, Scope, SearchRequest, SharedStore, StoredDoc, Version};
+
+use crate::error::{RenameError, Result};
+
+/// The largest number of documents written in one bulk request.
+pub const BULK_BATCH: usize = 1_000;
+
+/// A tree document as found in the store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// The document id (stable across renames).
+    pub id: String,
+    /// Its version when read.
+    pub version: Version,
+    /// The document.
+    pub doc: FsDoc,
+}
+
+impl Entry {
+    /// Reads a stored document as a tree entry.
+    ///
+    /// # Errors
+    /// [`RenameError::BadDocument`] if the source is not a valid [`FsDoc`].
+    pub fn from_stored(index: &str, stored: StoredDoc) -> Result<Entry> {
+        let doc: FsDoc =
+            serde_json::from_value(stored.source).map_err(|e| RenameError::BadDocument {
+                index: index.to_owned(),
+                id: stored.id.clone(),
+                message: e.to_string(),
+            })?;
+        Ok(Entry {
+            id: stored.id,
+            version: stored.version,
+            doc,
+        })
+    }
+}
+
+/// The tree index (and its lock index) on a store.
+#[derive(Debug, Clone)]
+pub struct FsTree {
+    store: SharedStore,
+    index: String,
+}
+
+impl FsTree {
+    /// Returns the tree in `index` on `store`.
+    pub fn new(store: SharedStore, index: impl Into<String>) -> FsTree {
+        FsTree {
+            store,
+            index: index.into(),
+        }
+    }
+
+    /// Returns the store.
+    pub fn store(&self) -> &SharedStore {
+        &self.store
+    }
+
+    /// Returns the tree index's name.
+    pub fn index(&self) -> &str {
+        &self.index
+    }
+
+    /// Returns the lock index's name (`<index>-lock`).
+    pub fn lock_index(&self) -> String {
+        lock_index_name(&self.index)
+    }
+
+    /// Creates the tree index and the lock index if they are missing.
+    ///
+    /// # Errors
+    /// [`RenameError::Store`] if the store refuses.
+    pub async fn ensure_indices(&self) -> Result<()> {
+        let context = format!("creating index `{}`", self.index);
+        self.store
+            .create_index(&self.index, &tree_index_mappings())
+            .await
+            .map_err(RenameError::store(context))?;
+        let lock_index = self.lock_index();
+        let context = format!("creating index `{lock_index}`");
+        self.store
+            .create_index(&lock_index, &fs_model::lock_index_mappings())
+            .await
+            .map_err(RenameError::store(context))?;
+        Ok(())
+    }
+
+    /// Makes every write so far visible to [`FsTree::find`] and scans.
+    ///
+    /// # Errors
+    /// [`RenameError::Store`].
+    pub async fn refresh(&self) -> Result<()> {
+        let context = format!("refreshing `{}`", self.index);
+        self.store
+            .refresh(&self.index)
+            .await
+            .map_err(RenameError::store(context))
+    }
+
+    /// Returns the entry at `path`, as of the last refresh; `None` if there is none. The root
+    /// has an entry only if one was written.
+    ///
+    /// A subtree search sorted by path puts `path` itself first, so one page of one hit answers.
+    ///
+    /// # Errors
+    /// [`RenameError::Store`], [`RenameError::BadDocument`].
+    pub async fn find(&self, path: &FsPath) -> Result<Option<Entry>> {
+        let request = SearchRequest::first(Scope::Subtree(path.clone()), 1);
+        let context = format!("looking up `{path}`");
+        let page = self
+            .store
+            .search(&self.index, request)
+            .await
+            .map_err(RenameError::store(context))?;
+        match page.docs.into_iter().next() {
+            Some(hit) => {
+                let entry = Entry::from_stored(&self.index, hit)?;
+                Ok((entry.doc.path == *path).then_some(entry))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Returns whether `path` is a directory: the root always is; otherwise as found.
+    ///
+    /// # Errors
+    /// As [`FsTree::find`].
+    pub async fn kind_of(&self, path: &FsPath) -> Result<Option<DocKind>> {
+        if path.is_root() {
+            return Ok(Some(DocKind::Dir));
+        }
+        Ok(self.find(path).await?.map(|e| e.doc.kind))
+    }
+
+    /// Returns how many documents lie at or under `path` (as of the last refresh).
+    ///
+    /// # Errors
+    /// [`RenameError::Store`].
+    pub async fn count_under(&self, path: &FsPath) -> Result<u64> {
+        let context = format!("counting under `{path}`");
+        self.store
+            .count(&self.index, &Scope::Subtree(path.clone()))
+            .await
+            .map_err(RenameError::store(context))
+    }
+
+    /// Adds documents with fresh ids, in bulk batches; returns their ids. Does not check
+    /// parents (callers building a tree add parents first).
+    ///
+    /// # Errors
+    /// [`RenameError::Store`] naming the first document the store refused.
+    pub async fn insert_all(&self, docs: Vec<FsDoc>) -> Result<Vec<String>> {
+        let mut ids = Vec::with_capacity(docs.len());
+        for batch in docs.chunks(BULK_BATCH) {
+            let mut ops = Vec::with_capacity(batch.len());
+            for doc in batch {
+                let id = FsDoc::new_id();
+                let source = serde_json::to_value(doc).map_err(|e| RenameError::BadDocument {
+                    index: self.index.clone(),
+                    id: id.clone(),
+                    message: e.to_string(),
+                })?;
+                ids.push(id.clone());
+                ops.push(BulkOp::Create { id, source });
+            }
+            let context = format!("adding {} documents to `{}`", ops.len(), self.index);
+            let results = self
+                .store
+                .bulk(&self.index, ops)
+                .await
+                .map_err(RenameError::store(context))?;
+            for (doc, result) in batch.iter().zip(results) {
+                result.map_err(RenameError::store(format!("adding `{}`", doc.path)))?;
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Pages through every document at or under `path` (the whole tree for the root), `size`
+    /// at a time, calling `each` with every page.
+    ///
+    /// # Errors
+    /// [`RenameError::Store`], [`RenameError::BadDocument`], or whatever `each` returns.
+    pub async fn for_each_page<F>(&self, path: &FsPath, size: usize, mut each: F) -> Result<()>
+    where
+        F: FnMut(Vec<Entry>) -> Result<()>,
+    {
+        let mut request = SearchRequest::first(Scope::Subtree(path.clone()), size);
+        loop {
+            let context = format!("scanning under `{path}`");
+            let page = self
+                .store
+                .search(&self.index, request.clone())
+                .await
+                .map_err(RenameError::store(context))?;
+            let entries = page
+                .docs
+                .into_iter()
+                .map(|d| Entry::from_stored(&self.index, d))
+                .collect::<Result<Vec<_>>>()?;
+            each(entries)?;
+            match page.next {
+                Some(cursor) => request.after = Some(cursor),
+                None => return Ok(()),
+            }
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! Helpers shared by the rename tests: a store, a tree builder, a flaky store wrapper.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use fs_model::{DocKind, FsDoc, FsPath};
+use fs_rename::FsTree;
+use fs_store::{
+    BulkItemResult, BulkOp, DocStore, Page, Scope, SearchRequest, SharedStore, SqliteOptions,
+    SqliteStore, StoreError, StoredDoc, Version,
+};
+use serde_json::Value;
+
+pub const INDEX: &str = "fs";
+
+pub fn p(s: &str) -> FsPath {
+    FsPath::parse(s).expect("test path")
+}
+
+/// A fresh near-real-time in-memory store, so a forgotten refresh fails.
+pub fn store() -> SharedStore {
+    Arc::new(SqliteStore::in_memory_with(SqliteOptions::new().near_real_time(true)).expect("store"))
+}
+
+/// Builds a tree from `(path, is_dir)` pairs, parents first; returns it refreshed.
+pub async fn tree_with(store: &SharedStore, entries: &[(&str, bool)]) -> FsTree {
+    let tree = FsTree::new(Arc::clone(store), INDEX);
+    tree.ensure_indices().await.expect("indices");
+    let docs = entries
+        .iter()
+        .map(|(path, dir)| {
+            FsDoc::new(
+                p(path),
+                if *dir { DocKind::Dir } else { DocKind::File },
+                0,
+                0,
+            )
+        })
+        .collect();
+    tree.insert_all(docs).await.expect("insert");
+    tree.refresh().await.expect("refresh");
+    tree
+}
+
+/// Returns every document's path by id.
+pub async fn paths_by_id(store: &SharedStore) -> BTreeMap<String, String> {
+    store.refresh(INDEX).await.expect("refresh");
+    let mut out = BTreeMap::new();
+    let mut request = SearchRequest::first(Scope::All, 1_000);
+    loop {
+        let page = store.search(INDEX, request.clone()).await.expect("search");
+        for d in page.docs {
+            out.insert(d.id, d.source["path"].as_str().expect("path").to_owned());
+        }
+        match page.next {
+            Some(c) => request.after = Some(c),
+            None => return out,
+        }
+    }
+}
+
+/// Returns how many lock documents exist.
+pub async fn locks_left(store: &SharedStore) -> u64 {
+    let locks = format!("{INDEX}-lock");
+    store.refresh(&locks).await.expect("refresh locks");
+    store.count(&locks, &Scope::All).await.expect("count locks")
+}
+
+/// How a [`Flaky`] store fails bulk items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The item is not written, and reported as a transient failure.
+    Dropped,
+    /// The item is written, but reported as a transient failure (a timeout after the write).
+    LostAnswer,
+}
+
+/// Wraps a store and fails the first `n` items of bulk requests to the tree index.
+#[derive(Debug)]
+pub struct Flaky {
+    pub inner: SharedStore,
+    pub fault: Fault,
+    pub remaining: AtomicUsize,
+}
+
+fn transient() -> StoreError {
+    StoreError::Transient {
+        context: "test".into(),
+        message: "injected fault".into(),
+    }
+}
+
+#[async_trait]
+impl DocStore for Flaky {
+    fn describe(&self) -> String {
+        "flaky".into()
+    }
+    async fn create_index(&self, index: &str, m: &Value) -> fs_store::Result<bool> {
+        self.inner.create_index(index, m).await
+    }
+    async fn delete_index(&self, index: &str) -> fs_store::Result<bool> {
+        self.inner.delete_index(index).await
+    }
+    async fn get(&self, index: &str, id: &str) -> fs_store::Result<Option<StoredDoc>> {
+        self.inner.get(index, id).await
+    }
+    async fn mget(&self, index: &str, ids: &[String]) -> fs_store::Result<Vec<Option<StoredDoc>>> {
+        self.inner.mget(index, ids).await
+    }
+    async fn create(&self, index: &str, id: &str, s: Value) -> fs_store::Result<Version> {
+        self.inner.create(index, id, s).await
+    }
+    async fn index(
+        &self,
+        index: &str,
+        id: &str,
+        s: Value,
+        v: Option<Version>,
+    ) -> fs_store::Result<Version> {
+        self.inner.index(index, id, s, v).await
+    }
+    async fn delete(&self, index: &str, id: &str, v: Option<Version>) -> fs_store::Result<Version> {
+        self.inner.delete(index, id, v).await
+    }
+    async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> fs_store::Result<Vec<BulkItemResult>> {
+        if index != INDEX {
+            return self.inner.bulk(index, ops).await;
+        }
+        let mut faulty = 0;
+        while faulty < ops.len() && self.remaining.load(Ordering::SeqCst) > 0 {
+            self.remaining.fetch_sub(1, Ordering::SeqCst);
+            faulty += 1;
+        }
+        let (written, mut results) = match self.fault {
+            Fault::Dropped => {
+                let rest = ops[faulty..].to_vec();
+                let mut results: Vec<BulkItemResult> =
+                    (0..faulty).map(|_| Err(transient())).collect();
+                results.extend(self.inner.bulk(index, rest).await?);
+                (true, results)
+            }
+            Fault::LostAnswer => (false, self.inner.bulk(index, ops).await?),
+        };
+        if !written {
+            for r in results.iter_mut().take(faulty) {
+                *r = Err(transient());
+            }
+        }
+        Ok(results)
+    }
+    async fn search(&self, index: &str, r: SearchRequest) -> fs_store::Result<Page> {
+        self.inner.search(index, r).await
+    }
+    async fn count(&self, index: &str, s: &Scope) -> fs_store::Result<u64> {
+        self.inner.count(index, s).await
+    }
+    async fn refresh(&self, index: &str) -> fs_store::Result<()> {
+        self.inner.refresh(index).await
+    }
+}

@@ -1,0 +1,272 @@
+//! Concurrent renames on the embedded store in near-real-time mode: the book's scenario raced
+//! 200 times, many overlapping renames checked against a model, and the demo's four runs.
+//!
+//! `FSRENAME_TEST_SEED` replays a seed.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::*;
+use fs_model::{FsDoc, FsPath};
+use fs_rename::clinton::{build_clinton_tree, run_scenario, Scenario, README_ASCIIDOC, README_TXT};
+use fs_rename::{fsck, FsTree, RenameError, RenameHooks, Renamer};
+use fs_store::SharedStore;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn seed() -> u64 {
+    let seed = std::env::var("FSRENAME_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("seed {seed} (replay with FSRENAME_TEST_SEED={seed})");
+    seed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clinton_race_200_times() {
+    let seed = seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (mut b_first, mut a_first) = (0, 0);
+    for round in 0..200 {
+        let store = store();
+        let tree = FsTree::new(Arc::clone(&store), INDEX);
+        tree.ensure_indices().await.expect("indices");
+        let docs = build_clinton_tree(&tree, 40).await.expect("tree");
+        let readme_id = tree
+            .find(&p(README_TXT))
+            .await
+            .expect("find")
+            .expect("readme")
+            .id;
+        // Alternate who starts first, and jitter both starts.
+        let (delay_a, delay_b) = if round % 2 == 0 {
+            (rng.random_range(0..300), rng.random_range(300..1_500))
+        } else {
+            (rng.random_range(300..1_500), rng.random_range(0..300))
+        };
+        let job = |from: &'static str, to: &'static str, delay: u64| {
+            let renamer = Renamer::builder(Arc::clone(&store), INDEX)
+                .page_size(7)
+                .build();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_micros(delay)).await;
+                renamer.rename(&p(from), &p(to)).await
+            })
+        };
+        let a = job("/clinton", "/gormley", delay_a);
+        let b = job(README_TXT, README_ASCIIDOC, delay_b);
+        let (a, b) = (a.await.expect("job a"), b.await.expect("job b"));
+        let context = format!("seed {seed} round {round}");
+        a.unwrap_or_else(|e| panic!("{context}: A failed: {e}"));
+        tree.refresh().await.expect("refresh");
+        let readme_at = paths_by_id(&store)
+            .await
+            .remove(&readme_id)
+            .expect("README survives");
+        match b {
+            Ok(_) => {
+                b_first += 1;
+                assert_eq!(
+                    readme_at, "/gormley/projects/elasticsearch/README.asciidoc",
+                    "{context}"
+                );
+            }
+            Err(RenameError::SourceNotFound { .. }) => {
+                a_first += 1;
+                assert_eq!(
+                    readme_at, "/gormley/projects/elasticsearch/README.txt",
+                    "{context}"
+                );
+            }
+            Err(e) => panic!("{context}: B failed otherwise: {e}"),
+        }
+        assert_eq!(
+            tree.count_under(&FsPath::root()).await.expect("count"),
+            docs,
+            "{context}"
+        );
+        let report = fsck(Arc::clone(&store), INDEX, &FsPath::root())
+            .await
+            .expect("fsck");
+        assert!(report.is_clean(), "{context}: {report}");
+        assert_eq!(locks_left(&store).await, 0, "{context}: locks left");
+    }
+    println!("B finished first {b_first} times, A first {a_first} times");
+    assert!(
+        b_first > 0 && a_first > 0,
+        "seed {seed}: both orders must have happened"
+    );
+}
+
+/// Builds a 5-level tree of 2 000 documents: 4 + 16 + 64 + 256 directories, 1 660 files.
+async fn five_levels(store: &SharedStore) -> FsTree {
+    let tree = FsTree::new(Arc::clone(store), INDEX);
+    tree.ensure_indices().await.expect("indices");
+    let mut docs = Vec::new();
+    let mut level: Vec<FsPath> = vec![FsPath::root()];
+    for depth in 1..=4 {
+        let mut next = Vec::new();
+        for parent in &level {
+            for i in 0..4 {
+                let dir = parent.join(&format!("l{depth}d{i}")).expect("join");
+                docs.push(FsDoc::dir(dir.clone(), 0));
+                next.push(dir);
+            }
+        }
+        level = next;
+    }
+    for f in 0..(2_000 - docs.len()) {
+        let dir = &level[f % level.len()];
+        docs.push(FsDoc::file(dir.join(&format!("f{f}")).expect("join"), 1, 0));
+    }
+    assert_eq!(docs.len(), 2_000);
+    tree.insert_all(docs).await.expect("insert");
+    tree.refresh().await.expect("refresh");
+    tree
+}
+
+/// The expected tree: every document's path by id, with each successful rename applied in the
+/// order the renames completed their writes (while still holding their locks).
+type Model = Arc<Mutex<BTreeMap<String, FsPath>>>;
+
+fn apply(model: &Model, from: &FsPath, to: &FsPath) {
+    let mut model = model.lock().unwrap_or_else(|p| p.into_inner());
+    for path in model.values_mut() {
+        if path.is_inside(from) {
+            *path = path.rebase(from, to).expect("rebase");
+        }
+    }
+}
+
+struct Record {
+    model: Model,
+    from: FsPath,
+    to: FsPath,
+}
+
+#[async_trait]
+impl RenameHooks for Record {
+    async fn rewritten(&self) {
+        apply(&self.model, &self.from, &self.to);
+    }
+}
+
+fn pick(rng: &mut StdRng, model: &Model, dirs_only: bool) -> FsPath {
+    let model = model.lock().unwrap_or_else(|p| p.into_inner());
+    let mut paths: Vec<&FsPath> = model
+        .values()
+        .filter(|p| !dirs_only || !p.name().starts_with('f'))
+        .collect();
+    paths.sort();
+    // Favour shallow paths (big subtrees) so renames overlap on purpose.
+    let shallow: Vec<&FsPath> = paths.iter().copied().filter(|p| p.depth() <= 2).collect();
+    let pool = if rng.random_bool(0.5) && !shallow.is_empty() {
+        &shallow
+    } else {
+        &paths
+    };
+    pool[rng.random_range(0..pool.len())].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_overlapping_renames_keep_the_tree_whole() {
+    let seed = seed();
+    let store = store();
+    let tree = five_levels(&store).await;
+    let model: Model = Arc::new(Mutex::new(
+        paths_by_id(&store)
+            .await
+            .into_iter()
+            .map(|(id, path)| (id, p(&path)))
+            .collect(),
+    ));
+    let mut jobs = tokio::task::JoinSet::new();
+    for job in 0..8u64 {
+        let (store, model) = (Arc::clone(&store), Arc::clone(&model));
+        jobs.spawn(async move {
+            let mut rng = StdRng::seed_from_u64(seed.wrapping_add(job));
+            let mut outcomes: BTreeMap<&'static str, u32> = BTreeMap::new();
+            for n in 0..25 {
+                let from = pick(&mut rng, &model, false);
+                let to = if rng.random_bool(0.1) {
+                    pick(&mut rng, &model, false) // often exists already
+                } else {
+                    pick(&mut rng, &model, true)
+                        .join(&format!("r{job}x{n}"))
+                        .expect("join")
+                };
+                let hooks = Arc::new(Record {
+                    model: Arc::clone(&model),
+                    from: from.clone(),
+                    to: to.clone(),
+                });
+                let renamer = Renamer::builder(Arc::clone(&store), INDEX)
+                    .page_size(100)
+                    .hooks(hooks)
+                    .build();
+                let kind = match renamer.rename(&from, &to).await {
+                    Ok(_) => "renamed",
+                    Err(RenameError::SourceNotFound { .. }) => "source gone",
+                    Err(RenameError::DestinationExists { .. }) => "destination exists",
+                    Err(RenameError::DestinationParentMissing { .. }) => "destination parent gone",
+                    Err(RenameError::DestinationParentNotDir { .. }) => "destination parent a file",
+                    Err(RenameError::MoveIntoItself { .. }) => "into itself",
+                    Err(e) => panic!("seed {seed}: job {job}: {from} → {to}: {e}"),
+                };
+                *outcomes.entry(kind).or_default() += 1;
+            }
+            outcomes
+        });
+    }
+    let mut totals: BTreeMap<&'static str, u32> = BTreeMap::new();
+    while let Some(done) = jobs.join_next().await {
+        for (kind, n) in done.expect("job") {
+            *totals.entry(kind).or_default() += n;
+        }
+    }
+    println!("outcomes of 200 renames: {totals:?}");
+    assert!(
+        totals.get("renamed").copied().unwrap_or(0) >= 20,
+        "seed {seed}: too few renames took effect: {totals:?}"
+    );
+    tree.refresh().await.expect("refresh");
+    assert_eq!(
+        tree.count_under(&FsPath::root()).await.expect("count"),
+        2_000,
+        "seed {seed}"
+    );
+    let report = fsck(Arc::clone(&store), INDEX, &FsPath::root())
+        .await
+        .expect("fsck");
+    assert!(report.is_clean(), "seed {seed}: {report}");
+    assert_eq!(locks_left(&store).await, 0, "seed {seed}");
+    let expected: BTreeMap<String, String> = model
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(id, path)| (id.clone(), path.to_string()))
+        .collect();
+    let actual = paths_by_id(&store).await;
+    let wrong: Vec<_> = expected
+        .iter()
+        .filter(|(id, path)| actual.get(*id) != Some(path))
+        .take(5)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "seed {seed}: documents not where the successful renames put them: {wrong:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_demo_shows_all_four_outcomes() {
+    for scenario in Scenario::ALL {
+        let outcome = run_scenario(scenario, 1_200).await.expect("scenario");
+        assert!(outcome.as_expected, "{outcome}");
+    }
+}

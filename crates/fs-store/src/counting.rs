@@ -1,0 +1,108 @@
+//! [`CountingStore`]: a store wrapper that counts round trips.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::error::Result;
+use crate::store::{DocStore, SharedStore};
+use crate::types::{BulkItemResult, BulkOp, Page, Scope, SearchRequest, StoredDoc, Version};
+
+/// Wraps a store and counts every call made through it: one call, one round trip.
+///
+/// Wrap the shared store once per job to learn what that job cost; the count is shared by
+/// clones of the returned handle.
+#[derive(Debug, Clone)]
+pub struct CountingStore {
+    inner: SharedStore,
+    calls: Arc<AtomicU64>,
+}
+
+impl CountingStore {
+    /// Wraps `inner` with a counter starting at zero.
+    pub fn new(inner: SharedStore) -> CountingStore {
+        CountingStore {
+            inner,
+            calls: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Returns the number of calls made so far.
+    pub fn round_trips(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    fn count(&self) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[async_trait]
+impl DocStore for CountingStore {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    async fn create_index(&self, index: &str, mappings: &Value) -> Result<bool> {
+        self.count();
+        self.inner.create_index(index, mappings).await
+    }
+
+    async fn delete_index(&self, index: &str) -> Result<bool> {
+        self.count();
+        self.inner.delete_index(index).await
+    }
+
+    async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
+        self.count();
+        self.inner.get(index, id).await
+    }
+
+    async fn mget(&self, index: &str, ids: &[String]) -> Result<Vec<Option<StoredDoc>>> {
+        self.count();
+        self.inner.mget(index, ids).await
+    }
+
+    async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
+        self.count();
+        self.inner.create(index, id, source).await
+    }
+
+    async fn index(
+        &self,
+        index: &str,
+        id: &str,
+        source: Value,
+        if_version: Option<Version>,
+    ) -> Result<Version> {
+        self.count();
+        self.inner.index(index, id, source, if_version).await
+    }
+
+    async fn delete(&self, index: &str, id: &str, if_version: Option<Version>) -> Result<Version> {
+        self.count();
+        self.inner.delete(index, id, if_version).await
+    }
+
+    async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
+        self.count();
+        self.inner.bulk(index, ops).await
+    }
+
+    async fn search(&self, index: &str, request: SearchRequest) -> Result<Page> {
+        self.count();
+        self.inner.search(index, request).await
+    }
+
+    async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {
+        self.count();
+        self.inner.count(index, scope).await
+    }
+
+    async fn refresh(&self, index: &str) -> Result<()> {
+        self.count();
+        self.inner.refresh(index).await
+    }
+}

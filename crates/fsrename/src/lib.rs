@@ -1,0 +1,32 @@
+//! The `fsrename` command line: its arguments ([`Cli`]), where the store lives
+//! ([`StoreLocation`]), and [`run`], which carries out a verb and returns the exit code.
+//!
+//! Exit codes: [`EXIT_OK`] (0) done, [`EXIT_FAILED`] (1) failed, 2 usage (from clap),
+//! [`EXIT_LOCK_TIMEOUT`] (3) a lock was not granted in time.
+
+mod cli;
+mod store_location;
+mod verbs;
+
+use std::future::Future;
+
+pub use cli::{Cli, Verb};
+pub use store_location::StoreLocation;
+
+/// The exit code of a verb that did its work.
+pub const EXIT_OK: u8 = 0;
+/// The exit code of a verb that failed (or found a broken tree).
+pub const EXIT_FAILED: u8 = 1;
+/// The exit code of a verb whose locks were not granted within `--wait`.
+pub const EXIT_LOCK_TIMEOUT: u8 = 3;
+
+/// Runs the verb in `cli` until it ends or `shutdown` resolves; returns the exit code.
+pub async fn run(cli: Cli, shutdown: impl Future<Output = ()>) -> u8 {
+    tokio::select! {
+        code = verbs::run(cli) => code,
+        () = shutdown => {
+            eprintln!("fsrename: interrupted");
+            EXIT_FAILED
+        }
+    }
+}
