@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use fs_model::{lock_index_mappings, FsPath, GLOBAL_LOCK_ID};
+use fs_model::{lock_index_body, FsPath, GLOBAL_LOCK_ID};
 use fs_store::{DocStore, SharedStore};
 use tokio::sync::{watch, Mutex};
 use tokio::time::Instant;
@@ -18,6 +18,8 @@ use crate::guard::{Grant, LockGuard, ReleaseReport};
 use crate::lease;
 use crate::lock_doc::{LockMode, Owner};
 use crate::plan::{LockItem, TreeLockRequest};
+use crate::protocol::{self, LockProtocol};
+use crate::scripted;
 
 /// Builds a [`LockClient`].
 #[derive(Clone)]
@@ -32,6 +34,7 @@ pub struct LockClientBuilder {
     backoff_base: Duration,
     backoff_max: Duration,
     on_event: Option<EventSink>,
+    protocol: LockProtocol,
 }
 
 /// Something that happened to an acquisition, for progress reports and timelines.
@@ -70,6 +73,13 @@ impl std::fmt::Debug for LockClientBuilder {
 }
 
 impl LockClientBuilder {
+    /// Sets how lock documents are written. Default: [`LockProtocol::Auto`] (scripted where
+    /// the store runs scripts, compare-and-set otherwise).
+    pub fn protocol(mut self, protocol: LockProtocol) -> LockClientBuilder {
+        self.protocol = protocol;
+        self
+    }
+
     /// Calls `sink` with every [`LockEvent`] of this client's acquisitions. Default: none.
     pub fn on_event(mut self, sink: EventSink) -> LockClientBuilder {
         self.on_event = Some(sink);
@@ -140,6 +150,8 @@ impl LockClientBuilder {
                 backoff_base: self.backoff_base,
                 backoff_max: self.backoff_max,
                 on_event: self.on_event,
+                protocol_wanted: self.protocol,
+                protocol: tokio::sync::OnceCell::new(),
                 clock: LeaseClock::new(),
                 held: Mutex::new(HashMap::new()),
                 renewer_started: AtomicBool::new(false),
@@ -181,6 +193,9 @@ pub(crate) struct Inner {
     backoff_base: Duration,
     backoff_max: Duration,
     on_event: Option<EventSink>,
+    protocol_wanted: LockProtocol,
+    /// The protocol in use, decided on first use.
+    protocol: tokio::sync::OnceCell<LockProtocol>,
     pub(crate) clock: LeaseClock,
     /// A tokio mutex: held across the store round trips of an attempt, a release or a
     /// renewal, which must not interleave for one owner.
@@ -203,6 +218,28 @@ impl std::fmt::Debug for Inner {
 }
 
 impl Inner {
+    /// Returns the protocol in use, deciding it (and storing the scripts) on first use.
+    pub(crate) async fn protocol(&self) -> Result<LockProtocol> {
+        self.protocol
+            .get_or_try_init(|| protocol::resolve(self.protocol_wanted, self.store.as_ref()))
+            .await
+            .copied()
+    }
+
+    /// Releases `taken` with the protocol in use.
+    pub(crate) async fn release_taken(
+        &self,
+        calls: &mut Calls<'_>,
+        taken: Vec<Taken>,
+    ) -> Result<engine::Released> {
+        match self.protocol().await? {
+            LockProtocol::Scripted => {
+                scripted::release(calls, taken, &self.owner, self.lease).await
+            }
+            _ => engine::release(calls, taken, &self.owner, self.lease).await,
+        }
+    }
+
     fn emit(&self, event: LockEvent) {
         if let Some(sink) = &self.on_event {
             sink(event);
@@ -238,7 +275,17 @@ impl LockClient {
             backoff_base: Duration::from_millis(5),
             backoff_max: Duration::from_millis(500),
             on_event: None,
+            protocol: LockProtocol::Auto,
         }
+    }
+
+    /// Returns the protocol this client writes lock documents with, deciding it on first use.
+    ///
+    /// # Errors
+    /// [`LockError::Store`] if [`LockProtocol::Scripted`] was asked for and the store runs no
+    /// scripts, or storing them failed.
+    pub async fn protocol(&self) -> Result<LockProtocol> {
+        self.inner.protocol().await
     }
 
     /// Returns this client's owner identity.
@@ -264,7 +311,7 @@ impl LockClient {
         let index = &self.inner.lock_index;
         self.inner
             .store
-            .create_index(index, &lock_index_mappings())
+            .create_index(index, &lock_index_body())
             .await
             .map(|_| ())
             .map_err(LockError::store(format!("creating lock index `{index}`")))
@@ -404,7 +451,14 @@ impl LockClient {
         let mut calls = inner.calls();
         if !needed.is_empty() {
             let now = inner.clock.now_ms();
-            match engine::attempt(&mut calls, &needed, &inner.owner, now, inner.lease).await {
+            let attempted = match inner.protocol().await {
+                Ok(LockProtocol::Scripted) => {
+                    scripted::attempt(&mut calls, &needed, &inner.owner, now, inner.lease).await
+                }
+                Ok(_) => engine::attempt(&mut calls, &needed, &inner.owner, now, inner.lease).await,
+                Err(e) => Err(e),
+            };
+            match attempted {
                 Ok(Attempt::Granted(taken)) => {
                     for t in taken {
                         held.insert(
@@ -453,7 +507,7 @@ impl LockClient {
             }
         }
         let mut calls = inner.calls();
-        let released = engine::release(&mut calls, last, &inner.owner, inner.lease).await?;
+        let released = inner.release_taken(&mut calls, last).await?;
         drop(held);
         inner.report_lost(&released.lost);
         if let Some(path) = lost_before.first().or(released.lost.first()) {

@@ -31,6 +31,11 @@ impl LeaseClock {
     }
 }
 
+/// Returns when a lease taken at `now` (epoch milliseconds) for `lease` ends.
+pub(crate) fn lease_end(now: i64, lease: std::time::Duration) -> i64 {
+    now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX))
+}
+
 impl Default for LeaseClock {
     fn default() -> LeaseClock {
         LeaseClock::new()

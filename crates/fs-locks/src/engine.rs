@@ -85,6 +85,29 @@ impl<'a> Calls<'a> {
             )))
     }
 
+    /// Sends scripted updates in one request.
+    pub(crate) async fn bulk_update(
+        &mut self,
+        items: Vec<fs_store::ScriptedUpdate>,
+    ) -> Result<Vec<fs_store::UpdateItemResult>> {
+        let context = format!("updating lock documents in `{}` by script", self.index);
+        let Some(scripted) = self.store.scripted() else {
+            return Err(LockError::Store {
+                context,
+                cause: StoreError::Rejected {
+                    context: self.store.describe(),
+                    status: None,
+                    message: "no scripts".into(),
+                },
+            });
+        };
+        self.round_trips += 1;
+        scripted
+            .bulk_update(self.index, items)
+            .await
+            .map_err(LockError::store(context))
+    }
+
     pub(crate) async fn bulk(&mut self, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
         let mut results = Vec::with_capacity(ops.len());
         let mut ops = ops.into_iter().peekable();
@@ -196,7 +219,7 @@ pub(crate) async fn attempt(
     now: i64,
     lease: Duration,
 ) -> Result<Attempt> {
-    let expires_at = now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX));
+    let expires_at = crate::clock::lease_end(now, lease);
     let mut taken: Vec<Taken> = Vec::with_capacity(items.len());
     let mut pending: Vec<&LockItem> = items.iter().collect();
     let mut read = items.iter().any(|i| i.mode == LockMode::Shared);
@@ -344,7 +367,7 @@ pub(crate) async fn release(
                 Ok(_) => {}
                 // Gone, or an exclusive lock rewritten by someone else: no longer ours.
                 Err(StoreError::NotFound { .. })
-                | Err(StoreError::Conflict { current: None, .. }) => {
+                | Err(StoreError::Conflict { exists: false, .. }) => {
                     released.lost.push(t.item.label())
                 }
                 Err(e) if e.is_conflict() && t.item.mode == LockMode::Exclusive => {

@@ -50,8 +50,34 @@ pub(crate) async fn renew(inner: &Inner) -> Result<u32> {
         return Ok(0);
     }
     let now = inner.clock.now_ms();
-    let expires_at = now.saturating_add(i64::try_from(inner.lease.as_millis()).unwrap_or(i64::MAX));
+    let expires_at = crate::clock::lease_end(now, inner.lease);
     let mut calls = inner.calls();
+    if inner.protocol().await? == crate::protocol::LockProtocol::Scripted {
+        let ids: Vec<String> = held
+            .iter()
+            .filter(|(_, h)| !h.lost)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let results = calls
+            .bulk_update(crate::scripted::renew_items(&ids, &inner.owner, expires_at))
+            .await?;
+        let mut labels = Vec::new();
+        for (id, result) in ids.iter().zip(results) {
+            match result {
+                Ok(_) => {}
+                Err(e) if e.is_conflict() || e.is_not_found() => {
+                    if let Some(h) = held.get_mut(id) {
+                        h.lost = true;
+                        labels.push(h.taken.item.label());
+                    }
+                }
+                Err(e) => tracing::warn!(lock = %id, error = %e, "renewing a lock failed"),
+            }
+        }
+        drop(held);
+        inner.report_lost(&labels);
+        return Ok(calls.round_trips);
+    }
     let shared_ids: Vec<String> = held
         .values()
         .filter(|h| h.taken.item.mode == LockMode::Shared)
@@ -204,12 +230,11 @@ impl LockClient {
         lock.expired_exclusive()?;
         let (doc, now, label) = (lock.doc, lock.now, lock.label);
         let path = fs_model::FsPath::parse(&label).ok();
-        let lease_ms = i64::try_from(inner.lease.as_millis()).unwrap_or(i64::MAX);
         let source = exclusive_source(
             &inner.owner,
             path.as_ref(),
             now,
-            now.saturating_add(lease_ms),
+            crate::clock::lease_end(now, inner.lease),
         );
         calls.round_trips += 1;
         let version = inner

@@ -11,10 +11,12 @@
 //! - Leases: every lock records an expiry that a background task renews; expired locks are
 //!   only touched by the explicit [`LockClient::reap_expired`] and [`LockClient::take_over`].
 //!
-//! Every write to a lock document is compare-and-set (`if_seq_no`/`if_primary_term`), so the
-//! protocol needs no server-side script. An acquisition costs one `mget` and one `bulk`
-//! when nothing is in the way (one `bulk` when it takes no shared lock); a release costs one
-//! `bulk`. `docs/locking.md` describes the protocol.
+//! Two [`LockProtocol`]s write the same documents: compare-and-set (`if_seq_no`/
+//! `if_primary_term`), which needs no server-side script and runs on every store, and the
+//! book's painless scripts, stored on the server, where it runs them. With compare-and-set an
+//! acquisition costs one `mget` and one `bulk` when nothing is in the way (one `bulk` when it
+//! takes no shared lock); scripted, one `bulk`. A release costs one `bulk` either way.
+//! `docs/locking.md` describes the protocol.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -44,6 +46,8 @@ mod lease;
 mod listing;
 mod lock_doc;
 mod plan;
+mod protocol;
+mod scripted;
 
 pub use client::{EventSink, LockClient, LockClientBuilder, LockEvent};
 pub use clock::LeaseClock;
@@ -53,3 +57,4 @@ pub use lease::Reaped;
 pub use listing::LockInfo;
 pub use lock_doc::{HolderEntry, LockMode, Observed, Owner};
 pub use plan::{LockItem, TreeLockRequest};
+pub use protocol::LockProtocol;

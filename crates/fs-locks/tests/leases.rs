@@ -1,5 +1,8 @@
 //! Leases under paused tokio time: renewal keeps locks alive, an unrenewed lock expires, and
 //! only the explicit reap and takeover operations touch expired locks.
+//!
+//! On the embedded store only: paused time advances by itself while a task waits on network
+//! I/O, which would fire HTTP timeouts at once, and what is tested here is time logic.
 
 mod common;
 
@@ -7,6 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use fs_locks::{LockError, Reaped};
+use fs_testkit::Backend;
 
 const LEASE: Duration = Duration::from_secs(3);
 /// A holder that never renews within a test: as good as dead.
@@ -18,18 +22,18 @@ fn expires_at(doc: &serde_json::Value) -> i64 {
 
 #[tokio::test(start_paused = true)]
 async fn renewal_keeps_locks_alive() {
-    let store = store().await;
-    let a = client_builder(&store, "a").lease(LEASE).build(); // renews every second
-    let b = client(&store, "b");
+    let env = Env::new(Backend::Embedded).await;
+    let a = client_builder(&env, "a").lease(LEASE).build(); // renews every second
+    let b = client(&env, "b");
     let guard = a.lock_tree(&p("/x/y")).await.expect("lock");
-    let first = expires_at(&lock_doc(&store, "/x/y").await.expect("exclusive"));
+    let first = expires_at(&lock_doc(&env, "/x/y").await.expect("exclusive"));
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let exclusive = lock_doc(&store, "/x/y").await.expect("still there");
+    let exclusive = lock_doc(&env, "/x/y").await.expect("still there");
     assert!(
         expires_at(&exclusive) >= first + 9_000,
         "renewed: {first} → {exclusive}"
     );
-    let shared = lock_doc(&store, "/x").await.expect("shared");
+    let shared = lock_doc(&env, "/x").await.expect("shared");
     let pid = a.owner().process_id.clone();
     assert!(
         shared["holders"][&pid]["expires_at"]
@@ -48,36 +52,36 @@ async fn renewal_keeps_locks_alive() {
     );
     assert_blocked_on(b.lock_tree(&p("/x")).await, "/x");
     guard.release().await.expect("release");
-    assert_eq!(lock_count(&store).await, 0);
+    assert_eq!(lock_count(&env).await, 0);
 }
 
 #[tokio::test(start_paused = true)]
 async fn renew_every_defaults_to_a_third_of_the_lease() {
-    let store = store().await;
-    let a = client_builder(&store, "a")
+    let env = Env::new(Backend::Embedded).await;
+    let a = client_builder(&env, "a")
         .lease(Duration::from_secs(30))
         .build();
     let guard = a.lock_tree(&p("/x")).await.expect("lock");
-    let first = expires_at(&lock_doc(&store, "/x").await.expect("lock"));
+    let first = expires_at(&lock_doc(&env, "/x").await.expect("lock"));
     tokio::time::sleep(Duration::from_millis(9_900)).await;
     assert_eq!(
-        expires_at(&lock_doc(&store, "/x").await.expect("lock")),
+        expires_at(&lock_doc(&env, "/x").await.expect("lock")),
         first,
         "not yet"
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(expires_at(&lock_doc(&store, "/x").await.expect("lock")) >= first + 10_000);
+    assert!(expires_at(&lock_doc(&env, "/x").await.expect("lock")) >= first + 10_000);
     guard.release().await.expect("release");
 }
 
 #[tokio::test(start_paused = true)]
 async fn an_unrenewed_lock_expires_but_acquire_never_takes_it() {
-    let store = store().await;
-    let dead = client_builder(&store, "dead")
+    let env = Env::new(Backend::Embedded).await;
+    let dead = client_builder(&env, "dead")
         .lease(LEASE)
         .renew_every(NEVER)
         .build();
-    let b = client(&store, "b");
+    let b = client(&env, "b");
     let guard = dead.lock_tree(&p("/x/y")).await.expect("lock");
     tokio::time::sleep(Duration::from_secs(4)).await;
     // Expired, yet acquiring is still refused: taking over is an explicit operation.
@@ -91,7 +95,7 @@ async fn an_unrenewed_lock_expires_but_acquire_never_takes_it() {
         b.reap_expired("/x").await.expect("reap shares"),
         Reaped::Shares(vec![pid])
     );
-    assert_eq!(lock_count(&store).await, 0);
+    assert_eq!(lock_count(&env).await, 0);
     b.lock_tree(&p("/x/y"))
         .await
         .expect("free now")
@@ -101,18 +105,18 @@ async fn an_unrenewed_lock_expires_but_acquire_never_takes_it() {
     let late = guard.release().await;
     assert!(matches!(late, Err(LockError::LeaseLost { .. })), "{late:?}");
     assert!(dead.lost_locks().borrow().iter().any(|l| l == "/x/y"));
-    assert_eq!(lock_count(&store).await, 0);
+    assert_eq!(lock_count(&env).await, 0);
 }
 
 #[tokio::test(start_paused = true)]
 async fn reaping_removes_only_the_expired_share() {
-    let store = store().await;
-    let dead = client_builder(&store, "dead")
+    let env = Env::new(Backend::Embedded).await;
+    let dead = client_builder(&env, "dead")
         .lease(LEASE)
         .renew_every(NEVER)
         .build();
-    let alive = client_builder(&store, "alive").lease(LEASE).build();
-    let reaper = client(&store, "reaper");
+    let alive = client_builder(&env, "alive").lease(LEASE).build();
+    let reaper = client(&env, "reaper");
     let _dead_guard = dead.lock_tree(&p("/x/a")).await.expect("dead");
     let alive_guard = alive.lock_tree(&p("/x/b")).await.expect("alive");
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -121,22 +125,22 @@ async fn reaping_removes_only_the_expired_share() {
         reaped,
         Reaped::Shares(vec![dead.owner().process_id.clone()])
     );
-    let shared = lock_doc(&store, "/x").await.expect("alive's share remains");
+    let shared = lock_doc(&env, "/x").await.expect("alive's share remains");
     assert_eq!(shared["lock_count"], 1);
     assert!(shared["holders"].get(&alive.owner().process_id).is_some());
     alive_guard.release().await.expect("release alive");
-    assert!(lock_doc(&store, "/x").await.is_none());
+    assert!(lock_doc(&env, "/x").await.is_none());
 }
 
 #[tokio::test(start_paused = true)]
 async fn take_over_hands_an_expired_lock_to_the_recoverer() {
-    let store = store().await;
-    let dead = client_builder(&store, "dead")
+    let env = Env::new(Backend::Embedded).await;
+    let dead = client_builder(&env, "dead")
         .lease(LEASE)
         .renew_every(NEVER)
         .build();
-    let recoverer = client_builder(&store, "recoverer").lease(LEASE).build();
-    let other = client(&store, "other");
+    let recoverer = client_builder(&env, "recoverer").lease(LEASE).build();
+    let other = client(&env, "other");
     let guard = dead.lock_tree(&p("/x/y")).await.expect("lock");
     let early = recoverer.take_over("/x/y").await;
     assert!(
@@ -145,7 +149,7 @@ async fn take_over_hands_an_expired_lock_to_the_recoverer() {
     );
     tokio::time::sleep(Duration::from_secs(4)).await;
     let taken = recoverer.take_over("/x/y").await.expect("take over");
-    let doc = lock_doc(&store, "/x/y").await.expect("lock");
+    let doc = lock_doc(&env, "/x/y").await.expect("lock");
     assert_eq!(doc["process_id"], recoverer.owner().process_id.as_str());
     tokio::time::sleep(Duration::from_secs(10)).await;
     let second = other.take_over("/x/y").await;
@@ -161,12 +165,12 @@ async fn take_over_hands_an_expired_lock_to_the_recoverer() {
     let late = guard.release().await;
     assert!(matches!(late, Err(LockError::LeaseLost { .. })), "{late:?}");
     assert!(
-        lock_doc(&store, "/x/y").await.is_some(),
+        lock_doc(&env, "/x/y").await.is_some(),
         "the zombie's release left it alone"
     );
     // Its share of `/x` had expired but nobody had reaped it, so its renewal still held and
     // its release gave the share back: only what someone acted on is lost.
-    assert!(lock_doc(&store, "/x").await.is_none());
+    assert!(lock_doc(&env, "/x").await.is_none());
     taken.release().await.expect("recoverer releases");
-    assert_eq!(lock_count(&store).await, 0);
+    assert_eq!(lock_count(&env).await, 0);
 }

@@ -1,43 +1,39 @@
 //! The rules of the book's tree locking, the global and document locks, and what fsrename
-//! adds (rename locks, reentrancy, retry safety, round trips), on the embedded store.
+//! adds (rename locks, reentrancy, retry safety, round trips), on every backend.
 
 mod common;
 
 use std::time::Duration;
 
 use common::*;
-use fs_locks::{LockError, TreeLockRequest};
+use fs_locks::{LockError, LockProtocol, TreeLockRequest};
 use serde_json::json;
 
-#[tokio::test]
-async fn shared_and_shared_are_compatible() {
-    let store = store().await;
-    let (a, b) = (client(&store, "a"), client(&store, "b"));
+async fn shared_and_shared_are_compatible(env: Env) {
+    let (a, b) = (client(&env, "a"), client(&env, "b"));
     let ga = a.lock_tree(&p("/clinton/a")).await.expect("a");
     let gb = b
         .lock_tree(&p("/clinton/b"))
         .await
         .expect("b shares /clinton with a");
-    let shared = lock_doc(&store, "/clinton").await.expect("shared lock doc");
+    let shared = lock_doc(&env, "/clinton").await.expect("shared lock doc");
     assert_eq!(shared["lock_type"], "shared");
     assert_eq!(shared["lock_count"], 2);
     ga.release().await.expect("release a");
     assert_eq!(
-        lock_doc(&store, "/clinton").await.expect("still shared")["lock_count"],
+        lock_doc(&env, "/clinton").await.expect("still shared")["lock_count"],
         1
     );
     gb.release().await.expect("release b");
     assert_eq!(
-        lock_count(&store).await,
+        lock_count(&env).await,
         0,
         "release leaves no lock document behind"
     );
 }
 
-#[tokio::test]
-async fn exclusive_is_refused_under_a_shared_lock() {
-    let store = store().await;
-    let (a, b) = (client(&store, "job-a"), client(&store, "job-b"));
+async fn exclusive_is_refused_under_a_shared_lock(env: Env) {
+    let (a, b) = (client(&env, "job-a"), client(&env, "job-b"));
     let ga = a.lock_tree(&p("/clinton/a")).await.expect("a");
     let msg = assert_blocked_on(b.lock_tree(&p("/clinton")).await, "/clinton");
     assert!(
@@ -51,13 +47,11 @@ async fn exclusive_is_refused_under_a_shared_lock() {
         .release()
         .await
         .expect("release");
-    assert_eq!(lock_count(&store).await, 0);
+    assert_eq!(lock_count(&env).await, 0);
 }
 
-#[tokio::test]
-async fn shared_is_refused_under_an_exclusive_lock() {
-    let store = store().await;
-    let (a, b) = (client(&store, "job-a"), client(&store, "job-b"));
+async fn shared_is_refused_under_an_exclusive_lock(env: Env) {
+    let (a, b) = (client(&env, "job-a"), client(&env, "job-b"));
     let ga = a.lock_tree(&p("/clinton")).await.expect("a");
     let msg = assert_blocked_on(b.lock_tree(&p("/clinton/a/b")).await, "/clinton");
     assert!(
@@ -65,18 +59,16 @@ async fn shared_is_refused_under_an_exclusive_lock() {
         "{msg}"
     );
     assert_eq!(
-        lock_doc(&store, "/clinton/a").await,
+        lock_doc(&env, "/clinton/a").await,
         None,
         "the refused attempt left nothing"
     );
     ga.release().await.expect("release");
-    assert_eq!(lock_count(&store).await, 0);
+    assert_eq!(lock_count(&env).await, 0);
 }
 
-#[tokio::test]
-async fn the_books_example() {
-    let store = store().await;
-    let (a, b) = (client(&store, "readme"), client(&store, "clinton"));
+async fn the_books_example(env: Env) {
+    let (a, b) = (client(&env, "readme"), client(&env, "clinton"));
     let readme = p("/clinton/projects/elasticsearch/README.txt");
     let guard = a.lock_tree(&readme).await.expect("lock README");
     for ancestor in [
@@ -84,18 +76,18 @@ async fn the_books_example() {
         "/clinton/projects",
         "/clinton/projects/elasticsearch",
     ] {
-        let doc = lock_doc(&store, ancestor).await.expect("shared ancestor");
+        let doc = lock_doc(&env, ancestor).await.expect("shared ancestor");
         assert_eq!(
             (doc["lock_type"].as_str(), doc["lock_count"].as_i64()),
             (Some("shared"), Some(1))
         );
     }
-    let exclusive = lock_doc(&store, readme.as_str()).await.expect("exclusive");
+    let exclusive = lock_doc(&env, readme.as_str()).await.expect("exclusive");
     assert_eq!(exclusive["lock_type"], "exclusive");
     assert_eq!(exclusive["process_id"], a.owner().process_id.as_str());
     assert_blocked_on(b.lock_tree(&p("/clinton")).await, "/clinton");
     guard.release().await.expect("release");
-    assert_eq!(lock_count(&store).await, 0);
+    assert_eq!(lock_count(&env).await, 0);
     b.lock_tree(&p("/clinton"))
         .await
         .expect("now free")
@@ -104,11 +96,9 @@ async fn the_books_example() {
         .expect("release");
 }
 
-#[tokio::test]
-async fn waiting_ends_when_the_holder_releases() {
-    let store = store().await;
-    let a = client(&store, "a");
-    let b = client_builder(&store, "b")
+async fn waiting_ends_when_the_holder_releases(env: Env) {
+    let a = client(&env, "a");
+    let b = client_builder(&env, "b")
         .wait(Duration::from_secs(10))
         .build();
     let ga = a.lock_tree(&p("/clinton")).await.expect("a");
@@ -120,14 +110,12 @@ async fn waiting_ends_when_the_holder_releases() {
     assert!(gb.grant().attempts > 1 && gb.grant().waited >= Duration::from_millis(100));
     releaser.await.expect("releaser");
     gb.release().await.expect("release b");
-    assert_eq!(lock_count(&store).await, 0);
+    assert_eq!(lock_count(&env).await, 0);
 }
 
-#[tokio::test]
-async fn the_timeout_names_the_path_and_the_holder() {
-    let store = store().await;
-    let a = client(&store, "mv /clinton /gormley");
-    let b = client_builder(&store, "b")
+async fn the_timeout_names_the_path_and_the_holder(env: Env) {
+    let a = client(&env, "mv /clinton /gormley");
+    let b = client_builder(&env, "b")
         .wait(Duration::from_millis(50))
         .build();
     let _ga = a.lock_tree(&p("/clinton")).await.expect("a");
@@ -144,10 +132,8 @@ async fn the_timeout_names_the_path_and_the_holder() {
     assert!(err.is_retryable());
 }
 
-#[tokio::test]
-async fn reentrant_for_the_same_owner() {
-    let store = store().await;
-    let a = client(&store, "a");
+async fn reentrant_for_the_same_owner(env: Env) {
+    let a = client(&env, "a");
     let outer = a.lock_tree(&p("/x/y")).await.expect("outer");
     let inner = a.lock_tree(&p("/x/y")).await.expect("reentrant");
     assert_eq!(inner.grant().round_trips, 0, "granted from memory");
@@ -156,50 +142,40 @@ async fn reentrant_for_the_same_owner() {
         .await
         .expect("under our own exclusive lock");
     assert_eq!(
-        lock_doc(&store, "/x").await.expect("shared")["lock_count"],
+        lock_doc(&env, "/x").await.expect("shared")["lock_count"],
         1,
         "counted once"
     );
     assert_eq!(
-        lock_doc(&store, "/x/y").await.expect("ours")["lock_type"],
+        lock_doc(&env, "/x/y").await.expect("ours")["lock_type"],
         "exclusive"
     );
     inner.release().await.expect("inner");
     below.release().await.expect("below");
     assert!(
-        lock_doc(&store, "/x/y").await.is_some(),
+        lock_doc(&env, "/x/y").await.is_some(),
         "the outer guard still holds it"
     );
     outer.release().await.expect("outer");
-    assert_eq!(lock_count(&store).await, 0);
+    assert_eq!(lock_count(&env).await, 0);
 }
 
-#[tokio::test]
-async fn a_retried_share_is_not_counted_twice() {
+async fn a_retried_share_is_not_counted_twice(env: Env) {
     // As if an earlier increment landed but its answer was lost: the document already lists
     // us. The next attempt adopts it instead of counting again.
-    let store = store().await;
-    let a = client(&store, "a");
+    let a = client(&env, "a");
     let pid = a.owner().process_id.clone();
     let landed = json!({"lock_type": "shared", "lock_count": 1, "path": "/x",
                         "holders": {pid: {"holder": "a", "acquired_at": 0, "expires_at": 0}}});
-    store
-        .create(LOCKS, "/x", landed)
-        .await
-        .expect("landed share");
+    put_lock(&env, "/x", landed).await;
     let guard = a.lock_tree(&p("/x/y")).await.expect("lock");
-    assert_eq!(
-        lock_doc(&store, "/x").await.expect("shared")["lock_count"],
-        1
-    );
+    assert_eq!(lock_doc(&env, "/x").await.expect("shared")["lock_count"], 1);
     guard.release().await.expect("release");
-    assert_eq!(lock_count(&store).await, 0);
+    assert_eq!(lock_count(&env).await, 0);
 }
 
-#[tokio::test]
-async fn upgrading_shared_to_exclusive_is_refused_clearly() {
-    let store = store().await;
-    let a = client(&store, "a");
+async fn upgrading_shared_to_exclusive_is_refused_clearly(env: Env) {
+    let a = client(&env, "a");
     let guard = a.lock_tree(&p("/x/y")).await.expect("lock");
     let err = a.lock_tree(&p("/x")).await.expect_err("upgrade");
     assert!(
@@ -209,10 +185,8 @@ async fn upgrading_shared_to_exclusive_is_refused_clearly() {
     guard.release().await.expect("release");
 }
 
-#[tokio::test]
-async fn a_rename_locks_source_and_destination_at_once() {
-    let store = store().await;
-    let (a, b) = (client(&store, "a"), client(&store, "b"));
+async fn a_rename_locks_source_and_destination_at_once(env: Env) {
+    let (a, b) = (client(&env, "a"), client(&env, "b"));
     let guard = a
         .lock_rename(&p("/clinton/a"), &p("/gormley/b"))
         .await
@@ -224,15 +198,18 @@ async fn a_rename_locks_source_and_destination_at_once() {
         ("/gormley/b", "exclusive"),
     ] {
         assert_eq!(
-            lock_doc(&store, id).await.expect(id)["lock_type"],
+            lock_doc(&env, id).await.expect(id)["lock_type"],
             kind,
             "{id}"
         );
     }
-    assert_eq!(guard.grant().round_trips, 2, "one mget and one bulk");
+    assert_eq!(
+        guard.grant().round_trips,
+        acquisition_round_trips(&env, true)
+    );
     assert_blocked_on(b.lock_tree(&p("/gormley/b/c")).await, "/gormley/b");
     guard.release().await.expect("release");
-    assert_eq!(lock_count(&store).await, 0);
+    assert_eq!(lock_count(&env).await, 0);
     let into_itself = a.lock_rename(&p("/clinton"), &p("/clinton/sub")).await;
     assert!(
         matches!(into_itself, Err(LockError::MoveIntoItself { .. })),
@@ -244,27 +221,16 @@ async fn a_rename_locks_source_and_destination_at_once() {
     ));
 }
 
-#[tokio::test]
-async fn a_foreign_clients_book_documents_are_respected() {
-    let store = store().await;
+async fn a_foreign_clients_book_documents_are_respected(env: Env) {
     // Written exactly as the book writes them, by a client that is not fsrename.
-    store
-        .create(
-            LOCKS,
-            "/clinton/projects",
-            json!({"lock_type": "exclusive"}),
-        )
-        .await
-        .expect("exclusive");
-    store
-        .create(
-            LOCKS,
-            "/clinton",
-            json!({"lock_type": "shared", "lock_count": 1}),
-        )
-        .await
-        .expect("shared");
-    let a = client(&store, "a");
+    put_lock(&env, "/clinton/projects", json!({"lock_type": "exclusive"})).await;
+    put_lock(
+        &env,
+        "/clinton",
+        json!({"lock_type": "shared", "lock_count": 1}),
+    )
+    .await;
+    let a = client(&env, "a");
     let msg = assert_blocked_on(
         a.lock_tree(&p("/clinton/projects/elasticsearch/README.txt"))
             .await,
@@ -277,25 +243,23 @@ async fn a_foreign_clients_book_documents_are_respected() {
         .await
         .expect("shares with the foreign client");
     assert_eq!(
-        lock_doc(&store, "/clinton").await.expect("shared")["lock_count"],
+        lock_doc(&env, "/clinton").await.expect("shared")["lock_count"],
         2
     );
     guard.release().await.expect("release");
-    let left = lock_doc(&store, "/clinton")
+    let left = lock_doc(&env, "/clinton")
         .await
         .expect("the foreign share is kept");
     assert_eq!(left["lock_count"], 1);
     assert_eq!(left["holders"], json!({}));
     assert!(
-        lock_doc(&store, "/clinton/projects").await.is_some(),
+        lock_doc(&env, "/clinton/projects").await.is_some(),
         "foreign exclusive untouched"
     );
 }
 
-#[tokio::test]
-async fn the_global_lock() {
-    let store = store().await;
-    let (a, b) = (client(&store, "a"), client(&store, "b"));
+async fn the_global_lock(env: Env) {
+    let (a, b) = (client(&env, "a"), client(&env, "b"));
     let guard = a.lock_global().await.expect("global");
     assert_blocked_on(b.lock_global().await, "global");
     let again = a.lock_global().await.expect("reentrant");
@@ -303,19 +267,14 @@ async fn the_global_lock() {
     assert_blocked_on(b.lock_global().await, "global");
     assert_eq!(guard.grant().round_trips, 1, "a single _create");
     guard.release().await.expect("release");
-    assert_eq!(lock_count(&store).await, 0);
+    assert_eq!(lock_count(&env).await, 0);
     // The book's own global lock document: `PUT /fs/lock/global/_create {}`.
-    store
-        .create(LOCKS, "global", json!({}))
-        .await
-        .expect("book's global lock");
+    put_lock(&env, "global", json!({})).await;
     assert_blocked_on(b.lock_global().await, "global");
 }
 
-#[tokio::test]
-async fn document_locks() {
-    let store = store().await;
-    let (a, b) = (client(&store, "a"), client(&store, "b"));
+async fn document_locks(env: Env) {
+    let (a, b) = (client(&env, "a"), client(&env, "b"));
     let docs = |ids: &[&str]| {
         ids.iter()
             .map(|id| (id.to_string(), None))
@@ -327,12 +286,12 @@ async fn document_locks() {
         .expect("a's documents");
     assert_eq!(guard.grant().round_trips, 1, "one bulk create");
     assert_eq!(
-        lock_doc(&store, "d1").await.expect("d1")["process_id"],
+        lock_doc(&env, "d1").await.expect("d1")["process_id"],
         a.owner().process_id.as_str()
     );
     assert_blocked_on(b.lock_documents(&docs(&["d4", "d3"])).await, "d3");
     assert_eq!(
-        lock_doc(&store, "d4").await,
+        lock_doc(&env, "d4").await,
         None,
         "a refused attempt releases what it took"
     );
@@ -341,15 +300,13 @@ async fn document_locks() {
         .await
         .expect("reentrant");
     again.release().await.expect("release again");
-    assert!(lock_doc(&store, "d5").await.is_none() && lock_doc(&store, "d2").await.is_some());
+    assert!(lock_doc(&env, "d5").await.is_none() && lock_doc(&env, "d2").await.is_some());
     guard.release().await.expect("release");
-    assert_eq!(lock_count(&store).await, 0);
+    assert_eq!(lock_count(&env).await, 0);
 }
 
-#[tokio::test]
-async fn document_locks_released_by_query_after_a_refresh() {
-    let store = store().await;
-    let (a, b) = (client(&store, "a"), client(&store, "b"));
+async fn document_locks_released_by_query_after_a_refresh(env: Env) {
+    let (a, b) = (client(&env, "a"), client(&env, "b"));
     let ids: Vec<(String, Option<fs_model::FsPath>)> =
         (0..50).map(|i| (format!("a{i}"), None)).collect();
     let guard = a.lock_documents(&ids).await.expect("a's documents");
@@ -359,16 +316,14 @@ async fn document_locks_released_by_query_after_a_refresh() {
         .expect("b's document");
     // Nothing has refreshed the lock index since the locks were created; the release must.
     assert_eq!(a.release_all_by_query().await.expect("by query"), 50);
-    assert!(lock_doc(&store, "a0").await.is_none() && lock_doc(&store, "b0").await.is_some());
+    assert!(lock_doc(&env, "a0").await.is_none() && lock_doc(&env, "b0").await.is_some());
     std::mem::forget(guard); // its locks are gone already
     other.release().await.expect("release b");
-    assert_eq!(lock_count(&store).await, 0);
+    assert_eq!(lock_count(&env).await, 0);
 }
 
-#[tokio::test]
-async fn hashed_ids_for_long_paths() {
-    let store = store().await;
-    let a = client(&store, "a");
+async fn hashed_ids_for_long_paths(env: Env) {
+    let a = client(&env, "a");
     let long = p(&format!(
         "/{}/{}/{}",
         "a".repeat(200),
@@ -379,7 +334,7 @@ async fn hashed_ids_for_long_paths() {
     let id = fs_model::tree_lock_id(&long);
     assert!(id.starts_with("sha256:"));
     assert_eq!(
-        lock_doc(&store, &id).await.expect("hashed lock")["path"],
+        lock_doc(&env, &id).await.expect("hashed lock")["path"],
         long.as_str()
     );
     let listed = a.list_locks().await.expect("list");
@@ -387,25 +342,20 @@ async fn hashed_ids_for_long_paths() {
         .iter()
         .any(|l| l.path.as_deref() == Some(long.as_str())));
     guard.release().await.expect("release");
-    assert_eq!(lock_count(&store).await, 0);
+    assert_eq!(lock_count(&env).await, 0);
 }
 
 /// Lock + unlock round trips at depth 1, 4 and 16, nothing in the way. Printed for the record.
-#[tokio::test]
-async fn round_trips_by_depth() {
-    let store = store().await;
-    let a = client(&store, "a");
+async fn round_trips_by_depth(env: Env) {
+    let a = client(&env, "a");
     for depth in [1usize, 4, 16] {
         let path = p(&(1..=depth).map(|i| format!("/d{i}")).collect::<String>());
         let guard = a.lock_tree(&path).await.expect("lock");
         let lock = guard.grant().round_trips;
         let unlock = guard.release().await.expect("release").round_trips;
         println!("depth {depth:>2}: lock {lock} round trips, unlock {unlock}");
-        assert_eq!(
-            (lock, unlock),
-            (if depth == 1 { 1 } else { 2 }, 1),
-            "depth {depth}"
-        );
+        let expected = acquisition_round_trips(&env, depth > 1);
+        assert_eq!((lock, unlock), (expected, 1), "depth {depth}");
         let rename = a
             .lock_request(&TreeLockRequest::rename(&path, &p(&format!("{path}x"))).expect("plan"))
             .await
@@ -413,5 +363,63 @@ async fn round_trips_by_depth() {
         assert!(rename.grant().round_trips <= 2);
         rename.release().await.expect("release");
     }
-    assert_eq!(lock_count(&store).await, 0);
+    assert_eq!(lock_count(&env).await, 0);
 }
+
+/// Stores that run no scripts (the embedded store, osmem) get compare-and-set; a real
+/// Elasticsearch gets the scripts.
+async fn the_protocol_follows_the_store(env: Env) {
+    let chosen = client(&env, "a").protocol().await.expect("protocol");
+    // Automatic choice on the embedded store and osmem (which refuses to store scripts) is
+    // compare-and-set; the real-Elasticsearch variant asks for scripts and gets them.
+    let expected = match env.protocol {
+        LockProtocol::Scripted => LockProtocol::Scripted,
+        _ => LockProtocol::Cas,
+    };
+    assert_eq!(chosen, expected);
+}
+
+/// Round trips of an uncontended acquisition: scripted, one bulk; compare-and-set, one mget
+/// and one bulk, or just the bulk when there is no shared lock to read.
+fn acquisition_round_trips(env: &Env, takes_shared: bool) -> u32 {
+    if env.protocol == LockProtocol::Scripted || !takes_shared {
+        1
+    } else {
+        2
+    }
+}
+
+#[tokio::test]
+async fn asking_for_scripts_where_none_run_is_a_clear_error() {
+    for backend in [fs_testkit::Backend::Embedded, fs_testkit::Backend::Osmem] {
+        let env = Env::new(backend).await;
+        let scripted = client_builder(&env, "a")
+            .protocol(LockProtocol::Scripted)
+            .build();
+        let err = scripted.lock_tree(&p("/x")).await.expect_err("no scripts");
+        assert!(
+            err.to_string().contains("does not run stored scripts"),
+            "{err}"
+        );
+    }
+}
+
+on_every_backend!(
+    the_protocol_follows_the_store,
+    shared_and_shared_are_compatible,
+    exclusive_is_refused_under_a_shared_lock,
+    shared_is_refused_under_an_exclusive_lock,
+    the_books_example,
+    waiting_ends_when_the_holder_releases,
+    the_timeout_names_the_path_and_the_holder,
+    reentrant_for_the_same_owner,
+    a_retried_share_is_not_counted_twice,
+    upgrading_shared_to_exclusive_is_refused_clearly,
+    a_rename_locks_source_and_destination_at_once,
+    a_foreign_clients_book_documents_are_respected,
+    the_global_lock,
+    document_locks,
+    document_locks_released_by_query_after_a_refresh,
+    hashed_ids_for_long_paths,
+    round_trips_by_depth,
+);

@@ -55,8 +55,7 @@ fn unregister(registry: &Registry, task: u64) {
         .retain(|(t, _)| *t != task);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tree_locks_never_overlap() {
+async fn tree_locks_never_overlap(env: Env) {
     let seed: u64 = std::env::var("FSRENAME_STRESS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -66,15 +65,14 @@ async fn tree_locks_never_overlap() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(10);
     println!("stress seed {seed} (replay with FSRENAME_STRESS_SEED={seed}), {secs} s");
-    let store = store().await;
     let registry: Registry = Arc::new(Mutex::new(Vec::new()));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
     let mut tasks = tokio::task::JoinSet::new();
     for task in 0..TASKS {
-        let (store, registry) = (Arc::clone(&store), Arc::clone(&registry));
+        let (env, registry) = (env.clone(), Arc::clone(&registry));
         tasks.spawn(async move {
             let mut rng = StdRng::seed_from_u64(seed.wrapping_add(task));
-            let client = client_builder(&store, &format!("task-{task}"))
+            let client = client_builder(&env, &format!("task-{task}"))
                 .wait(Duration::from_millis(200))
                 .build();
             let (mut granted, mut timed_out) = (0u64, 0u64);
@@ -119,8 +117,10 @@ async fn tree_locks_never_overlap() {
         "seed {seed}: too little progress ({granted} grants)"
     );
     assert_eq!(
-        lock_count(&store).await,
+        lock_count(&env).await,
         0,
         "seed {seed}: lock documents left behind"
     );
 }
+
+on_every_backend!(tree_locks_never_overlap);

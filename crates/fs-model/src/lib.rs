@@ -4,7 +4,7 @@
 //!   depth, ancestors in both orders, component-wise containment, [`FsPath::rebase`]).
 //! - [`FsDoc`]: the tree-index document for one file or directory, with a stable id that is not
 //!   its path.
-//! - [`tree_index_mappings`] and [`lock_index_mappings`]: the index mappings.
+//! - [`tree_index_body`] and [`lock_index_body`]: how the two indices are created.
 //! - [`tree_lock_id`]: where the lock for a path lives in the lock index.
 //!
 //! ```
@@ -31,5 +31,8 @@ pub use error::{PathError, Result};
 pub use lock_id::{
     is_hashed_lock_id, tree_lock_id, GLOBAL_LOCK_ID, HASHED_ID_PREFIX, MAX_ID_BYTES,
 };
-pub use mapping::{lock_index_mappings, lock_index_name, tree_index_mappings, DEFAULT_TREE_INDEX};
+pub use mapping::{
+    lock_index_body, lock_index_mappings, lock_index_name, tree_index_body, tree_index_mappings,
+    DEFAULT_TREE_INDEX,
+};
 pub use path::{FsPath, MAX_COMPONENT_BYTES, MAX_PATH_BYTES};

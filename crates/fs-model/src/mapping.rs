@@ -29,6 +29,18 @@ pub fn tree_index_mappings() -> Value {
     })
 }
 
+/// Returns the create-index body of the tree index: its mappings, default settings.
+pub fn tree_index_body() -> Value {
+    json!({ "mappings": tree_index_mappings() })
+}
+
+/// Returns the create-index body of the lock index: its mappings, and one shard. The lock
+/// index is small, and on a single shard Elasticsearch applies the items of a bulk request in
+/// order, which the lock protocol's release order relies on.
+pub fn lock_index_body() -> Value {
+    json!({ "settings": { "number_of_shards": 1 }, "mappings": lock_index_mappings() })
+}
+
 /// Returns the mappings of the lock index.
 ///
 /// `lock_type`, `lock_count` and `process_id` are the fields of the source texts, so a client
@@ -69,5 +81,7 @@ mod tests {
             "keyword"
         );
         assert_eq!(lock_index_name(DEFAULT_TREE_INDEX), "fs-lock");
+        assert_eq!(lock_index_body()["settings"]["number_of_shards"], 1);
+        assert_eq!(tree_index_body()["mappings"], tree_index_mappings());
     }
 }

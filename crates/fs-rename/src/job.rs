@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fs_locks::{LockClient, LockEvent, LockGuard};
+use fs_locks::{LockClient, LockEvent, LockGuard, LockProtocol};
 use fs_model::{tree_lock_id, FsPath};
 use fs_store::{BulkOp, CountingStore, Scope, SearchRequest, SharedStore, StoreError};
 use tokio::time::Instant;
@@ -39,9 +39,16 @@ pub struct RenamerBuilder {
     holder: Option<String>,
     progress: Option<ProgressSink>,
     hooks: Option<Arc<dyn RenameHooks>>,
+    protocol: LockProtocol,
 }
 
 impl RenamerBuilder {
+    /// Sets how lock documents are written. Default: [`LockProtocol::Auto`].
+    pub fn lock_protocol(mut self, protocol: LockProtocol) -> RenamerBuilder {
+        self.protocol = protocol;
+        self
+    }
+
     /// Sets the locking scheme. Default: [`Strategy::Tree`].
     pub fn strategy(mut self, strategy: Strategy) -> RenamerBuilder {
         self.strategy = strategy;
@@ -136,6 +143,7 @@ impl Renamer {
             holder: None,
             progress: None,
             hooks: None,
+            protocol: LockProtocol::Auto,
         }
     }
 
@@ -236,7 +244,8 @@ impl Renamer {
         let mut builder = LockClient::builder(store, tree.lock_index())
             .holder(holder)
             .lease(c.lease)
-            .wait(c.wait);
+            .wait(c.wait)
+            .protocol(c.protocol);
         if let Some(sink) = c.progress.clone() {
             builder = builder.on_event(Arc::new(move |event| {
                 sink(match event {

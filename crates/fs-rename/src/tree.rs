@@ -1,6 +1,6 @@
 //! [`FsTree`]: the tree index as a set of paths: setting it up, finding a path, adding entries.
 
-use fs_model::{lock_index_name, tree_index_mappings, DocKind, FsDoc, FsPath};
+use fs_model::{lock_index_name, tree_index_body, DocKind, FsDoc, FsPath};
 use fs_store::{BulkOp, Scope, SearchRequest, SharedStore, StoredDoc, Version};
 
 use crate::error::{RenameError, Result};
@@ -77,13 +77,13 @@ impl FsTree {
     pub async fn ensure_indices(&self) -> Result<()> {
         let context = format!("creating index `{}`", self.index);
         self.store
-            .create_index(&self.index, &tree_index_mappings())
+            .create_index(&self.index, &tree_index_body())
             .await
             .map_err(RenameError::store(context))?;
         let lock_index = self.lock_index();
         let context = format!("creating index `{lock_index}`");
         self.store
-            .create_index(&lock_index, &fs_model::lock_index_mappings())
+            .create_index(&lock_index, &fs_model::lock_index_body())
             .await
             .map_err(RenameError::store(context))?;
         Ok(())
@@ -104,7 +104,8 @@ impl FsTree {
     /// Returns the entry at `path`, as of the last refresh; `None` if there is none. The root
     /// has an entry only if one was written.
     ///
-    /// A subtree search sorted by path puts `path` itself first, so one page of one hit answers.
+    /// Reads one page of an exact-path search; more than one hit means a broken tree, which
+    /// `fsck` reports, and the first is returned.
     ///
     /// # Errors
     /// [`RenameError::Store`], [`RenameError::BadDocument`].

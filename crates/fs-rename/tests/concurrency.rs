@@ -1,5 +1,6 @@
-//! Concurrent renames on the embedded store in near-real-time mode: the book's scenario raced
-//! 200 times, many overlapping renames checked against a model, and the demo's four runs.
+//! Concurrent renames on every backend (the embedded store in near-real-time mode, osmem over
+//! HTTP): the book's scenario raced 200 times and many overlapping renames checked against a
+//! model; and the demo's four runs.
 //!
 //! `FSRENAME_TEST_SEED` replays a seed.
 
@@ -14,7 +15,6 @@ use common::*;
 use fs_model::{FsDoc, FsPath};
 use fs_rename::clinton::{build_clinton_tree, run_scenario, Scenario, README_ASCIIDOC, README_TXT};
 use fs_rename::{fsck, FsTree, RenameError, RenameHooks, Renamer};
-use fs_store::SharedStore;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -27,14 +27,16 @@ fn seed() -> u64 {
     seed
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_clinton_race_200_times() {
+async fn the_clinton_race_200_times(first: Env) {
     let seed = seed();
     let mut rng = StdRng::seed_from_u64(seed);
     let (mut b_first, mut a_first) = (0, 0);
     for round in 0..200 {
-        let store = store();
-        let tree = FsTree::new(Arc::clone(&store), INDEX);
+        let env = Env {
+            index: fs_testkit::unique_name("fs"),
+            ..first.clone()
+        };
+        let tree = env.tree();
         tree.ensure_indices().await.expect("indices");
         let docs = build_clinton_tree(&tree, 40).await.expect("tree");
         let readme_id = tree
@@ -50,7 +52,7 @@ async fn the_clinton_race_200_times() {
             (rng.random_range(300..1_500), rng.random_range(0..300))
         };
         let job = |from: &'static str, to: &'static str, delay: u64| {
-            let renamer = Renamer::builder(Arc::clone(&store), INDEX)
+            let renamer = Renamer::builder(Arc::clone(&env.store), env.index.clone())
                 .page_size(7)
                 .build();
             tokio::spawn(async move {
@@ -64,7 +66,7 @@ async fn the_clinton_race_200_times() {
         let context = format!("seed {seed} round {round}");
         a.unwrap_or_else(|e| panic!("{context}: A failed: {e}"));
         tree.refresh().await.expect("refresh");
-        let readme_at = paths_by_id(&store)
+        let readme_at = paths_by_id(&env)
             .await
             .remove(&readme_id)
             .expect("README survives");
@@ -90,11 +92,11 @@ async fn the_clinton_race_200_times() {
             docs,
             "{context}"
         );
-        let report = fsck(Arc::clone(&store), INDEX, &FsPath::root())
+        let report = fsck(Arc::clone(&env.store), &env.index, &FsPath::root())
             .await
             .expect("fsck");
         assert!(report.is_clean(), "{context}: {report}");
-        assert_eq!(locks_left(&store).await, 0, "{context}: locks left");
+        assert_eq!(locks_left(&env).await, 0, "{context}: locks left");
     }
     println!("B finished first {b_first} times, A first {a_first} times");
     assert!(
@@ -104,8 +106,8 @@ async fn the_clinton_race_200_times() {
 }
 
 /// Builds a 5-level tree of 2 000 documents: 4 + 16 + 64 + 256 directories, 1 660 files.
-async fn five_levels(store: &SharedStore) -> FsTree {
-    let tree = FsTree::new(Arc::clone(store), INDEX);
+async fn five_levels(env: &Env) -> FsTree {
+    let tree = env.tree();
     tree.ensure_indices().await.expect("indices");
     let mut docs = Vec::new();
     let mut level: Vec<FsPath> = vec![FsPath::root()];
@@ -173,13 +175,11 @@ fn pick(rng: &mut StdRng, model: &Model, dirs_only: bool) -> FsPath {
     pool[rng.random_range(0..pool.len())].clone()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn random_overlapping_renames_keep_the_tree_whole() {
+async fn random_overlapping_renames_keep_the_tree_whole(env: Env) {
     let seed = seed();
-    let store = store();
-    let tree = five_levels(&store).await;
+    let tree = five_levels(&env).await;
     let model: Model = Arc::new(Mutex::new(
-        paths_by_id(&store)
+        paths_by_id(&env)
             .await
             .into_iter()
             .map(|(id, path)| (id, p(&path)))
@@ -187,7 +187,7 @@ async fn random_overlapping_renames_keep_the_tree_whole() {
     ));
     let mut jobs = tokio::task::JoinSet::new();
     for job in 0..8u64 {
-        let (store, model) = (Arc::clone(&store), Arc::clone(&model));
+        let (env, model) = (env.clone(), Arc::clone(&model));
         jobs.spawn(async move {
             let mut rng = StdRng::seed_from_u64(seed.wrapping_add(job));
             let mut outcomes: BTreeMap<&'static str, u32> = BTreeMap::new();
@@ -205,7 +205,7 @@ async fn random_overlapping_renames_keep_the_tree_whole() {
                     from: from.clone(),
                     to: to.clone(),
                 });
-                let renamer = Renamer::builder(Arc::clone(&store), INDEX)
+                let renamer = Renamer::builder(Arc::clone(&env.store), env.index.clone())
                     .page_size(100)
                     .hooks(hooks)
                     .build();
@@ -240,18 +240,18 @@ async fn random_overlapping_renames_keep_the_tree_whole() {
         2_000,
         "seed {seed}"
     );
-    let report = fsck(Arc::clone(&store), INDEX, &FsPath::root())
+    let report = fsck(Arc::clone(&env.store), &env.index, &FsPath::root())
         .await
         .expect("fsck");
     assert!(report.is_clean(), "seed {seed}: {report}");
-    assert_eq!(locks_left(&store).await, 0, "seed {seed}");
+    assert_eq!(locks_left(&env).await, 0, "seed {seed}");
     let expected: BTreeMap<String, String> = model
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
         .map(|(id, path)| (id.clone(), path.to_string()))
         .collect();
-    let actual = paths_by_id(&store).await;
+    let actual = paths_by_id(&env).await;
     let wrong: Vec<_> = expected
         .iter()
         .filter(|(id, path)| actual.get(*id) != Some(path))
@@ -270,3 +270,8 @@ async fn the_demo_shows_all_four_outcomes() {
         assert!(outcome.as_expected, "{outcome}");
     }
 }
+
+on_every_backend!(
+    the_clinton_race_200_times,
+    random_overlapping_renames_keep_the_tree_whole
+);

@@ -1,4 +1,4 @@
-//! Rename jobs on the embedded store: what moves, each check's error, every strategy, stale
+//! Rename jobs on every backend: what moves, each check's error, every strategy, stale
 //! writes, transient faults, progress, and fsck.
 
 mod common;
@@ -21,16 +21,14 @@ const SMALL: &[(&str, bool)] = &[
     ("/x/file", false),
 ];
 
-fn renamer(store: &SharedStore) -> Renamer {
-    Renamer::builder(Arc::clone(store), INDEX).build()
+fn renamer(env: &Env) -> Renamer {
+    Renamer::builder(Arc::clone(&env.store), env.index.clone()).build()
 }
 
-#[tokio::test]
-async fn a_directory_moves_with_everything_under_it() {
-    let store = store();
-    tree_with(&store, SMALL).await;
-    let before = paths_by_id(&store).await;
-    let report = renamer(&store)
+async fn a_directory_moves_with_everything_under_it(env: Env) {
+    tree_with(&env, SMALL).await;
+    let before = paths_by_id(&env).await;
+    let report = renamer(&env)
         .rename(&p("/a"), &p("/x/a2"))
         .await
         .expect("rename");
@@ -39,7 +37,7 @@ async fn a_directory_moves_with_everything_under_it() {
         report.round_trips >= 8,
         "locks, refresh, checks, scan, write: {report:?}"
     );
-    let after = paths_by_id(&store).await;
+    let after = paths_by_id(&env).await;
     assert_eq!(
         before.keys().collect::<Vec<_>>(),
         after.keys().collect::<Vec<_>>(),
@@ -58,9 +56,10 @@ async fn a_directory_moves_with_everything_under_it() {
             "/x/file"
         ]
     );
-    let doc = store
+    let doc = env
+        .store
         .get(
-            INDEX,
+            &env.index,
             after
                 .iter()
                 .find(|(_, p)| *p == "/x/a2/b/c.txt")
@@ -79,30 +78,26 @@ async fn a_directory_moves_with_everything_under_it() {
         ),
         (json!("/x/a2/b"), json!("c.txt"), json!(4))
     );
-    let report = fsck(Arc::clone(&store), INDEX, &p("/"))
+    let report = fsck(Arc::clone(&env.store), &env.index, &p("/"))
         .await
         .expect("fsck");
     assert!(report.is_clean(), "{report}");
-    assert_eq!(locks_left(&store).await, 0);
+    assert_eq!(locks_left(&env).await, 0);
 }
 
-#[tokio::test]
-async fn a_file_rename_moves_one_document() {
-    let store = store();
-    tree_with(&store, SMALL).await;
-    let report = renamer(&store)
+async fn a_file_rename_moves_one_document(env: Env) {
+    tree_with(&env, SMALL).await;
+    let report = renamer(&env)
         .rename(&p("/a/d.txt"), &p("/x/d.md"))
         .await
         .expect("rename");
     assert_eq!(report.rewritten, 1);
-    assert!(paths_by_id(&store).await.values().any(|p| p == "/x/d.md"));
+    assert!(paths_by_id(&env).await.values().any(|p| p == "/x/d.md"));
 }
 
-#[tokio::test]
-async fn each_check_has_its_own_error() {
-    let store = store();
-    tree_with(&store, SMALL).await;
-    let r = renamer(&store);
+async fn each_check_has_its_own_error(env: Env) {
+    tree_with(&env, SMALL).await;
+    let r = renamer(&env);
     type IsExpected = fn(&RenameError) -> bool;
     let cases: Vec<(&str, &str, IsExpected)> = vec![
         ("/nope", "/y", |e| {
@@ -128,7 +123,7 @@ async fn each_check_has_its_own_error() {
         }),
         ("/", "/y", |e| matches!(e, RenameError::RootCannotMove)),
     ];
-    let before = paths_by_id(&store).await;
+    let before = paths_by_id(&env).await;
     for (from, to, expected) in cases {
         let err = r.rename(&p(from), &p(to)).await.expect_err(from);
         assert!(expected(&err), "{from} → {to}: {err:?}");
@@ -139,43 +134,45 @@ async fn each_check_has_its_own_error() {
         );
     }
     assert_eq!(
-        paths_by_id(&store).await,
+        paths_by_id(&env).await,
         before,
         "failed renames change nothing"
     );
     assert_eq!(
-        locks_left(&store).await,
+        locks_left(&env).await,
         0,
         "failed renames release their locks"
     );
 }
 
-#[tokio::test]
-async fn every_strategy_renames_and_cleans_up() {
+async fn every_strategy_renames_and_cleans_up(first: Env) {
     for strategy in [
         Strategy::Tree,
         Strategy::Global,
         Strategy::Document,
         Strategy::None,
     ] {
-        let store = store();
-        tree_with(&store, SMALL).await;
-        let r = Renamer::builder(Arc::clone(&store), INDEX)
+        let env = Env {
+            index: fs_testkit::unique_name("fs"),
+            ..first.clone()
+        };
+        tree_with(&env, SMALL).await;
+        let r = Renamer::builder(Arc::clone(&env.store), env.index.clone())
             .strategy(strategy)
             .build();
         let report = r.rename(&p("/a"), &p("/x/a")).await.expect("rename");
         assert_eq!(report.rewritten, 4, "{strategy}");
-        assert!(fsck(Arc::clone(&store), INDEX, &p("/"))
+        assert!(fsck(Arc::clone(&env.store), &env.index, &p("/"))
             .await
             .expect("fsck")
             .is_clean());
-        assert_eq!(locks_left(&store).await, 0, "{strategy}");
+        assert_eq!(locks_left(&env).await, 0, "{strategy}");
     }
 }
 
 /// Changes `/a/d.txt` behind the job's back just before its page is written.
 struct Meddler {
-    store: SharedStore,
+    env: Env,
 }
 
 #[async_trait]
@@ -185,79 +182,77 @@ impl RenameHooks for Meddler {
             let mut changed = e.doc.clone();
             changed.size = 999;
             let source = serde_json::to_value(&changed).expect("json");
-            self.store
-                .index(INDEX, &e.id, source, None)
+            self.env
+                .store
+                .index(&self.env.index, &e.id, source, None)
                 .await
                 .expect("meddle");
         }
     }
 }
 
-#[tokio::test]
-async fn a_write_from_a_stale_read_fails_instead_of_overwriting() {
-    let store = store();
-    tree_with(&store, SMALL).await;
-    let r = Renamer::builder(Arc::clone(&store), INDEX)
+async fn a_write_from_a_stale_read_fails_instead_of_overwriting(env: Env) {
+    tree_with(&env, SMALL).await;
+    let r = Renamer::builder(Arc::clone(&env.store), env.index.clone())
         .strategy(Strategy::None)
-        .hooks(Arc::new(Meddler {
-            store: Arc::clone(&store),
-        }))
+        .hooks(Arc::new(Meddler { env: env.clone() }))
         .build();
     let err = r.rename(&p("/a"), &p("/x/a")).await.expect_err("conflict");
     assert!(
         matches!(err, RenameError::Conflict { ref path, .. } if path == "/a/d.txt"),
         "{err:?}"
     );
-    let docs = paths_by_id(&store).await;
+    let docs = paths_by_id(&env).await;
     let id = docs
         .iter()
         .find(|(_, p)| *p == "/a/d.txt")
         .expect("left in place")
         .0;
-    let doc = store.get(INDEX, id).await.expect("get").expect("doc");
+    let doc = env
+        .store
+        .get(&env.index, id)
+        .await
+        .expect("get")
+        .expect("doc");
     assert_eq!(
         doc.source["size"], 999,
         "the other writer's change survives"
     );
 }
 
-async fn survives(fault: Fault) {
-    let store = store();
-    tree_with(&store, SMALL).await;
+async fn survives(env: &Env, fault: Fault) {
+    tree_with(env, SMALL).await;
     let flaky: SharedStore = Arc::new(Flaky {
-        inner: Arc::clone(&store),
+        inner: Arc::clone(&env.store),
+        index: env.index.clone(),
         fault,
         remaining: AtomicUsize::new(3),
     });
-    let report = renamer(&flaky)
+    let report = renamer(&env.through(flaky))
         .rename(&p("/a"), &p("/x/a"))
         .await
         .expect("rename despite faults");
     assert_eq!((report.rewritten, report.retries), (4, 3), "{fault:?}");
-    assert!(fsck(Arc::clone(&store), INDEX, &p("/"))
+    assert!(fsck(Arc::clone(&env.store), &env.index, &p("/"))
         .await
         .expect("fsck")
         .is_clean());
-    assert_eq!(locks_left(&store).await, 0);
+    assert_eq!(locks_left(env).await, 0);
 }
 
-#[tokio::test]
-async fn transient_item_failures_are_retried() {
-    survives(Fault::Dropped).await;
+async fn transient_item_failures_are_retried(env: Env) {
+    survives(&env, Fault::Dropped).await;
 }
 
-#[tokio::test]
-async fn a_retried_write_that_had_landed_is_recognised() {
-    survives(Fault::LostAnswer).await;
+async fn a_retried_write_that_had_landed_is_recognised(env: Env) {
+    survives(&env, Fault::LostAnswer).await;
 }
 
-#[tokio::test]
-async fn progress_is_reported_in_order() {
-    let store = store();
-    tree_with(&store, SMALL).await;
+async fn progress_is_reported_in_order(env: Env) {
+    tree_with(&env, SMALL).await;
     let events = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&events);
-    let r = Renamer::builder(Arc::clone(&store), INDEX)
+    let r = Renamer::builder(Arc::clone(&env.store), env.index.clone())
         .page_size(2)
         .progress(Arc::new(move |e| sink.lock().expect("events").push(e)))
         .build();
@@ -279,14 +274,17 @@ async fn progress_is_reported_in_order() {
     assert_eq!(events.last(), Some(&RenameEvent::Released));
 }
 
-#[tokio::test]
-async fn fsck_finds_what_is_broken() {
-    let store = store();
-    tree_with(&store, &[("/a", true), ("/a/f", false)]).await;
+async fn fsck_finds_what_is_broken(env: Env) {
+    tree_with(&env, &[("/a", true), ("/a/f", false)]).await;
     let put = |id: &str, source: serde_json::Value| {
-        let store = Arc::clone(&store);
+        let env = env.clone();
         let id = id.to_owned();
-        async move { store.create(INDEX, &id, source).await.expect("put") }
+        async move {
+            env.store
+                .create(&env.index, &id, source)
+                .await
+                .expect("put")
+        }
     };
     let doc = |path: &str, parent: &str, name: &str, depth: u32, kind: &str| {
         json!({
@@ -297,12 +295,9 @@ async fn fsck_finds_what_is_broken() {
     put("under-file", doc("/a/f/x", "/a/f", "x", 3, "file")).await;
     put("wrong-depth", doc("/a/w", "/a", "w", 7, "file")).await;
     put("twin", doc("/a/f", "/a", "f", 2, "file")).await;
-    put(
-        "junk",
-        json!({"path": "/a/junk", "what": "not a tree document"}),
-    )
-    .await;
-    let report = fsck(Arc::clone(&store), INDEX, &p("/"))
+    // Missing fields: the only way to store a bad tree document under a strict mapping.
+    put("junk", json!({"path": "/a/junk", "kind": "file"})).await;
+    let report = fsck(Arc::clone(&env.store), &env.index, &p("/"))
         .await
         .expect("fsck");
     assert!(!report.is_clean());
@@ -317,7 +312,7 @@ async fn fsck_finds_what_is_broken() {
         assert!(all.contains(expected), "missing {expected:?} in:\n{all}");
     }
     assert_eq!(report.problem_count, 5, "{all}");
-    let scoped = fsck(Arc::clone(&store), INDEX, &p("/a/f"))
+    let scoped = fsck(Arc::clone(&env.store), &env.index, &p("/a/f"))
         .await
         .expect("scoped fsck");
     assert!(
@@ -326,13 +321,11 @@ async fn fsck_finds_what_is_broken() {
     );
 }
 
-#[tokio::test]
-async fn fsck_reports_locks_without_failing() {
-    let store = store();
-    tree_with(&store, SMALL).await;
-    let locks = fs_locks::LockClient::builder(Arc::clone(&store), format!("{INDEX}-lock")).build();
+async fn fsck_reports_locks_without_failing(env: Env) {
+    tree_with(&env, SMALL).await;
+    let locks = fs_locks::LockClient::builder(Arc::clone(&env.store), env.lock_index()).build();
     let guard = locks.lock_tree(&p("/a")).await.expect("lock");
-    let report = fsck(Arc::clone(&store), INDEX, &p("/"))
+    let report = fsck(Arc::clone(&env.store), &env.index, &p("/"))
         .await
         .expect("fsck");
     assert!(report.is_clean());
@@ -343,3 +336,16 @@ async fn fsck_reports_locks_without_failing() {
     );
     guard.release().await.expect("release");
 }
+
+on_every_backend!(
+    a_directory_moves_with_everything_under_it,
+    a_file_rename_moves_one_document,
+    each_check_has_its_own_error,
+    every_strategy_renames_and_cleans_up,
+    a_write_from_a_stale_read_fails_instead_of_overwriting,
+    transient_item_failures_are_retried,
+    a_retried_write_that_had_landed_is_recognised,
+    progress_is_reported_in_order,
+    fsck_finds_what_is_broken,
+    fsck_reports_locks_without_failing,
+);

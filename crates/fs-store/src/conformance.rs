@@ -16,19 +16,28 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use fs_model::{tree_index_mappings, DocKind, FsDoc, FsPath};
+use fs_model::{DocKind, FsDoc, FsPath};
 use serde_json::{json, Value};
 
 use crate::{BulkOp, DocStore, Scope, SearchRequest, SharedStore, StoreError, Version};
 
-/// Returns a fresh index name `prefix-<random>`, created with the tree mappings.
+/// Returns a fresh index name `prefix-<random>`, created with `path` and `parent` as keywords
+/// (as in both of fsrename's indices) and other fields free, since the cases write free-form
+/// documents too.
 pub async fn fresh_index(store: &dyn DocStore, prefix: &str) -> String {
     let index = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
     assert!(store
-        .create_index(&index, &tree_index_mappings())
+        .create_index(&index, &suite_index_body())
         .await
         .expect("create index"));
     index
+}
+
+fn suite_index_body() -> Value {
+    json!({ "mappings": { "properties": {
+        "path": { "type": "keyword" },
+        "parent": { "type": "keyword" }
+    } } })
 }
 
 fn doc(path: &str, kind: DocKind) -> Value {
@@ -105,8 +114,13 @@ pub async fn create_then_get(store: SharedStore) {
     assert_eq!(got.source, file("/a"));
     let again = store.create(&index, "a", file("/b")).await;
     match again {
-        Err(StoreError::Conflict { current, .. }) => {
-            assert_eq!(current.map(|c| c.seq_no), Some(v.seq_no))
+        // A store that reports the current version must report the right one.
+        Err(StoreError::Conflict {
+            exists: true,
+            current,
+            ..
+        }) => {
+            assert!(current.is_none_or(|c| c == v), "{current:?} is not {v:?}")
         }
         other => panic!("second create of `a` should conflict, got {other:?}"),
     }
@@ -169,7 +183,7 @@ pub async fn index_writes_and_conditions(store: SharedStore) {
     assert_eq!((got.version, got.source), (v3, file("/d")));
     let missing = store.index(&index, "nope", file("/x"), Some(v3)).await;
     assert!(
-        matches!(missing, Err(StoreError::Conflict { current: None, .. })),
+        matches!(missing, Err(StoreError::Conflict { exists: false, .. })),
         "conditional write of a missing doc should conflict, got {missing:?}"
     );
     assert!(store.get(&index, "nope").await.expect("get").is_none());
@@ -205,7 +219,7 @@ pub async fn delete_and_conditions(store: SharedStore) {
     assert!(
         matches!(
             cond_missing,
-            Err(StoreError::Conflict { current: None, .. })
+            Err(StoreError::Conflict { exists: false, .. })
         ),
         "{cond_missing:?}"
     );
@@ -417,6 +431,19 @@ pub async fn search_subtree_is_component_wise(store: SharedStore) {
         everything,
         "root covers all paths"
     );
+}
+
+pub async fn search_exact_path(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-exact").await;
+    put_paths(&*store, &index, TREE).await;
+    let exact = Scope::Exact(FsPath::parse("/clinton").expect("path"));
+    assert_eq!(
+        search_all(&*store, &index, exact.clone(), 10).await,
+        vec!["/clinton"]
+    );
+    assert_eq!(store.count(&index, &exact).await.expect("count"), 1);
+    let none = Scope::Exact(FsPath::parse("/clinton/nothing").expect("path"));
+    assert!(search_all(&*store, &index, none, 10).await.is_empty());
 }
 
 pub async fn search_children(store: SharedStore) {
@@ -684,7 +711,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@cases $factory;
             index_lifecycle, create_then_get, ids_may_contain_slashes_and_unicode,
             index_writes_and_conditions, delete_and_conditions, mget_keeps_order,
-            bulk_items_are_independent, search_subtree_is_component_wise, search_children,
+            bulk_items_are_independent, search_subtree_is_component_wise, search_exact_path, search_children,
             search_all_pages_everything, count_agrees_with_search, search_hits_carry_versions,
             refresh_makes_writes_searchable, sources_must_be_objects, cas_increments_are_exact,
             create_race_has_one_winner);

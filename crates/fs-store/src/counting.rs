@@ -6,7 +6,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::error::Result;
+use crate::error::{Result, StoreError};
+use crate::scripted::{ScriptedUpdate, ScriptedUpdates, UpdateItemResult};
 use crate::store::{DocStore, SharedStore};
 use crate::types::{BulkItemResult, BulkOp, Page, Scope, SearchRequest, StoredDoc, Version};
 
@@ -45,9 +46,9 @@ impl DocStore for CountingStore {
         self.inner.describe()
     }
 
-    async fn create_index(&self, index: &str, mappings: &Value) -> Result<bool> {
+    async fn create_index(&self, index: &str, body: &Value) -> Result<bool> {
         self.count();
-        self.inner.create_index(index, mappings).await
+        self.inner.create_index(index, body).await
     }
 
     async fn delete_index(&self, index: &str) -> Result<bool> {
@@ -104,5 +105,35 @@ impl DocStore for CountingStore {
     async fn refresh(&self, index: &str) -> Result<()> {
         self.count();
         self.inner.refresh(index).await
+    }
+
+    fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
+        self.inner.scripted().map(|_| self as &dyn ScriptedUpdates)
+    }
+}
+
+#[async_trait]
+impl ScriptedUpdates for CountingStore {
+    /// Not counted: storing scripts is set-up, done once per store handle and cached there.
+    async fn put_script(&self, id: &str, source: &str) -> Result<bool> {
+        match self.inner.scripted() {
+            Some(scripted) => scripted.put_script(id, source).await,
+            None => Ok(false),
+        }
+    }
+
+    async fn bulk_update(
+        &self,
+        index: &str,
+        items: Vec<ScriptedUpdate>,
+    ) -> Result<Vec<UpdateItemResult>> {
+        self.count();
+        match self.inner.scripted() {
+            Some(scripted) => scripted.bulk_update(index, items).await,
+            None => Err(StoreError::rejected(
+                format!("scripted update of `{index}`"),
+                "the store runs no scripts",
+            )),
+        }
     }
 }

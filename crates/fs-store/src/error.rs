@@ -10,13 +10,16 @@ use crate::types::Version;
 pub enum StoreError {
     /// The document exists (create), or its version is not the one the write was conditional on
     /// (index or delete with `if_seq_no`/`if_primary_term`). Elasticsearch answers 409.
-    #[error("version conflict on `{index}/{id}`: {}", describe_current(.current))]
+    #[error("version conflict on `{index}/{id}`: {}", describe_current(*.exists, .current))]
     Conflict {
         /// The index.
         index: String,
         /// The document id.
         id: String,
-        /// The document's current version, `None` if it does not exist.
+        /// Whether the document exists.
+        exists: bool,
+        /// The document's current version, when the store said (Elasticsearch does not for a
+        /// create that found the document).
         current: Option<Version>,
     },
     /// The document does not exist (unconditional delete). Elasticsearch answers 404.
@@ -62,13 +65,14 @@ pub enum StoreError {
     },
 }
 
-fn describe_current(current: &Option<Version>) -> String {
-    match current {
-        Some(v) => format!(
+fn describe_current(exists: bool, current: &Option<Version>) -> String {
+    match (exists, current) {
+        (_, Some(v)) => format!(
             "current seq_no {} primary_term {}",
             v.seq_no, v.primary_term
         ),
-        None => "document does not exist".to_owned(),
+        (true, None) => "the document exists".to_owned(),
+        (false, None) => "the document does not exist".to_owned(),
     }
 }
 
@@ -96,10 +100,17 @@ impl StoreError {
         }
     }
 
+    /// Returns true for a conflict that found no document (a conditional write of a missing
+    /// document).
+    pub fn is_conflict_on_missing(&self) -> bool {
+        matches!(self, StoreError::Conflict { exists: false, .. })
+    }
+
     pub(crate) fn conflict(index: &str, id: &str, current: Option<Version>) -> StoreError {
         StoreError::Conflict {
             index: index.to_owned(),
             id: id.to_owned(),
+            exists: current.is_some(),
             current,
         }
     }

@@ -10,6 +10,8 @@
 //!   answers "may a retry help?".
 //! - [`SqliteStore`]: the embedded implementation, a database file shared safely by several
 //!   processes, or in memory; optionally near-real-time, like Elasticsearch's search.
+//! - [`ElasticStore`]: the same trait on Elasticsearch 7.x/8.x or OpenSearch over HTTP, through
+//!   the official client; [`ElasticConfig`] says where and how.
 //! - [`CountingStore`]: counts the round trips made through it.
 //!
 //! ```
@@ -31,15 +33,21 @@
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod counting;
+mod elastic;
 mod error;
 mod index_name;
+mod scripted;
 mod sqlite;
 mod store;
 mod types;
 
 pub use counting::CountingStore;
+pub use elastic::{Auth, ElasticConfig, ElasticStore, Paging};
 pub use error::{Result, StoreError};
 pub use index_name::validate_index_name;
+pub use scripted::{
+    ScriptedUpdate, ScriptedUpdates, UpdateItemResult, UpdateOutcome, UpdateResult,
+};
 pub use sqlite::{SqliteOptions, SqliteStore};
 pub use store::{DocStore, SharedStore};
 pub use types::{BulkItemResult, BulkOp, Cursor, Page, Scope, SearchRequest, StoredDoc, Version};

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::error::Result;
+use crate::scripted::ScriptedUpdates;
 use crate::types::{BulkItemResult, BulkOp, Page, Scope, SearchRequest, StoredDoc, Version};
 
 /// A document store with Elasticsearch's guarantees: each document is read and written
@@ -24,11 +25,13 @@ pub trait DocStore: Send + Sync + Debug {
     /// Returns a short description of where the store lives, for logs and messages.
     fn describe(&self) -> String;
 
-    /// Creates `index` with `mappings` if it does not exist; returns true if it was created.
+    /// Creates `index` if it does not exist; returns true if it was created. `body` is
+    /// Elasticsearch's create-index body (`settings` and `mappings`), e.g.
+    /// [`fs_model::tree_index_body`].
     ///
     /// # Errors
     /// [`StoreError::Rejected`](crate::StoreError::Rejected) for an invalid index name.
-    async fn create_index(&self, index: &str, mappings: &Value) -> Result<bool>;
+    async fn create_index(&self, index: &str, body: &Value) -> Result<bool>;
 
     /// Deletes `index` and all its documents; returns true if it existed.
     ///
@@ -106,6 +109,11 @@ pub trait DocStore: Send + Sync + Debug {
     /// [`StoreError::IndexNotFound`](crate::StoreError::IndexNotFound), transient and backend
     /// failures.
     async fn refresh(&self, index: &str) -> Result<()>;
+
+    /// Returns the store's scripted updates if its server runs scripts; `None` by default.
+    fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
+        None
+    }
 }
 
 /// A store shared between tasks.

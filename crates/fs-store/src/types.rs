@@ -73,6 +73,9 @@ pub type BulkItemResult = Result<Version, crate::StoreError>;
 pub enum Scope {
     /// Every document in the index, including documents without a `path` field.
     All,
+    /// Documents whose `path` field equals the path (one, in a well-formed tree). Meant for a
+    /// single page: a store need not keep anything open to page further.
+    Exact(FsPath),
     /// Documents whose `path` field equals the path or lies below it, component-wise
     /// (`/clinton` covers `/clinton/a`, not `/clintonx`). The root covers every document that
     /// has a path.

@@ -12,8 +12,10 @@ use crate::store_location::StoreLocation;
 #[derive(Debug, Parser)]
 #[command(name = "fsrename", version, about, long_about = None)]
 pub struct Cli {
-    /// Where the tree lives: `file:PATH` or a bare path (an embedded database file), or `mem`
-    /// (in memory, gone when the command ends).
+    /// Where the tree lives: `file:PATH` or a bare path (an embedded database file), `mem`
+    /// (in memory, gone when the command ends), or `http(s)://HOST:PORT` (Elasticsearch 7.x/8.x
+    /// or OpenSearch; credentials in the URL or in FSRENAME_ES_USER/FSRENAME_ES_PASSWORD or
+    /// FSRENAME_ES_API_KEY; a CA file in FSRENAME_ES_CA).
     #[arg(
         long,
         global = true,
@@ -21,6 +23,11 @@ pub struct Cli {
         default_value = "fsrename.db"
     )]
     pub store: StoreLocation,
+
+    /// On Elasticsearch: `number_of_replicas` of the indices fsrename creates (0 suits a
+    /// single node). Default: the server's default.
+    #[arg(long, global = true, env = "FSRENAME_ES_REPLICAS")]
+    pub replicas: Option<u32>,
 
     /// The tree index; its locks live in `<INDEX>-lock`.
     #[arg(long, global = true, default_value = fs_model::DEFAULT_TREE_INDEX)]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use fs_store::{SharedStore, SqliteStore};
+use fs_store::{ElasticConfig, ElasticStore, SharedStore, SqliteStore};
 
 /// A store location: `file:PATH` or a bare path, `mem`, or an `http(s)://` URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,17 +44,29 @@ impl fmt::Display for StoreLocation {
         match self {
             StoreLocation::File(path) => write!(f, "file:{}", path.display()),
             StoreLocation::Memory => f.write_str("mem"),
-            StoreLocation::Http(url) => f.write_str(url),
+            StoreLocation::Http(url) => f.write_str(&redact(url)),
         }
     }
 }
 
+/// Returns `url` with any credentials replaced, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(start), Some(at)) if at > start => {
+            format!("{}<credentials>{}", &url[..start + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
 impl StoreLocation {
-    /// Opens the store.
+    /// Opens the store. For Elasticsearch, credentials and a CA come from the URL or the
+    /// environment (`FSRENAME_ES_USER`/`FSRENAME_ES_PASSWORD`, `FSRENAME_ES_API_KEY`,
+    /// `FSRENAME_ES_CA`), and `replicas` sets `number_of_replicas` of the indices it creates.
     ///
     /// # Errors
     /// Names the location when it cannot be opened.
-    pub fn open(&self) -> anyhow::Result<SharedStore> {
+    pub fn open(&self, replicas: Option<u32>) -> anyhow::Result<SharedStore> {
         match self {
             StoreLocation::File(path) => {
                 let store = SqliteStore::open(path)
@@ -62,9 +74,13 @@ impl StoreLocation {
                 Ok(Arc::new(store))
             }
             StoreLocation::Memory => Ok(Arc::new(SqliteStore::in_memory()?)),
-            StoreLocation::Http(url) => anyhow::bail!(
-                "store `{url}`: this build has no Elasticsearch backend yet; use a database file or `mem`"
-            ),
+            StoreLocation::Http(url) => {
+                let mut config = ElasticConfig::new(url)?.with_env();
+                if let Some(replicas) = replicas {
+                    config = config.replicas(replicas);
+                }
+                Ok(Arc::new(ElasticStore::connect(config)?))
+            }
         }
     }
 }
@@ -83,6 +99,8 @@ mod tests {
             Ok(StoreLocation::Http("http://127.0.0.1:9200".into()))
         );
         assert!("".parse::<StoreLocation>().is_err());
+        let secret: StoreLocation = "https://u:pw@h:9200".parse().expect("url");
+        assert_eq!(secret.to_string(), "https://<credentials>@h:9200");
         assert!("file:".parse::<StoreLocation>().is_err());
     }
 }

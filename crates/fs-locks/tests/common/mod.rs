@@ -1,39 +1,93 @@
-//! Helpers shared by the lock tests.
+//! Helpers shared by the lock tests: an environment per backend, clients, lock documents.
 #![allow(dead_code)]
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use fs_locks::{LockClient, LockClientBuilder, LockError};
+use fs_locks::{LockClient, LockClientBuilder, LockError, LockProtocol};
 use fs_model::FsPath;
-use fs_store::{SharedStore, SqliteOptions, SqliteStore};
+use fs_store::{Scope, SharedStore};
+use fs_testkit::Backend;
 use serde_json::Value;
 
-pub const LOCKS: &str = "fs-lock";
+/// A store, a lock index of a test's own, and the protocol its clients use.
+#[derive(Clone)]
+pub struct Env {
+    pub store: SharedStore,
+    pub locks: String,
+    pub protocol: LockProtocol,
+}
 
-/// A fresh near-real-time in-memory store with the lock index, so a forgotten refresh fails.
-pub async fn store() -> SharedStore {
-    let store = SqliteStore::in_memory_with(SqliteOptions::new().near_real_time(true))
-        .expect("in-memory store");
-    let store: SharedStore = Arc::new(store);
-    client_builder(&store, "setup")
-        .build()
-        .ensure_index()
-        .await
-        .expect("lock index");
-    store
+impl Env {
+    /// A fresh lock index on `backend` (the embedded store is near-real-time, so a forgotten
+    /// refresh fails), with the protocol chosen automatically.
+    pub async fn new(backend: Backend) -> Env {
+        Env::with_protocol(backend, LockProtocol::Auto).await
+    }
+
+    /// A fresh lock index on `backend`, written with `protocol`.
+    pub async fn with_protocol(backend: Backend, protocol: LockProtocol) -> Env {
+        let env = Env {
+            store: backend.store(),
+            locks: fs_testkit::unique_name("fs-lock"),
+            protocol,
+        };
+        client(&env, "setup")
+            .ensure_index()
+            .await
+            .expect("lock index");
+        env
+    }
+}
+
+/// Expands each listed `async fn(Env)` into one test per backend.
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($case:ident),+ $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(super::common::Env::new(fs_testkit::Backend::Embedded).await).await
+                }
+            )+
+        }
+        mod osmem {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(super::common::Env::new(fs_testkit::Backend::Osmem).await).await
+                }
+            )+
+        }
+        mod real_elasticsearch_scripted {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[ignore = "needs a real Elasticsearch: set FSRENAME_TEST_ES_URL"]
+                async fn $case() {
+                    let env = super::common::Env::with_protocol(
+                        fs_testkit::Backend::RealElastic,
+                        fs_locks::LockProtocol::Scripted,
+                    )
+                    .await;
+                    super::$case(env).await
+                }
+            )+
+        }
+    };
 }
 
 /// A client builder with short waits, so refusals show up fast.
-pub fn client_builder(store: &SharedStore, holder: &str) -> LockClientBuilder {
-    LockClient::builder(Arc::clone(store), LOCKS)
+pub fn client_builder(env: &Env, holder: &str) -> LockClientBuilder {
+    LockClient::builder(Arc::clone(&env.store), env.locks.clone())
+        .protocol(env.protocol)
         .holder(holder)
         .wait(Duration::ZERO)
         .backoff(Duration::from_millis(1), Duration::from_millis(20))
 }
 
-pub fn client(store: &SharedStore, holder: &str) -> LockClient {
-    client_builder(store, holder).build()
+pub fn client(env: &Env, holder: &str) -> LockClient {
+    client_builder(env, holder).build()
 }
 
 pub fn p(s: &str) -> FsPath {
@@ -41,19 +95,27 @@ pub fn p(s: &str) -> FsPath {
 }
 
 /// Returns the source of the lock document `id`, if any.
-pub async fn lock_doc(store: &SharedStore, id: &str) -> Option<Value> {
-    store
-        .get(LOCKS, id)
+pub async fn lock_doc(env: &Env, id: &str) -> Option<Value> {
+    env.store
+        .get(&env.locks, id)
         .await
         .expect("get lock doc")
         .map(|d| d.source)
 }
 
+/// Writes a lock document by hand, as a foreign client would.
+pub async fn put_lock(env: &Env, id: &str, source: Value) {
+    env.store
+        .create(&env.locks, id, source)
+        .await
+        .expect("hand-written lock document");
+}
+
 /// Returns how many lock documents exist (refreshing first).
-pub async fn lock_count(store: &SharedStore) -> u64 {
-    store.refresh(LOCKS).await.expect("refresh");
-    store
-        .count(LOCKS, &fs_store::Scope::All)
+pub async fn lock_count(env: &Env) -> u64 {
+    env.store.refresh(&env.locks).await.expect("refresh");
+    env.store
+        .count(&env.locks, &Scope::All)
         .await
         .expect("count")
 }

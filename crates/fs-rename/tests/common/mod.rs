@@ -9,25 +9,76 @@ use async_trait::async_trait;
 use fs_model::{DocKind, FsDoc, FsPath};
 use fs_rename::FsTree;
 use fs_store::{
-    BulkItemResult, BulkOp, DocStore, Page, Scope, SearchRequest, SharedStore, SqliteOptions,
-    SqliteStore, StoreError, StoredDoc, Version,
+    BulkItemResult, BulkOp, DocStore, Page, Scope, SearchRequest, SharedStore, StoreError,
+    StoredDoc, Version,
 };
+use fs_testkit::Backend;
 use serde_json::Value;
 
-pub const INDEX: &str = "fs";
+/// A store and a tree index (with its lock index) of a test's own.
+#[derive(Clone)]
+pub struct Env {
+    pub store: SharedStore,
+    pub index: String,
+}
+
+impl Env {
+    /// A fresh tree index name on `backend` (the embedded store is near-real-time, so a
+    /// forgotten refresh fails).
+    pub fn new(backend: Backend) -> Env {
+        Env {
+            store: backend.store(),
+            index: fs_testkit::unique_name("fs"),
+        }
+    }
+
+    /// The same environment seen through another store (a wrapper of this one).
+    pub fn through(&self, store: SharedStore) -> Env {
+        Env {
+            store,
+            index: self.index.clone(),
+        }
+    }
+
+    pub fn tree(&self) -> FsTree {
+        FsTree::new(Arc::clone(&self.store), self.index.clone())
+    }
+
+    pub fn lock_index(&self) -> String {
+        format!("{}-lock", self.index)
+    }
+}
+
+/// Expands each listed `async fn(Env)` into one test per backend.
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($case:ident),+ $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(super::common::Env::new(fs_testkit::Backend::Embedded)).await
+                }
+            )+
+        }
+        mod osmem {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(super::common::Env::new(fs_testkit::Backend::Osmem)).await
+                }
+            )+
+        }
+    };
+}
 
 pub fn p(s: &str) -> FsPath {
     FsPath::parse(s).expect("test path")
 }
 
-/// A fresh near-real-time in-memory store, so a forgotten refresh fails.
-pub fn store() -> SharedStore {
-    Arc::new(SqliteStore::in_memory_with(SqliteOptions::new().near_real_time(true)).expect("store"))
-}
-
 /// Builds a tree from `(path, is_dir)` pairs, parents first; returns it refreshed.
-pub async fn tree_with(store: &SharedStore, entries: &[(&str, bool)]) -> FsTree {
-    let tree = FsTree::new(Arc::clone(store), INDEX);
+pub async fn tree_with(env: &Env, entries: &[(&str, bool)]) -> FsTree {
+    let tree = env.tree();
     tree.ensure_indices().await.expect("indices");
     let docs = entries
         .iter()
@@ -46,12 +97,13 @@ pub async fn tree_with(store: &SharedStore, entries: &[(&str, bool)]) -> FsTree 
 }
 
 /// Returns every document's path by id.
-pub async fn paths_by_id(store: &SharedStore) -> BTreeMap<String, String> {
-    store.refresh(INDEX).await.expect("refresh");
+pub async fn paths_by_id(env: &Env) -> BTreeMap<String, String> {
+    let (store, index) = (&env.store, env.index.as_str());
+    store.refresh(index).await.expect("refresh");
     let mut out = BTreeMap::new();
     let mut request = SearchRequest::first(Scope::All, 1_000);
     loop {
-        let page = store.search(INDEX, request.clone()).await.expect("search");
+        let page = store.search(index, request.clone()).await.expect("search");
         for d in page.docs {
             out.insert(d.id, d.source["path"].as_str().expect("path").to_owned());
         }
@@ -63,10 +115,13 @@ pub async fn paths_by_id(store: &SharedStore) -> BTreeMap<String, String> {
 }
 
 /// Returns how many lock documents exist.
-pub async fn locks_left(store: &SharedStore) -> u64 {
-    let locks = format!("{INDEX}-lock");
-    store.refresh(&locks).await.expect("refresh locks");
-    store.count(&locks, &Scope::All).await.expect("count locks")
+pub async fn locks_left(env: &Env) -> u64 {
+    let locks = env.lock_index();
+    env.store.refresh(&locks).await.expect("refresh locks");
+    env.store
+        .count(&locks, &Scope::All)
+        .await
+        .expect("count locks")
 }
 
 /// How a [`Flaky`] store fails bulk items.
@@ -82,6 +137,8 @@ pub enum Fault {
 #[derive(Debug)]
 pub struct Flaky {
     pub inner: SharedStore,
+    /// The tree index whose bulk requests fail.
+    pub index: String,
     pub fault: Fault,
     pub remaining: AtomicUsize,
 }
@@ -126,7 +183,7 @@ impl DocStore for Flaky {
         self.inner.delete(index, id, v).await
     }
     async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> fs_store::Result<Vec<BulkItemResult>> {
-        if index != INDEX {
+        if index != self.index {
             return self.inner.bulk(index, ops).await;
         }
         let mut faulty = 0;

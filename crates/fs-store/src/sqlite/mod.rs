@@ -183,10 +183,10 @@ impl DocStore for SqliteStore {
         self.inner.location.clone()
     }
 
-    async fn create_index(&self, index: &str, mappings: &Value) -> Result<bool> {
+    async fn create_index(&self, index: &str, body: &Value) -> Result<bool> {
         validate_index_name(index)?;
-        let (index, mappings) = (index.to_owned(), mappings.clone());
-        self.run(move |conn, _| ops::create_index(conn, &index, &mappings))
+        let (index, body) = (index.to_owned(), body.clone());
+        self.run(move |conn, _| ops::create_index(conn, &index, &body))
             .await
     }
 

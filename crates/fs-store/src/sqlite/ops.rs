@@ -62,12 +62,12 @@ fn index_seq(conn: &Connection, index: &str) -> Result<i64> {
         })
 }
 
-pub(super) fn create_index(conn: &mut Connection, index: &str, mappings: &Value) -> Result<bool> {
+pub(super) fn create_index(conn: &mut Connection, index: &str, body: &Value) -> Result<bool> {
     let context = format!("creating index `{index}`");
     let n = conn
         .execute(
-            "INSERT OR IGNORE INTO indices (name, mappings, seq) VALUES (?1, ?2, -1)",
-            params![index, mappings.to_string()],
+            "INSERT OR IGNORE INTO indices (name, body, seq) VALUES (?1, ?2, -1)",
+            params![index, body.to_string()],
         )
         .map_err(|e| sql_error(&context, e))?;
     Ok(n == 1)
@@ -296,6 +296,10 @@ impl<'c> Writer<'c> {
 fn scope_filter(scope: &Scope, binds: &mut Vec<SqlValue>) -> String {
     match scope {
         Scope::All => String::new(),
+        Scope::Exact(p) => {
+            binds.push(SqlValue::Text(p.as_str().to_owned()));
+            format!(" AND path = ?{}", binds.len())
+        }
         Scope::Subtree(p) if p.is_root() => " AND path >= '/' AND path < '0'".to_owned(),
         Scope::Subtree(p) => {
             // `[p/, p0)` is exactly the strings that start with `p/`: `0` follows `/` in ASCII.

@@ -20,7 +20,7 @@ const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS indices (
     name TEXT PRIMARY KEY,
-    mappings TEXT NOT NULL,
+    body TEXT NOT NULL,
     seq INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS pending (

@@ -10,7 +10,7 @@ use crate::{EXIT_FAILED, EXIT_OK};
 
 pub async fn run(cli: &Cli, scope: &FsPath, json: bool) -> anyhow::Result<u8> {
     let scope = scope.clone();
-    let store = cli.store.open()?;
+    let store = cli.store.open(cli.replicas)?;
     let report = match fs_rename::fsck(store, &cli.index, &scope).await {
         Ok(report) => report,
         Err(RenameError::Store {

@@ -1,0 +1,298 @@
+//! The scripted protocol: the book's painless scripts, one bulk request per acquisition.
+//!
+//! Acquire: one `bulk` of `update` items in plan order, each with a stored script and an
+//! upsert document (the same document the compare-and-set protocol would create). A script
+//! that refuses fails its item; the attempt then reads the refusing document to name its
+//! holder, undoes what it took, and is refused. Release and renewal are one `bulk` each, and
+//! their scripts can be sent again safely: a second release finds nothing of ours and does
+//! nothing.
+
+use std::time::Duration;
+
+use fs_model::FsPath;
+use fs_store::{ScriptedUpdate, StoreError, UpdateResult, Version};
+use serde_json::json;
+
+use crate::backoff::Backoff;
+use crate::engine::{Attempt, Calls, Released, Taken};
+use crate::error::{Blocker, LockError, Result};
+use crate::lock_doc::{exclusive_source, shared_with, HolderEntry, LockMode, Observed, Owner};
+use crate::plan::LockItem;
+use crate::protocol::{
+    EXCLUSIVE_ACQUIRE, EXCLUSIVE_RELEASE, RENEW, SHARED_ACQUIRE, SHARED_RELEASE,
+};
+
+/// Versions are not needed to release or renew by script; this stands in for them.
+const UNKNOWN: Version = Version {
+    seq_no: -1,
+    primary_term: -1,
+};
+
+/// Returns the update items that acquire `items`, in order.
+pub(crate) fn acquire_items(
+    items: &[LockItem],
+    owner: &Owner,
+    now: i64,
+    expires_at: i64,
+) -> Vec<ScriptedUpdate> {
+    items
+        .iter()
+        .map(|item| match (item.mode, &item.path) {
+            (LockMode::Shared, Some(path)) => {
+                let entry = HolderEntry { holder: owner.holder.clone(), acquired_at: now, expires_at };
+                ScriptedUpdate {
+                    id: item.id.clone(),
+                    script: SHARED_ACQUIRE.to_owned(),
+                    params: json!({ "process_id": owner.process_id, "path": path.as_str(), "entry": entry }),
+                    upsert: Some(shared_with(None, owner, path, now, expires_at)),
+                }
+            }
+            _ => ScriptedUpdate {
+                id: item.id.clone(),
+                script: EXCLUSIVE_ACQUIRE.to_owned(),
+                params: json!({ "process_id": owner.process_id }),
+                upsert: Some(exclusive_source(owner, item.path.as_ref(), now, expires_at)),
+            },
+        })
+        .collect()
+}
+
+/// Returns the update items that release `taken`, exclusive first, deepest first.
+pub(crate) fn release_items(taken: &[Taken], owner: &Owner) -> Vec<ScriptedUpdate> {
+    let mut ordered: Vec<&Taken> = taken.iter().collect();
+    ordered.sort_by_key(|t| {
+        let depth = t.item.path.as_ref().map_or(0, FsPath::depth);
+        (
+            t.item.mode == LockMode::Shared,
+            std::cmp::Reverse(depth),
+            t.item.id.clone(),
+        )
+    });
+    ordered
+        .into_iter()
+        .map(|t| ScriptedUpdate {
+            id: t.item.id.clone(),
+            script: if t.item.mode == LockMode::Shared {
+                SHARED_RELEASE
+            } else {
+                EXCLUSIVE_RELEASE
+            }
+            .to_owned(),
+            params: json!({ "process_id": owner.process_id }),
+            upsert: None,
+        })
+        .collect()
+}
+
+/// Returns the update items that renew `ids`.
+pub(crate) fn renew_items(ids: &[String], owner: &Owner, expires_at: i64) -> Vec<ScriptedUpdate> {
+    ids.iter()
+        .map(|id| ScriptedUpdate {
+            id: id.clone(),
+            script: RENEW.to_owned(),
+            params: json!({ "process_id": owner.process_id, "expires_at": expires_at }),
+            upsert: None,
+        })
+        .collect()
+}
+
+/// Makes one scripted attempt at `items`. Never waits.
+pub(crate) async fn attempt(
+    calls: &mut Calls<'_>,
+    items: &[LockItem],
+    owner: &Owner,
+    now: i64,
+    lease: Duration,
+) -> Result<Attempt> {
+    let expires_at = crate::clock::lease_end(now, lease);
+    let updates = acquire_items(items, owner, now, expires_at);
+    let results = calls.bulk_update(updates.clone()).await?;
+    let mut taken = Vec::with_capacity(items.len());
+    let mut refused = None;
+    let mut failure = None;
+    for ((item, update), result) in items.iter().zip(&updates).zip(results) {
+        match result {
+            Ok(outcome) => {
+                let source = update.upsert.clone().unwrap_or_default();
+                taken.push(Taken {
+                    item: item.clone(),
+                    version: outcome.version.unwrap_or(UNKNOWN),
+                    source,
+                });
+            }
+            Err(e) if e.is_conflict() => {
+                refused.get_or_insert(item.clone());
+            }
+            Err(e) => {
+                failure.get_or_insert((item.clone(), e));
+            }
+        }
+    }
+    if refused.is_none() && failure.is_none() {
+        return Ok(Attempt::Granted(taken));
+    }
+    if let Err(e) = release(calls, taken, owner, Duration::from_secs(5)).await {
+        tracing::warn!(error = %e, "could not undo a refused lock attempt; leases will expire it");
+    }
+    if let Some((item, e)) = failure {
+        return Err(LockError::store(format!(
+            "taking the lock on `{}`",
+            item.label()
+        ))(e));
+    }
+    let Some(item) = refused else {
+        return Err(unreachable_state());
+    };
+    // Name the holder: one read, only when refused.
+    let current = calls.get(&item.id).await?;
+    let blocker = match current {
+        Some(doc) => {
+            let observed = Observed::from_source(&doc.source);
+            Blocker {
+                path: item.label(),
+                lock_type: if observed.mode() == LockMode::Shared {
+                    "shared"
+                } else {
+                    "exclusive"
+                }
+                .to_owned(),
+                holders: observed.describe_holders(),
+            }
+        }
+        None => Blocker {
+            path: item.label(),
+            lock_type: "released".into(),
+            holders: "a holder that has left since".into(),
+        },
+    };
+    Ok(Attempt::Refused(blocker))
+}
+
+fn unreachable_state() -> LockError {
+    LockError::Store {
+        context: "a scripted lock attempt".into(),
+        cause: StoreError::Backend {
+            context: "scripted".into(),
+            message: "neither granted nor refused".into(),
+        },
+    }
+}
+
+/// Releases `taken` in one scripted bulk request, sending it again on transient failures.
+pub(crate) async fn release(
+    calls: &mut Calls<'_>,
+    taken: Vec<Taken>,
+    owner: &Owner,
+    patience: Duration,
+) -> Result<Released> {
+    let mut released = Released::default();
+    if taken.is_empty() {
+        return Ok(released);
+    }
+    let updates = release_items(&taken, owner);
+    let labels: Vec<String> = {
+        let mut by_id: std::collections::HashMap<&str, String> = taken
+            .iter()
+            .map(|t| (t.item.id.as_str(), t.item.label()))
+            .collect();
+        updates
+            .iter()
+            .map(|u| by_id.remove(u.id.as_str()).unwrap_or_else(|| u.id.clone()))
+            .collect()
+    };
+    let deadline = tokio::time::Instant::now() + patience;
+    let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(500));
+    let mut pending: Vec<usize> = (0..updates.len()).collect();
+    while !pending.is_empty() {
+        let batch: Vec<ScriptedUpdate> = pending.iter().map(|&i| updates[i].clone()).collect();
+        let results = match calls.bulk_update(batch).await {
+            Ok(results) => results,
+            Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(backoff.next_pause()).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let mut again = Vec::new();
+        for (i, result) in pending.into_iter().zip(results) {
+            match result {
+                Ok(o) if o.result == UpdateResult::Noop => released.lost.push(labels[i].clone()),
+                Ok(_) => {}
+                Err(StoreError::NotFound { .. }) => released.lost.push(labels[i].clone()),
+                Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
+                    again.push(i)
+                }
+                Err(e) => {
+                    return Err(LockError::store(format!(
+                        "releasing the lock on `{}`",
+                        labels[i]
+                    ))(e))
+                }
+            }
+        }
+        if !again.is_empty() {
+            tokio::time::sleep(backoff.next_pause()).await;
+        }
+        pending = again;
+    }
+    Ok(released)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::TreeLockRequest;
+
+    fn owner() -> Owner {
+        Owner {
+            process_id: "p1".into(),
+            holder: "job".into(),
+        }
+    }
+
+    #[test]
+    fn both_protocols_create_the_same_documents() {
+        let path = FsPath::parse("/clinton/projects/README.txt").expect("path");
+        let items = TreeLockRequest::path(&path).items().expect("items");
+        let updates = acquire_items(&items, &owner(), 10, 40);
+        assert_eq!(updates.len(), 3);
+        let clinton = FsPath::parse("/clinton").expect("path");
+        assert_eq!(
+            updates[0].upsert,
+            Some(shared_with(None, &owner(), &clinton, 10, 40))
+        );
+        assert_eq!(
+            updates[2].upsert,
+            Some(exclusive_source(&owner(), Some(&path), 10, 40))
+        );
+        assert_eq!(updates[0].script, SHARED_ACQUIRE);
+        assert_eq!(updates[2].script, EXCLUSIVE_ACQUIRE);
+        assert_eq!(updates[0].params["entry"]["expires_at"], 40);
+    }
+
+    #[test]
+    fn release_goes_exclusive_first_then_deepest_first() {
+        let path = FsPath::parse("/a/b/c").expect("path");
+        let items = TreeLockRequest::path(&path).items().expect("items");
+        let taken: Vec<Taken> = items
+            .into_iter()
+            .map(|item| Taken {
+                item,
+                version: UNKNOWN,
+                source: json!({}),
+            })
+            .collect();
+        let order: Vec<(String, String)> = release_items(&taken, &owner())
+            .into_iter()
+            .map(|u| (u.id, u.script))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("/a/b/c".to_owned(), EXCLUSIVE_RELEASE.to_owned()),
+                ("/a/b".to_owned(), SHARED_RELEASE.to_owned()),
+                ("/a".to_owned(), SHARED_RELEASE.to_owned()),
+            ]
+        );
+    }
+}

@@ -1,0 +1,131 @@
+//! Test support shared by the workspace's test binaries.
+//!
+//! - [`Backend`]: the stores every test runs on: the embedded store (in memory, in
+//!   near-real-time mode, so a forgotten refresh fails) and osmem-server over HTTP.
+//! - [`osmem_url`]: starts one osmem-server per test binary, on `127.0.0.1:0`; it exits with
+//!   the test process.
+//! - [`unique_name`]: index names no other test uses, so tests can share one server.
+//!
+//! osmem-server comes from PyPI (`pip install osmem-server==0.1.6`, which `.ci/run` does). The
+//! binary is found through `FSRENAME_OSMEM_BIN`, else through the installed Python package.
+#![deny(missing_docs)]
+#![allow(clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
+
+use fs_store::{ElasticConfig, ElasticStore, SharedStore, SqliteOptions, SqliteStore};
+
+/// The backends a shared test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded SQLite store, in memory, near-real-time.
+    Embedded,
+    /// osmem-server over HTTP, through the Elasticsearch client.
+    Osmem,
+    /// A real Elasticsearch at `FSRENAME_TEST_ES_URL`, for the tests only it can run (stored
+    /// scripts). Those tests are `#[ignore]`d and run with `cargo test -- --ignored`.
+    RealElastic,
+}
+
+impl Backend {
+    /// Returns a fresh store on this backend (for osmem: a new client of the shared server;
+    /// use [`unique_name`] for indices).
+    pub fn store(self) -> SharedStore {
+        match self {
+            Backend::Embedded => Arc::new(
+                SqliteStore::in_memory_with(SqliteOptions::new().near_real_time(true))
+                    .expect("in-memory store"),
+            ),
+            Backend::Osmem => Arc::new(osmem_store()),
+            Backend::RealElastic => Arc::new(real_elastic_store()),
+        }
+    }
+}
+
+/// The variable that points the real-Elasticsearch tests at a server.
+pub const REAL_ES_VAR: &str = "FSRENAME_TEST_ES_URL";
+
+/// Returns a client of the real Elasticsearch at `FSRENAME_TEST_ES_URL` (credentials from the
+/// URL or from `FSRENAME_ES_USER`/`FSRENAME_ES_PASSWORD`/`FSRENAME_ES_API_KEY`).
+///
+/// # Panics
+/// If the variable is not set: such a test was asked for explicitly, and should say why it
+/// cannot run rather than pass.
+pub fn real_elastic_store() -> ElasticStore {
+    let url = std::env::var(REAL_ES_VAR).unwrap_or_else(|_| {
+        panic!("{REAL_ES_VAR} is not set: point it at an Elasticsearch 7.x/8.x (see docs/elasticsearch.md)")
+    });
+    let config = ElasticConfig::new(&url)
+        .expect("FSRENAME_TEST_ES_URL is not a URL")
+        .with_env()
+        .replicas(0);
+    ElasticStore::connect(config).expect("Elasticsearch client")
+}
+
+/// Returns a client of this test binary's osmem-server.
+pub fn osmem_store() -> ElasticStore {
+    let config = ElasticConfig::new(osmem_url()).expect("osmem URL");
+    ElasticStore::connect(config).expect("osmem client")
+}
+
+/// Returns `prefix-<random>`: an index name no other test uses.
+pub fn unique_name(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Returns the URL of this test binary's osmem-server, starting it on first use.
+///
+/// # Panics
+/// If osmem-server cannot be found or started; the message says how to install it.
+pub fn osmem_url() -> &'static str {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(start_osmem)
+}
+
+fn osmem_binary() -> String {
+    if let Ok(bin) = std::env::var("FSRENAME_OSMEM_BIN") {
+        return bin;
+    }
+    let found = Command::new("python3")
+        .args([
+            "-c",
+            "import os, osmem_server; print(os.path.join(os.path.dirname(osmem_server.__file__), 'bin', 'osmem-server'))",
+        ])
+        .output();
+    match found {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        _ => panic!(
+            "osmem-server is not installed: run .ci/run, or `pip install osmem-server==0.1.6`, \
+             or set FSRENAME_OSMEM_BIN to its binary"
+        ),
+    }
+}
+
+fn start_osmem() -> String {
+    let bin = osmem_binary();
+    let mut child = Command::new(&bin)
+        .args(["-addr", "127.0.0.1:0", "-no-stdin-watch", "-parent-pid"])
+        .arg(std::process::id().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start osmem-server `{bin}`: {e}"));
+    let stdout = child.stdout.take().expect("osmem stdout");
+    let mut first = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut first)
+        .expect("osmem's first line");
+    let info: serde_json::Value = serde_json::from_str(&first)
+        .unwrap_or_else(|e| panic!("osmem-server printed `{first}`, not JSON: {e}"));
+    let url = info["url"].as_str().expect("osmem URL").to_owned();
+    assert!(
+        url.starts_with("http://127.0.0.1:"),
+        "osmem must listen on loopback, got {url}"
+    );
+    // The child exits by itself when this process does (-parent-pid); it is not waited for.
+    std::mem::forget(child);
+    url
+}
