@@ -77,6 +77,14 @@ pub enum RenameError {
         /// What is wrong with it.
         message: String,
     },
+    /// A local file or directory could not be used.
+    #[error("`{path}`: {message}")]
+    Local {
+        /// The local path.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
     /// The store failed.
     #[error("store failure while {context}: {cause}")]
     Store {

@@ -6,6 +6,8 @@
 //!   exit path. Returns a [`RenameReport`]; progress is observable through [`RenameEvent`]s.
 //! - [`FsTree`]: the tree index as a set of paths (find, count, insert, scan).
 //! - [`fsck()`]: checks that a tree is well-formed and reports leftover locks.
+//! - [`index_dir`]: indexes a local directory tree; [`mkdir`], [`touch`], [`list`], [`stat`]:
+//!   the small operations of the command line, under the same locks.
 //! - [`clinton`]: the book's `/clinton` scenario, run four ways, for `fsrename demo`.
 //!
 //! ```no_run
@@ -27,14 +29,20 @@
 pub mod clinton;
 mod error;
 mod fsck;
+mod indexer;
 mod job;
+mod ops;
 mod report;
 mod strategy;
 mod tree;
 
 pub use error::{RenameError, Result};
 pub use fsck::{fsck, FsckReport};
+pub use indexer::{
+    index_dir, IndexOptions, IndexProgress, IndexProgressSink, IndexReport, Skipped,
+};
 pub use job::{RenameOutcome, Renamer, RenamerBuilder};
+pub use ops::{list, mkdir, stat, touch, LockSettings, Made};
 pub use report::{PhaseTimes, ProgressSink, RenameEvent, RenameHooks, RenameReport};
 pub use strategy::Strategy;
 pub use tree::{Entry, FsTree, BULK_BATCH};

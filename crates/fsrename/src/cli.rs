@@ -1,9 +1,12 @@
 //! The command-line arguments.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use fs_locks::LockProtocol;
 use fs_model::FsPath;
+use fs_rename::Strategy;
 
 use crate::store_location::StoreLocation;
 
@@ -24,14 +27,24 @@ pub struct Cli {
     )]
     pub store: StoreLocation,
 
+    /// The tree index; its locks live in `<INDEX>-lock`.
+    #[arg(long, global = true, default_value = fs_model::DEFAULT_TREE_INDEX)]
+    pub index: String,
+
+    /// How long a lock lives unless its holder renews it (it renews every third of this while
+    /// it works). A job that dies leaves locks that expire after this long.
+    #[arg(long, global = true, default_value = "30s", value_parser = parse_duration)]
+    pub lease: Duration,
+
+    /// How lock documents are written: `auto` (the book's scripts where the server runs them,
+    /// compare-and-set otherwise), `cas` or `scripted`.
+    #[arg(long, global = true, default_value = "auto")]
+    pub lock_protocol: LockProtocol,
+
     /// On Elasticsearch: `number_of_replicas` of the indices fsrename creates (0 suits a
     /// single node). Default: the server's default.
     #[arg(long, global = true, env = "FSRENAME_ES_REPLICAS")]
     pub replicas: Option<u32>,
-
-    /// The tree index; its locks live in `<INDEX>-lock`.
-    #[arg(long, global = true, default_value = fs_model::DEFAULT_TREE_INDEX)]
-    pub index: String,
 
     /// What to do.
     #[command(subcommand)]
@@ -41,12 +54,81 @@ pub struct Cli {
 /// The verbs.
 #[derive(Debug, Subcommand)]
 pub enum Verb {
-    /// Runs the book's /clinton scenario four ways on an in-memory store and shows, with a
-    /// timeline, why renames need tree locks. Exits 0 only if every run shows what it should.
-    Demo {
-        /// Files to create under /clinton.
-        #[arg(long, default_value_t = 20_000)]
-        files: usize,
+    /// Indexes a local directory tree: one document per file and directory. Symbolic links
+    /// are not followed (they are counted and skipped), nor are entries that cannot be read or
+    /// whose names are not UTF-8 (each is reported). Indexing again updates what changed.
+    Index {
+        /// The local directory.
+        dir: PathBuf,
+        /// Where in the tree to put it. Default: `/` followed by the directory's name.
+        #[arg(long = "as", value_name = "PATH", value_parser = parse_path)]
+        at: Option<FsPath>,
+        /// Documents per bulk request.
+        #[arg(long, default_value_t = 1_000)]
+        batch_size: usize,
+        /// Deletes documents under the target that are no longer on disk. Without it they are
+        /// reported and kept (they may be the result of renames made in the tree).
+        #[arg(long)]
+        prune: bool,
+        /// Prints the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Creates a directory (its parent must exist, unless -p).
+    Mkdir {
+        /// Creates missing parents too; an existing directory is not an error.
+        #[arg(short = 'p', long)]
+        parents: bool,
+        /// The directory to create.
+        #[arg(value_parser = parse_path)]
+        path: FsPath,
+    },
+    /// Creates an empty file, or updates the modification time of an existing one.
+    Touch {
+        /// The file.
+        #[arg(value_parser = parse_path)]
+        path: FsPath,
+    },
+    /// Renames a file or directory (and everything under it) under locks.
+    Mv {
+        /// What to rename.
+        #[arg(value_parser = parse_path)]
+        from: FsPath,
+        /// Its new path; its parent must be an existing directory.
+        #[arg(value_parser = parse_path)]
+        to: FsPath,
+        /// The locking scheme: `tree` (source, destination and their ancestors), `global`
+        /// (one rename at a time) or `document` (one lock per affected document).
+        #[arg(long, default_value = "tree", value_parser = parse_strategy)]
+        strategy: Strategy,
+        /// How long to wait for the locks; `0s` makes one attempt. Exit code 3 if they are not
+        /// granted in time.
+        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        wait: Duration,
+        /// Prints the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lists a directory.
+    Ls {
+        /// The directory (or file) to list.
+        #[arg(default_value = "/", value_parser = parse_path)]
+        path: FsPath,
+        /// Lists everything under it, with full paths.
+        #[arg(short = 'R', long)]
+        recursive: bool,
+        /// Shows kind, size and modification time.
+        #[arg(short, long)]
+        long: bool,
+        /// Prints the entries as JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lists the lock documents: what is locked, how, by whom, until when.
+    Locks {
+        /// Prints the locks as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Checks the tree: every document's parent exists and is a directory, parent/name/depth
     /// agree with the path, no path is stored twice. Reports lock documents left behind.
@@ -59,19 +141,29 @@ pub enum Verb {
         #[arg(long)]
         json: bool,
     },
-}
-
-impl Cli {
-    /// Returns the database file, if the store is one.
-    pub fn database_file(&self) -> Option<&PathBuf> {
-        match &self.store {
-            StoreLocation::File(path) => Some(path),
-            _ => None,
-        }
-    }
+    /// Runs the book's /clinton scenario four ways on an in-memory store and shows, with a
+    /// timeline, why renames need tree locks. Exits 0 only if every run shows what it should.
+    Demo {
+        /// Files to create under /clinton.
+        #[arg(long, default_value_t = 20_000)]
+        files: usize,
+    },
 }
 
 /// Parses a path argument, so a bad one is a usage error (exit 2) naming the rule it breaks.
 fn parse_path(s: &str) -> Result<FsPath, String> {
     FsPath::parse(s).map_err(|e| e.to_string())
+}
+
+/// Parses `30s`, `500ms`, `2m`, `1h 30m`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("`{s}` is not a duration like 30s, 500ms or 2m: {e}"))
+}
+
+fn parse_strategy(s: &str) -> Result<Strategy, String> {
+    match s.parse::<Strategy>()? {
+        Strategy::None => Err("`none` exists only for the demonstration".to_owned()),
+        strategy => Ok(strategy),
+    }
 }

@@ -1,7 +1,15 @@
-//! The verbs, one file each.
+//! The verbs, one file each, and what they share.
 
 mod demo;
 mod fsck;
+mod index;
+mod locks;
+mod ls;
+mod make;
+mod mv;
+
+use anyhow::Context;
+use fs_rename::{FsTree, LockSettings};
 
 use crate::cli::{Cli, Verb};
 use crate::{EXIT_FAILED, EXIT_LOCK_TIMEOUT};
@@ -11,6 +19,29 @@ pub async fn run(cli: Cli) -> u8 {
     let result = match &cli.verb {
         Verb::Demo { files } => demo::run(*files).await,
         Verb::Fsck { path, json } => fsck::run(&cli, path, *json).await,
+        Verb::Index {
+            dir,
+            at,
+            batch_size,
+            prune,
+            json,
+        } => index::run(&cli, dir, at.as_ref(), *batch_size, *prune, *json).await,
+        Verb::Mkdir { parents, path } => make::mkdir(&cli, path, *parents).await,
+        Verb::Touch { path } => make::touch(&cli, path).await,
+        Verb::Mv {
+            from,
+            to,
+            strategy,
+            wait,
+            json,
+        } => mv::run(&cli, from, to, *strategy, *wait, *json).await,
+        Verb::Ls {
+            path,
+            recursive,
+            long,
+            json,
+        } => ls::run(&cli, path, *recursive, *long, *json).await,
+        Verb::Locks { json } => locks::run(&cli, *json).await,
     };
     match result {
         Ok(code) => code,
@@ -18,6 +49,25 @@ pub async fn run(cli: Cli) -> u8 {
             eprintln!("fsrename: {e:#}");
             exit_code_of(&e)
         }
+    }
+}
+
+/// Opens the store and its tree, creating the indices if they are missing.
+async fn open_tree(cli: &Cli) -> anyhow::Result<FsTree> {
+    let store = cli.store.open(cli.replicas)?;
+    let tree = FsTree::new(store, cli.index.clone());
+    tree.ensure_indices()
+        .await
+        .with_context(|| format!("preparing index `{}` in {}", cli.index, cli.store))?;
+    Ok(tree)
+}
+
+/// The lock settings of the global options, waiting `wait`.
+fn lock_settings(cli: &Cli, wait: std::time::Duration) -> LockSettings {
+    LockSettings {
+        lease: cli.lease,
+        wait,
+        protocol: cli.lock_protocol,
     }
 }
 

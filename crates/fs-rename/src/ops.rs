@@ -1,0 +1,280 @@
+//! Small tree operations under locks: making directories and files, listing.
+//!
+//! Creating a document at a path takes the exclusive tree lock on that path, since ids are
+//! random and two jobs creating the same path at once would otherwise both succeed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use std::future::Future;
+
+use fs_locks::{LockClient, LockGuard, LockProtocol};
+use fs_model::{DocKind, FsDoc, FsPath};
+use fs_store::{BulkOp, Scope, SearchRequest, SharedStore};
+use serde_json::Value;
+
+use crate::error::{RenameError, Result};
+use crate::tree::{Entry, FsTree};
+
+/// How tree operations take their locks.
+#[derive(Debug, Clone)]
+pub struct LockSettings {
+    /// The lease of the locks. Default: 30 s.
+    pub lease: Duration,
+    /// How long to wait for them. Default: 30 s.
+    pub wait: Duration,
+    /// How lock documents are written. Default: automatic.
+    pub protocol: LockProtocol,
+}
+
+impl Default for LockSettings {
+    fn default() -> LockSettings {
+        LockSettings {
+            lease: Duration::from_secs(30),
+            wait: Duration::from_secs(30),
+            protocol: LockProtocol::Auto,
+        }
+    }
+}
+
+impl LockSettings {
+    /// Returns a lock client for one operation on `tree`, labelled `holder`.
+    pub fn client(&self, tree: &FsTree, holder: String) -> LockClient {
+        LockClient::builder(Arc::clone(tree.store()), tree.lock_index())
+            .holder(holder)
+            .lease(self.lease)
+            .wait(self.wait)
+            .protocol(self.protocol)
+            .build()
+    }
+}
+
+/// Runs `work` while `guard`'s locks are held, then releases them whatever happened; the
+/// work's error wins over a release error.
+pub(crate) async fn under_lock<T>(
+    guard: LockGuard,
+    work: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    let result = work.await;
+    let released = guard.release().await;
+    let value = result?;
+    released?;
+    Ok(value)
+}
+
+/// What [`mkdir`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Made {
+    /// Directories created, parents first.
+    pub created: Vec<FsPath>,
+}
+
+/// Returns now in epoch milliseconds.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Creates the directory `path`; with `parents`, also its missing ancestors, and an existing
+/// directory is not an error (`mkdir -p`).
+///
+/// # Errors
+/// [`RenameError::DestinationExists`] if `path` exists (without `parents`, or as a file);
+/// [`RenameError::DestinationParentMissing`] / [`RenameError::DestinationParentNotDir`];
+/// lock and store failures.
+pub async fn mkdir(
+    tree: &FsTree,
+    locks: &LockSettings,
+    path: &FsPath,
+    parents: bool,
+) -> Result<Made> {
+    if path.is_root() {
+        return if parents {
+            Ok(Made {
+                created: Vec::new(),
+            })
+        } else {
+            Err(RenameError::DestinationExists { path: path.clone() })
+        };
+    }
+    let mut created = Vec::new();
+    let mut targets: Vec<FsPath> = if parents {
+        path.ancestors().into_iter().skip(1).collect()
+    } else {
+        Vec::new()
+    };
+    targets.push(path.clone());
+    for target in targets {
+        let is_last = &target == path;
+        if create(
+            tree,
+            locks,
+            FsDoc::dir(target.clone(), now_ms()),
+            !is_last || parents,
+        )
+        .await?
+        {
+            created.push(target);
+        }
+    }
+    Ok(Made { created })
+}
+
+/// Creates an empty file at `path`, or updates the modification time of an existing file.
+///
+/// # Errors
+/// As [`mkdir`]; [`RenameError::DestinationExists`] if `path` is a directory.
+pub async fn touch(tree: &FsTree, locks: &LockSettings, path: &FsPath) -> Result<()> {
+    if path.is_root() {
+        return Err(RenameError::DestinationExists { path: path.clone() });
+    }
+    let client = locks.client(tree, format!("touch {path}"));
+    let guard = client.lock_tree(path).await?;
+    under_lock(guard, async {
+        tree.refresh().await?;
+        check_parent(tree, path).await?;
+        match tree.find(path).await? {
+            Some(entry) if entry.doc.kind == DocKind::File => {
+                let mut doc = entry.doc;
+                doc.modified = now_ms();
+                let source = to_source(tree, &entry.id, &doc)?;
+                let ops = vec![BulkOp::Index {
+                    id: entry.id,
+                    source,
+                    if_version: Some(entry.version),
+                }];
+                write(tree, ops, path).await
+            }
+            Some(_) => Err(RenameError::DestinationExists { path: path.clone() }),
+            None => {
+                let doc = FsDoc::file(path.clone(), 0, now_ms());
+                tree.insert_all(vec![doc]).await.map(|_| ())
+            }
+        }?;
+        tree.refresh().await
+    })
+    .await
+}
+
+/// Creates `doc` under the exclusive lock on its path; returns false if a directory was there
+/// already and `existing_dir_ok`.
+async fn create(
+    tree: &FsTree,
+    locks: &LockSettings,
+    doc: FsDoc,
+    existing_dir_ok: bool,
+) -> Result<bool> {
+    let path = doc.path.clone();
+    let client = locks.client(tree, format!("mkdir {path}"));
+    let guard = client.lock_tree(&path).await?;
+    under_lock(guard, async {
+        tree.refresh().await?;
+        match tree.find(&path).await? {
+            Some(e) if e.doc.kind == DocKind::Dir && existing_dir_ok => return Ok(false),
+            Some(_) => return Err(RenameError::DestinationExists { path: path.clone() }),
+            None => {}
+        }
+        check_parent(tree, &path).await?;
+        tree.insert_all(vec![doc]).await?;
+        tree.refresh().await?;
+        Ok(true)
+    })
+    .await
+}
+
+async fn check_parent(tree: &FsTree, path: &FsPath) -> Result<()> {
+    let Some(parent) = path.parent() else {
+        return Ok(());
+    };
+    match tree.kind_of(&parent).await? {
+        Some(DocKind::Dir) => Ok(()),
+        Some(DocKind::File) => Err(RenameError::DestinationParentNotDir { path: parent }),
+        None => Err(RenameError::DestinationParentMissing { path: parent }),
+    }
+}
+
+pub(crate) fn to_source(tree: &FsTree, id: &str, doc: &FsDoc) -> Result<Value> {
+    serde_json::to_value(doc).map_err(|e| RenameError::BadDocument {
+        index: tree.index().to_owned(),
+        id: id.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+async fn write(tree: &FsTree, ops: Vec<BulkOp>, path: &FsPath) -> Result<()> {
+    let context = format!("writing `{path}`");
+    let results = tree
+        .store()
+        .bulk(tree.index(), ops)
+        .await
+        .map_err(RenameError::store(context.clone()))?;
+    for result in results {
+        result.map_err(RenameError::store(context.clone()))?;
+    }
+    Ok(())
+}
+
+/// Returns the entry at `path` (the root is a directory even without a document).
+///
+/// # Errors
+/// [`RenameError::SourceNotFound`] if nothing is there.
+pub async fn stat(tree: &FsTree, path: &FsPath) -> Result<Entry> {
+    tree.refresh().await?;
+    if let Some(entry) = tree.find(path).await? {
+        return Ok(entry);
+    }
+    if path.is_root() {
+        return Ok(Entry {
+            id: String::new(),
+            version: fs_store::Version {
+                seq_no: -1,
+                primary_term: -1,
+            },
+            doc: FsDoc::dir(FsPath::root(), 0),
+        });
+    }
+    Err(RenameError::SourceNotFound { path: path.clone() })
+}
+
+/// Calls `each` with the entries directly in `dir` (or, `recursive`, everything under it), in
+/// path order, a page at a time. Sees what was refreshed; call [`FsTree::refresh`] first.
+///
+/// # Errors
+/// Store failures, or whatever `each` returns.
+pub async fn list<F>(
+    store: &SharedStore,
+    index: &str,
+    dir: &FsPath,
+    recursive: bool,
+    mut each: F,
+) -> Result<()>
+where
+    F: FnMut(&Entry) -> Result<()>,
+{
+    let scope = if recursive {
+        Scope::Subtree(dir.clone())
+    } else {
+        Scope::Children(dir.clone())
+    };
+    let mut request = SearchRequest::first(scope, 1_000);
+    loop {
+        let context = format!("listing `{dir}`");
+        let page = store
+            .search(index, request.clone())
+            .await
+            .map_err(RenameError::store(context))?;
+        for hit in page.docs {
+            let entry = Entry::from_stored(index, hit)?;
+            if recursive && entry.doc.path == *dir {
+                continue;
+            }
+            each(&entry)?;
+        }
+        match page.next {
+            Some(cursor) => request.after = Some(cursor),
+            None => return Ok(()),
+        }
+    }
+}

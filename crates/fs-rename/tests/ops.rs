@@ -1,0 +1,115 @@
+//! mkdir, touch, stat, list and index_dir on every backend.
+
+mod common;
+
+use common::*;
+use fs_rename::{index_dir, list, mkdir, stat, touch, IndexOptions, LockSettings, RenameError};
+
+async fn mkdir_and_touch_check_what_they_must(env: Env) {
+    let tree = env.tree();
+    tree.ensure_indices().await.expect("indices");
+    let locks = LockSettings::default();
+    let missing_parent = mkdir(&tree, &locks, &p("/a/b"), false).await;
+    assert!(
+        matches!(
+            missing_parent,
+            Err(RenameError::DestinationParentMissing { .. })
+        ),
+        "{missing_parent:?}"
+    );
+    let made = mkdir(&tree, &locks, &p("/a/b/c"), true)
+        .await
+        .expect("mkdir -p");
+    assert_eq!(made.created, vec![p("/a"), p("/a/b"), p("/a/b/c")]);
+    assert!(mkdir(&tree, &locks, &p("/a/b"), true)
+        .await
+        .expect("again, -p")
+        .created
+        .is_empty());
+    let exists = mkdir(&tree, &locks, &p("/a/b"), false).await;
+    assert!(
+        matches!(exists, Err(RenameError::DestinationExists { .. })),
+        "{exists:?}"
+    );
+    touch(&tree, &locks, &p("/a/f")).await.expect("touch");
+    let first = stat(&tree, &p("/a/f")).await.expect("stat").doc.modified;
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    touch(&tree, &locks, &p("/a/f")).await.expect("touch again");
+    assert!(stat(&tree, &p("/a/f")).await.expect("stat").doc.modified > first);
+    let on_dir = touch(&tree, &locks, &p("/a/b")).await;
+    assert!(
+        matches!(on_dir, Err(RenameError::DestinationExists { .. })),
+        "{on_dir:?}"
+    );
+    let under_file = mkdir(&tree, &locks, &p("/a/f/x"), false).await;
+    assert!(
+        matches!(under_file, Err(RenameError::DestinationParentNotDir { .. })),
+        "{under_file:?}"
+    );
+    let mut names = Vec::new();
+    list(tree.store(), tree.index(), &p("/a"), false, |e| {
+        names.push(e.doc.name.clone());
+        Ok(())
+    })
+    .await
+    .expect("list");
+    assert_eq!(names, ["b", "f"]);
+    assert_eq!(locks_left(&env).await, 0);
+}
+
+async fn indexing_is_idempotent_and_prunes_on_request(env: Env) {
+    let work = tempfile::tempdir().expect("temp dir");
+    let dir = work.path().join("src");
+    std::fs::create_dir_all(dir.join("a/b")).expect("mkdir");
+    std::fs::write(dir.join("a/x"), b"123").expect("write");
+    std::fs::write(dir.join("a/b/y"), b"45").expect("write");
+    let tree = env.tree();
+    let options = IndexOptions::default();
+    let first = index_dir(&tree, &dir, &p("/deep/src"), &options, None)
+        .await
+        .expect("index");
+    assert_eq!(
+        (first.files, first.dirs, first.bytes, first.created),
+        (2, 3, 5, 5)
+    );
+    assert_eq!(
+        stat(&tree, &p("/deep"))
+            .await
+            .expect("parent made")
+            .doc
+            .kind,
+        fs_model::DocKind::Dir
+    );
+    let again = index_dir(&tree, &dir, &p("/deep/src"), &options, None)
+        .await
+        .expect("index again");
+    assert_eq!((again.created, again.updated, again.unchanged), (0, 0, 5));
+    std::fs::remove_file(dir.join("a/x")).expect("remove");
+    let kept = index_dir(&tree, &dir, &p("/deep/src"), &options, None)
+        .await
+        .expect("index");
+    assert_eq!((kept.stale, kept.pruned), (1, 0));
+    let prune = IndexOptions {
+        prune: true,
+        ..IndexOptions::default()
+    };
+    let pruned = index_dir(&tree, &dir, &p("/deep/src"), &prune, None)
+        .await
+        .expect("prune");
+    assert_eq!((pruned.stale, pruned.pruned), (1, 1));
+    assert!(matches!(
+        stat(&tree, &p("/deep/src/a/x")).await,
+        Err(RenameError::SourceNotFound { .. })
+    ));
+    let not_a_dir = index_dir(&tree, &dir.join("a/b/y"), &p("/y"), &options, None).await;
+    assert!(
+        matches!(not_a_dir, Err(RenameError::Local { .. })),
+        "{not_a_dir:?}"
+    );
+    assert_eq!(locks_left(&env).await, 0);
+}
+
+on_every_backend!(
+    mkdir_and_touch_check_what_they_must,
+    indexing_is_idempotent_and_prunes_on_request
+);

@@ -1,0 +1,172 @@
+//! `fsrename index DIR [--as PATH]`: indexes a local directory tree.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use fs_model::FsPath;
+use fs_rename::{index_dir, IndexOptions, IndexProgress, IndexReport};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::{lock_settings, open_tree};
+use crate::cli::Cli;
+use crate::{EXIT_FAILED, EXIT_OK};
+
+/// How often progress is printed when stderr is not a terminal.
+const PLAIN_EVERY: Duration = Duration::from_secs(2);
+
+pub async fn run(
+    cli: &Cli,
+    dir: &Path,
+    at: Option<&FsPath>,
+    batch_size: usize,
+    prune: bool,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let at = match at {
+        Some(at) => at.clone(),
+        None => default_target(dir)?,
+    };
+    let tree = open_tree(cli).await?;
+    let options = IndexOptions {
+        batch_size,
+        prune,
+        locks: lock_settings(cli, cli.lease),
+    };
+    let (sink, bar) = progress();
+    let report = index_dir(&tree, dir, &at, &options, Some(sink))
+        .await
+        .with_context(|| format!("indexing `{}` as `{at}` in {}", dir.display(), cli.store));
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let report = report?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_summary(&report);
+    }
+    Ok(if report.failed == 0 {
+        EXIT_OK
+    } else {
+        EXIT_FAILED
+    })
+}
+
+/// `/` followed by the directory's own name (`/home/me/photos` → `/photos`).
+fn default_target(dir: &Path) -> anyhow::Result<FsPath> {
+    let absolute = std::fs::canonicalize(dir).with_context(|| format!("`{}`", dir.display()))?;
+    let name = absolute
+        .file_name()
+        .and_then(|n| n.to_str())
+        .with_context(|| {
+            format!(
+                "`{}` has no UTF-8 name to index it under; give one with --as",
+                dir.display()
+            )
+        })?;
+    Ok(FsPath::root().join(name)?)
+}
+
+/// A progress bar when stderr is a terminal, plain periodic lines otherwise.
+fn progress() -> (
+    Arc<dyn Fn(IndexProgress) + Send + Sync>,
+    Option<ProgressBar>,
+) {
+    if std::io::stderr().is_terminal() {
+        let bar = ProgressBar::new_spinner();
+        let style = ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner());
+        bar.set_style(style);
+        bar.enable_steady_tick(Duration::from_millis(120));
+        let shown = bar.clone();
+        let sink = Arc::new(move |p: IndexProgress| {
+            shown.set_message(format!(
+                "{} entries walked, {} documents written",
+                p.walked, p.written
+            ));
+        });
+        return (sink, Some(bar));
+    }
+    let last = Mutex::new(Instant::now());
+    let sink = Arc::new(move |p: IndexProgress| {
+        let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+        if last.elapsed() >= PLAIN_EVERY {
+            *last = Instant::now();
+            eprintln!(
+                "fsrename: {} entries walked, {} documents written",
+                p.walked, p.written
+            );
+        }
+    });
+    (sink, None)
+}
+
+fn print_summary(r: &IndexReport) {
+    println!(
+        "indexed `{}` as `{}`: {} files, {} directories, {}",
+        r.dir.display(),
+        r.at,
+        r.files,
+        r.dirs,
+        human_bytes(r.bytes)
+    );
+    println!(
+        "  documents: {} created, {} updated, {} unchanged",
+        r.created, r.updated, r.unchanged
+    );
+    if r.stale > 0 {
+        if r.pruned > 0 {
+            println!(
+                "  {} documents no longer on disk: {} deleted",
+                r.stale, r.pruned
+            );
+        } else {
+            println!(
+                "  {} documents no longer on disk: kept (--prune deletes them)",
+                r.stale
+            );
+        }
+    }
+    println!(
+        "  skipped: {} ({} symbolic links, not followed)",
+        r.skipped_count, r.symlinks
+    );
+    for s in &r.skipped {
+        println!("    {}: {}", s.path, s.reason);
+    }
+    if r.skipped_count > r.skipped.len() as u64 {
+        println!(
+            "    ... and {} more",
+            r.skipped_count - r.skipped.len() as u64
+        );
+    }
+    if r.failed > 0 {
+        println!(
+            "  FAILED: the store refused {} documents (listed above)",
+            r.failed
+        );
+    }
+    println!(
+        "  {:.2} s, {:.0} entries/s",
+        r.elapsed.as_secs_f64(),
+        r.docs_per_second()
+    );
+}
+
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
