@@ -35,6 +35,7 @@ pub struct LockClientBuilder {
     backoff_max: Duration,
     on_event: Option<EventSink>,
     protocol: LockProtocol,
+    cancel: Option<watch::Receiver<bool>>,
 }
 
 /// Something that happened to an acquisition, for progress reports and timelines.
@@ -77,6 +78,13 @@ impl LockClientBuilder {
     /// the store runs scripts, compare-and-set otherwise).
     pub fn protocol(mut self, protocol: LockProtocol) -> LockClientBuilder {
         self.protocol = protocol;
+        self
+    }
+
+    /// Stops acquisitions when `cancel` turns true: a waiting acquisition fails with
+    /// [`LockError::Cancelled`] at once, holding nothing. Default: never cancelled.
+    pub fn cancel(mut self, cancel: watch::Receiver<bool>) -> LockClientBuilder {
+        self.cancel = Some(cancel);
         self
     }
 
@@ -151,6 +159,7 @@ impl LockClientBuilder {
                 backoff_max: self.backoff_max,
                 on_event: self.on_event,
                 protocol_wanted: self.protocol,
+                cancel: self.cancel,
                 protocol: tokio::sync::OnceCell::new(),
                 clock: LeaseClock::new(),
                 held: Mutex::new(HashMap::new()),
@@ -194,6 +203,7 @@ pub(crate) struct Inner {
     backoff_max: Duration,
     on_event: Option<EventSink>,
     protocol_wanted: LockProtocol,
+    cancel: Option<watch::Receiver<bool>>,
     /// The protocol in use, decided on first use.
     protocol: tokio::sync::OnceCell<LockProtocol>,
     pub(crate) clock: LeaseClock,
@@ -276,6 +286,7 @@ impl LockClient {
             backoff_max: Duration::from_millis(500),
             on_event: None,
             protocol: LockProtocol::Auto,
+            cancel: None,
         }
     }
 
@@ -385,7 +396,11 @@ impl LockClient {
         let mut backoff = Backoff::new(self.inner.backoff_base, self.inner.backoff_max);
         let mut round_trips = 0;
         let mut attempts = 0;
+        let mut cancel = self.inner.cancel.clone();
         loop {
+            if cancel.as_ref().is_some_and(|c| *c.borrow()) {
+                return Err(LockError::Cancelled { wanted });
+            }
             attempts += 1;
             let (outcome, trips) = self.attempt(&items).await;
             round_trips += trips;
@@ -430,7 +445,17 @@ impl LockClient {
                 blocker: blocker.clone(),
                 attempts,
             });
-            tokio::time::sleep(backoff.next_pause().min(deadline - now)).await;
+            let pause = tokio::time::sleep(backoff.next_pause().min(deadline - now));
+            match cancel.as_mut() {
+                // Woken by a cancellation, the loop's next turn sees it and stops.
+                Some(cancel) => {
+                    tokio::select! {
+                        () = pause => {}
+                        _ = cancel.changed() => {}
+                    }
+                }
+                None => pause.await,
+            }
         }
     }
 

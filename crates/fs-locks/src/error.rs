@@ -77,6 +77,12 @@ pub enum LockError {
         /// The lock's path or id.
         path: String,
     },
+    /// The acquisition was cancelled (the service is shutting down) before it was granted.
+    #[error("{wanted} cancelled before it was granted")]
+    Cancelled {
+        /// What was being locked.
+        wanted: String,
+    },
     /// The store failed.
     #[error("lock store failure while {context}: {cause}")]
     Store {

@@ -85,6 +85,15 @@ pub enum RenameError {
         /// What is wrong.
         message: String,
     },
+    /// The job was cancelled (the service is shutting down); what it wrote stays written and
+    /// its locks were released.
+    #[error("cancelled after rewriting {rewritten} of {found} documents")]
+    Cancelled {
+        /// Documents rewritten before the job stopped.
+        rewritten: u64,
+        /// Documents found so far.
+        found: u64,
+    },
     /// The store failed.
     #[error("store failure while {context}: {cause}")]
     Store {

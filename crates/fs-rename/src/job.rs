@@ -40,9 +40,18 @@ pub struct RenamerBuilder {
     progress: Option<ProgressSink>,
     hooks: Option<Arc<dyn RenameHooks>>,
     protocol: LockProtocol,
+    cancel: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl RenamerBuilder {
+    /// Stops the job when `cancel` turns true: while it waits for locks, or before its next
+    /// page; it then releases its locks and fails with [`RenameError::Cancelled`] (or a lock
+    /// error saying so). Default: never cancelled.
+    pub fn cancel(mut self, cancel: tokio::sync::watch::Receiver<bool>) -> RenamerBuilder {
+        self.cancel = Some(cancel);
+        self
+    }
+
     /// Sets how lock documents are written. Default: [`LockProtocol::Auto`].
     pub fn lock_protocol(mut self, protocol: LockProtocol) -> RenamerBuilder {
         self.protocol = protocol;
@@ -144,6 +153,7 @@ impl Renamer {
             progress: None,
             hooks: None,
             protocol: LockProtocol::Auto,
+            cancel: None,
         }
     }
 
@@ -246,6 +256,9 @@ impl Renamer {
             .lease(c.lease)
             .wait(c.wait)
             .protocol(c.protocol);
+        if let Some(cancel) = c.cancel.clone() {
+            builder = builder.cancel(cancel);
+        }
         if let Some(sink) = c.progress.clone() {
             builder = builder.on_event(Arc::new(move |event| {
                 sink(match event {
@@ -381,7 +394,15 @@ impl Renamer {
         let lost = locks.lost_locks();
         let store = tree.store();
         let index = tree.index();
-        let mut request = SearchRequest::first(Scope::Subtree(from.clone()), self.config.page_size);
+        let scope = Scope::Subtree(from.clone());
+        // Under locks the count cannot grow, so a subtree that fits in one page needs no
+        // point in time on Elasticsearch (opening one costs more than a small scan).
+        let locked = self.config.strategy != Strategy::None;
+        let mut request = if locked && total < self.config.page_size as u64 {
+            SearchRequest::single_page(scope, self.config.page_size)
+        } else {
+            SearchRequest::first(scope, self.config.page_size)
+        };
         loop {
             let context = format!("scanning under `{from}`");
             let page = store
@@ -399,6 +420,12 @@ impl Renamer {
             report.found += entries.len() as u64;
             if let Some(hooks) = &self.config.hooks {
                 hooks.before_write(&entries).await;
+            }
+            if self.config.cancel.as_ref().is_some_and(|c| *c.borrow()) {
+                return Err(RenameError::Cancelled {
+                    rewritten: report.rewritten,
+                    found: report.found,
+                });
             }
             if let Some(path) = lost.borrow().first() {
                 return Err(fs_locks::LockError::LeaseLost { path: path.clone() }.into());

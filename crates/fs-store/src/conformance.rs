@@ -578,6 +578,7 @@ pub async fn sources_must_be_objects(store: SharedStore) {
     assert!(store.get(&index, "a").await.expect("get").is_none());
     let cursor = crate::Cursor(json!({"not": "ours"}));
     let request = SearchRequest {
+        single_page: false,
         scope: Scope::All,
         size: 5,
         after: Some(cursor),

@@ -97,6 +97,10 @@ pub struct SearchRequest {
     pub size: usize,
     /// Resume after this position; `None` starts at the beginning.
     pub after: Option<Cursor>,
+    /// The caller will not ask for a second page (it knows the scope holds fewer than `size`
+    /// documents), so the store need not keep anything open to page further. The page then
+    /// has no cursor.
+    pub single_page: bool,
 }
 
 impl SearchRequest {
@@ -106,6 +110,18 @@ impl SearchRequest {
             scope,
             size,
             after: None,
+            single_page: false,
+        }
+    }
+
+    /// Returns a request for the only page the caller wants: up to `size` documents of
+    /// `scope`, with nothing kept open for more.
+    pub fn single_page(scope: Scope, size: usize) -> SearchRequest {
+        SearchRequest {
+            scope,
+            size,
+            after: None,
+            single_page: true,
         }
     }
 }

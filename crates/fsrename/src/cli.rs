@@ -141,6 +141,37 @@ pub enum Verb {
         #[arg(long)]
         json: bool,
     },
+    /// Serves rename jobs over HTTP: POST /renames {"from", "to", "strategy"?} → 202 with a job
+    /// id; GET /renames/{id}; GET /renames; GET /locks; GET /tree?path=&depth=; GET /healthz;
+    /// GET /metrics. Stops on SIGINT/SIGTERM after letting running jobs finish.
+    Serve {
+        /// Where to listen. A non-loopback address requires FSRENAME_TOKEN, which clients then
+        /// send as `Authorization: Bearer <token>` (if set, it is required on loopback too).
+        #[arg(long, default_value = "127.0.0.1:7070")]
+        listen: std::net::SocketAddr,
+        /// Rename jobs running at once.
+        #[arg(long, default_value_t = 8)]
+        max_jobs: usize,
+        /// Jobs accepted but not finished, at most; more get 429.
+        #[arg(long, default_value_t = 1_024)]
+        queue: usize,
+        /// Finished jobs remembered for GET /renames.
+        #[arg(long, default_value_t = 1_000)]
+        history: usize,
+        /// The largest request body in bytes; larger get 413.
+        #[arg(long, default_value_t = 65_536)]
+        body_limit: usize,
+        /// At shutdown, how long running jobs may take before they are cancelled (they then
+        /// release their locks).
+        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        grace: Duration,
+        /// How long a job waits for its locks before it fails.
+        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        wait: Duration,
+        /// The strategy of requests that name none.
+        #[arg(long, default_value = "tree", value_parser = parse_strategy)]
+        strategy: Strategy,
+    },
     /// Runs the book's /clinton scenario four ways on an in-memory store and shows, with a
     /// timeline, why renames need tree locks. Exits 0 only if every run shows what it should.
     Demo {

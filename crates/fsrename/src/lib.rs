@@ -5,6 +5,7 @@
 //! [`EXIT_LOCK_TIMEOUT`] (3) a lock was not granted in time.
 
 mod cli;
+pub mod serve;
 mod store_location;
 mod verbs;
 
@@ -20,13 +21,8 @@ pub const EXIT_FAILED: u8 = 1;
 /// The exit code of a verb whose locks were not granted within `--wait`.
 pub const EXIT_LOCK_TIMEOUT: u8 = 3;
 
-/// Runs the verb in `cli` until it ends or `shutdown` resolves; returns the exit code.
-pub async fn run(cli: Cli, shutdown: impl Future<Output = ()>) -> u8 {
-    tokio::select! {
-        code = verbs::run(cli) => code,
-        () = shutdown => {
-            eprintln!("fsrename: interrupted");
-            EXIT_FAILED
-        }
-    }
+/// Runs the verb in `cli` until it ends or `shutdown` resolves (`serve` then shuts down
+/// gracefully); returns the exit code.
+pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) -> u8 {
+    verbs::run(cli, shutdown).await
 }

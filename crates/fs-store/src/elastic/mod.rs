@@ -639,10 +639,15 @@ impl DocStore for ElasticStore {
         let client = &self.inner.client;
         let query = scope_query(&request.scope);
         let size = request.size;
-        if let Scope::Exact(_) = request.scope {
+        if request.single_page || matches!(request.scope, Scope::Exact(_)) {
             // One page, nothing to keep open.
             let indices = [index];
-            let body = json!({ "size": size, "query": query, "sort": [{ "path": "asc" }],
+            let sort = if matches!(request.scope, Scope::All) {
+                json!(["_doc"])
+            } else {
+                json!([{ "path": "asc" }])
+            };
+            let body = json!({ "size": size, "query": query, "sort": sort,
                                "seq_no_primary_term": true, "track_total_hits": false });
             let answer = self
                 .ok(&context, index, "", Retry::Always, || {

@@ -396,7 +396,7 @@ pub(super) fn search(
         }
     }
     let next = match docs.last() {
-        Some(last) if docs.len() == req.size => Some(Cursor(if by_path {
+        Some(last) if docs.len() == req.size && !req.single_page => Some(Cursor(if by_path {
             serde_json::json!([last_path, last.id])
         } else {
             serde_json::json!([last.id])

@@ -7,6 +7,9 @@ mod locks;
 mod ls;
 mod make;
 mod mv;
+mod serve;
+
+use std::future::Future;
 
 use anyhow::Context;
 use fs_rename::{FsTree, LockSettings};
@@ -14,34 +17,16 @@ use fs_rename::{FsTree, LockSettings};
 use crate::cli::{Cli, Verb};
 use crate::{EXIT_FAILED, EXIT_LOCK_TIMEOUT};
 
-/// Runs the verb; prints its errors; returns the exit code.
-pub async fn run(cli: Cli) -> u8 {
-    let result = match &cli.verb {
-        Verb::Demo { files } => demo::run(*files).await,
-        Verb::Fsck { path, json } => fsck::run(&cli, path, *json).await,
-        Verb::Index {
-            dir,
-            at,
-            batch_size,
-            prune,
-            json,
-        } => index::run(&cli, dir, at.as_ref(), *batch_size, *prune, *json).await,
-        Verb::Mkdir { parents, path } => make::mkdir(&cli, path, *parents).await,
-        Verb::Touch { path } => make::touch(&cli, path).await,
-        Verb::Mv {
-            from,
-            to,
-            strategy,
-            wait,
-            json,
-        } => mv::run(&cli, from, to, *strategy, *wait, *json).await,
-        Verb::Ls {
-            path,
-            recursive,
-            long,
-            json,
-        } => ls::run(&cli, path, *recursive, *long, *json).await,
-        Verb::Locks { json } => locks::run(&cli, *json).await,
+/// Runs the verb until it ends or `shutdown` resolves (the service instead shuts down
+/// gracefully); prints its errors; returns the exit code.
+pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) -> u8 {
+    let result = if let Verb::Serve { .. } = &cli.verb {
+        serve::run(&cli, shutdown).await
+    } else {
+        tokio::select! {
+            result = run_verb(&cli) => result,
+            () = shutdown => Err(anyhow::anyhow!("interrupted")),
+        }
     };
     match result {
         Ok(code) => code,
@@ -49,6 +34,37 @@ pub async fn run(cli: Cli) -> u8 {
             eprintln!("fsrename: {e:#}");
             exit_code_of(&e)
         }
+    }
+}
+
+async fn run_verb(cli: &Cli) -> anyhow::Result<u8> {
+    match &cli.verb {
+        Verb::Demo { files } => demo::run(*files).await,
+        Verb::Fsck { path, json } => fsck::run(cli, path, *json).await,
+        Verb::Index {
+            dir,
+            at,
+            batch_size,
+            prune,
+            json,
+        } => index::run(cli, dir, at.as_ref(), *batch_size, *prune, *json).await,
+        Verb::Mkdir { parents, path } => make::mkdir(cli, path, *parents).await,
+        Verb::Touch { path } => make::touch(cli, path).await,
+        Verb::Mv {
+            from,
+            to,
+            strategy,
+            wait,
+            json,
+        } => mv::run(cli, from, to, *strategy, *wait, *json).await,
+        Verb::Ls {
+            path,
+            recursive,
+            long,
+            json,
+        } => ls::run(cli, path, *recursive, *long, *json).await,
+        Verb::Locks { json } => locks::run(cli, *json).await,
+        Verb::Serve { .. } => serve::run(cli, std::future::pending()).await,
     }
 }
 

@@ -1,0 +1,74 @@
+//! How the service runs.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use fs_locks::LockProtocol;
+use fs_rename::Strategy;
+
+/// The service's settings.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Where to listen. Default: `127.0.0.1:7070`.
+    pub listen: SocketAddr,
+    /// The tree index.
+    pub index: String,
+    /// Required as `Authorization: Bearer <token>` when set; must be set to listen on a
+    /// non-loopback address.
+    pub token: Option<String>,
+    /// Rename jobs running at once. Default: 8.
+    pub max_jobs: usize,
+    /// Jobs accepted but not finished, at most; more get 429. Default: 1 024.
+    pub queue: usize,
+    /// Finished jobs remembered for `GET /renames`. Default: 1 000.
+    pub history: usize,
+    /// The largest request body, in bytes; larger get 413. Default: 64 KiB.
+    pub body_limit: usize,
+    /// How long running jobs may take to finish at shutdown before they are cancelled.
+    /// Default: 30 s.
+    pub grace: Duration,
+    /// The strategy of requests that name none. Default: tree.
+    pub strategy: Strategy,
+    /// The lease of the jobs' locks. Default: 30 s.
+    pub lease: Duration,
+    /// How long a job waits for its locks. Default: 30 s.
+    pub wait: Duration,
+    /// How lock documents are written.
+    pub protocol: LockProtocol,
+}
+
+impl ServeConfig {
+    /// Returns the defaults for `index`.
+    pub fn new(index: impl Into<String>) -> ServeConfig {
+        ServeConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
+            index: index.into(),
+            token: None,
+            max_jobs: 8,
+            queue: 1_024,
+            history: 1_000,
+            body_limit: 64 * 1024,
+            grace: Duration::from_secs(30),
+            strategy: Strategy::Tree,
+            lease: Duration::from_secs(30),
+            wait: Duration::from_secs(30),
+            protocol: LockProtocol::Auto,
+        }
+    }
+
+    /// Checks the settings: a non-loopback address needs a token.
+    ///
+    /// # Errors
+    /// Says what is missing.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if !self.listen.ip().is_loopback() && self.token.as_deref().is_none_or(str::is_empty) {
+            anyhow::bail!(
+                "listening on {} (not a loopback address) requires a bearer token: set FSRENAME_TOKEN",
+                self.listen
+            );
+        }
+        anyhow::ensure!(self.max_jobs > 0, "--max-jobs must be at least 1");
+        anyhow::ensure!(self.queue > 0, "--queue must be at least 1");
+        Ok(())
+    }
+}

@@ -1,0 +1,90 @@
+//! `fsrename serve`: rename jobs over HTTP.
+//!
+//! Clients submit renames (`POST /renames`); the service runs them under tree locks, a
+//! bounded number at a time, and reports their progress (`GET /renames/{id}`). Jobs on
+//! disjoint subtrees run side by side. On SIGINT/SIGTERM it stops accepting, lets running
+//! jobs finish within a grace period, cancels the rest (they release their locks), and exits.
+
+mod api;
+mod config;
+mod jobs;
+mod metrics;
+mod middleware;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::extract::DefaultBodyLimit;
+use fs_rename::FsTree;
+use fs_store::SharedStore;
+
+pub use config::ServeConfig;
+use jobs::Jobs;
+
+/// A running service.
+pub struct Server {
+    addr: SocketAddr,
+    done: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Server {
+    /// Binds, prepares the indices and starts serving until `shutdown` resolves.
+    ///
+    /// # Errors
+    /// An invalid configuration, a port in use, an unreachable store.
+    pub async fn start(
+        config: ServeConfig,
+        store: SharedStore,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<Server> {
+        config.validate()?;
+        let tree = FsTree::new(Arc::clone(&store), config.index.clone());
+        tree.ensure_indices().await.with_context(|| {
+            format!("preparing index `{}` in {}", config.index, store.describe())
+        })?;
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let addr = listener.local_addr()?;
+        let token: Option<Arc<str>> = config
+            .token
+            .clone()
+            .filter(|t| !t.is_empty())
+            .map(Arc::from);
+        let body_limit = config.body_limit;
+        let jobs = Jobs::new(store, config);
+        let app = api::routes(jobs.clone())
+            .layer(DefaultBodyLimit::max(body_limit))
+            .layer(axum::middleware::from_fn_with_state(
+                token,
+                middleware::bearer,
+            ))
+            .layer(axum::middleware::from_fn(middleware::request_log));
+        tracing::info!(%addr, "serving");
+        let done = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+                .context("serving")?;
+            tracing::info!("no longer accepting requests; finishing the running jobs");
+            jobs.shut_down().await;
+            Ok(())
+        });
+        Ok(Server { addr, done })
+    }
+
+    /// Returns the address it listens on (useful with port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Waits until the service has shut down.
+    ///
+    /// # Errors
+    /// If serving failed.
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.done.await.context("the server task")?
+    }
+}

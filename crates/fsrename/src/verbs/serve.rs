@@ -1,0 +1,51 @@
+//! `fsrename serve`: hands the options to the service and waits for it to stop.
+
+use std::future::Future;
+
+use crate::cli::{Cli, Verb};
+use crate::serve::{ServeConfig, Server};
+use crate::EXIT_OK;
+
+pub async fn run(
+    cli: &Cli,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<u8> {
+    let Verb::Serve {
+        listen,
+        max_jobs,
+        queue,
+        history,
+        body_limit,
+        grace,
+        wait,
+        strategy,
+    } = &cli.verb
+    else {
+        anyhow::bail!("not the serve verb");
+    };
+    let mut config = ServeConfig::new(cli.index.clone());
+    config.listen = *listen;
+    config.token = std::env::var("FSRENAME_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty());
+    config.max_jobs = *max_jobs;
+    config.queue = *queue;
+    config.history = *history;
+    config.body_limit = *body_limit;
+    config.grace = *grace;
+    config.wait = *wait;
+    config.strategy = *strategy;
+    config.lease = cli.lease;
+    config.protocol = cli.lock_protocol;
+    config.validate()?;
+    let store = cli.store.open(cli.replicas)?;
+    let server = Server::start(config, store, shutdown).await?;
+    eprintln!(
+        "fsrename: serving on http://{} (store {})",
+        server.addr(),
+        cli.store
+    );
+    server.wait().await?;
+    eprintln!("fsrename: stopped");
+    Ok(EXIT_OK)
+}

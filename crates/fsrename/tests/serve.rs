@@ -1,0 +1,535 @@
+//! `fsrename serve` over HTTP, on the embedded store and on osmem: the API, bad input, the
+//! queue limit, the token, graceful shutdown, and a load test.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fs_model::{FsDoc, FsPath};
+use fs_rename::FsTree;
+use fs_store::SharedStore;
+use fs_testkit::Backend;
+use fsrename::serve::{ServeConfig, Server};
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+struct Service {
+    base: String,
+    http: reqwest::Client,
+    store: SharedStore,
+    index: String,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<Server>,
+}
+
+impl Service {
+    async fn start(backend: Backend, tweak: impl FnOnce(&mut ServeConfig)) -> Service {
+        let store = backend.store();
+        let index = fs_testkit::unique_name("fs");
+        let mut config = ServeConfig::new(index.clone());
+        config.listen = "127.0.0.1:0".parse().expect("addr");
+        tweak(&mut config);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = Server::start(config, Arc::clone(&store), async {
+            let _ = stopped.await;
+        })
+        .await
+        .expect("start the service");
+        let base = format!("http://{}", server.addr());
+        Service {
+            base,
+            http: reqwest::Client::new(),
+            store,
+            index,
+            stop: Some(stop),
+            server: Some(server),
+        }
+    }
+
+    fn tree(&self) -> FsTree {
+        FsTree::new(Arc::clone(&self.store), self.index.clone())
+    }
+
+    async fn build(&self, dirs: usize, subdirs: usize, files: usize) -> u64 {
+        let mut docs = Vec::new();
+        for t in 0..dirs {
+            let top = FsPath::parse(&format!("/t{t:03}")).expect("path");
+            docs.push(FsDoc::dir(top.clone(), 0));
+            for s in 0..subdirs {
+                let sub = top.join(&format!("s{s}")).expect("join");
+                docs.push(FsDoc::dir(sub.clone(), 0));
+                for f in 0..files {
+                    docs.push(FsDoc::file(sub.join(&format!("f{f}")).expect("join"), 1, 0));
+                }
+            }
+        }
+        let n = docs.len() as u64;
+        self.tree().insert_all(docs).await.expect("insert");
+        self.tree().refresh().await.expect("refresh");
+        n
+    }
+
+    async fn post(&self, body: &str) -> (u16, Value) {
+        let answer = self
+            .http
+            .post(format!("{}/renames", self.base))
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
+            .await
+            .expect("POST /renames");
+        let status = answer.status().as_u16();
+        (status, answer.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let answer = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .expect("GET");
+        let status = answer.status().as_u16();
+        (status, answer.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn submit(&self, from: &str, to: &str) -> String {
+        let (status, body) = self
+            .post(&json!({ "from": from, "to": to }).to_string())
+            .await;
+        assert_eq!(status, 202, "{body}");
+        body["id"].as_str().expect("job id").to_owned()
+    }
+
+    /// Polls the job until it is done or failed, backing off as a polite client would.
+    async fn finished(&self, id: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let (status, job) = self.get(&format!("/renames/{id}")).await;
+            assert_eq!(status, 200, "{job}");
+            if job["state"] == "done" || job["state"] == "failed" {
+                return job;
+            }
+            assert!(Instant::now() < deadline, "job {id} never finished: {job}");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.wait().await.expect("clean shutdown");
+        }
+    }
+}
+
+macro_rules! on_every_backend {
+    ($($case:ident),+ $(,)?) => {
+        mod embedded {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+               async fn $case() { super::$case(fs_testkit::Backend::Embedded).await } )+
+        }
+        mod osmem {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+               async fn $case() { super::$case(fs_testkit::Backend::Osmem).await } )+
+        }
+    };
+}
+
+async fn a_rename_through_the_api(backend: Backend) {
+    let service = Service::start(backend, |_| {}).await;
+    let docs = service.build(2, 2, 3).await;
+    let id = service.submit("/t000", "/moved").await;
+    let job = service.finished(&id).await;
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(job["progress"], json!({ "done": 9, "total": 9 }));
+    assert_eq!(job["report"]["rewritten"], 9);
+    assert!(job["started_at"].as_i64() <= job["finished_at"].as_i64());
+    let (_, list) = service.get("/renames").await;
+    assert_eq!(list["renames"][0]["id"], id.as_str());
+    let (_, tree) = service.get("/tree?path=/moved&depth=2").await;
+    assert_eq!(tree["entries"].as_array().map(Vec::len), Some(8), "{tree}");
+    let (_, locks) = service.get("/locks").await;
+    assert_eq!(locks["locks"], json!([]));
+    let (status, health) = service.get("/healthz").await;
+    assert_eq!((status, health["status"].clone()), (200, json!("ok")));
+    let metrics = service
+        .http
+        .get(format!("{}/metrics", service.base))
+        .send()
+        .await
+        .expect("metrics");
+    let text = metrics.text().await.expect("text");
+    assert!(
+        text.contains("fsrename_jobs_done_total 1")
+            && text.contains("fsrename_documents_rewritten_total 9"),
+        "{text}"
+    );
+    let failed = service.finished(&service.submit("/nope", "/x").await).await;
+    assert_eq!(failed["state"], "failed");
+    assert!(
+        failed["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("`/nope` not found")),
+        "{failed}"
+    );
+    service.tree().refresh().await.expect("refresh");
+    assert_eq!(
+        service
+            .tree()
+            .count_under(&FsPath::root())
+            .await
+            .expect("count"),
+        docs
+    );
+    service.stop().await;
+}
+
+async fn bad_requests_get_a_clear_4xx_and_change_nothing(backend: Backend) {
+    let service = Service::start(backend, |c| c.body_limit = 1_024).await;
+    service.build(1, 1, 1).await;
+    let cases: &[(&str, u16, Option<&str>, &str)] = &[
+        ("{not json", 400, Some("body"), "malformed JSON"),
+        ("[1, 2]", 400, Some("body"), "expected a JSON object"),
+        (
+            r#"{"from": "/t000", "to": "/x", "force": true}"#,
+            400,
+            Some("body"),
+            "unknown field `force`",
+        ),
+        (r#"{"to": "/x"}"#, 400, Some("from"), "`from` is missing"),
+        (
+            r#"{"from": "t000", "to": "/x"}"#,
+            400,
+            Some("from"),
+            "is not absolute",
+        ),
+        (
+            r#"{"from": "/t000", "to": "/x//y"}"#,
+            400,
+            Some("to"),
+            "empty component",
+        ),
+        (
+            r#"{"from": "/t000", "to": 7}"#,
+            400,
+            Some("to"),
+            "must be a string",
+        ),
+        (
+            r#"{"from": "/t000", "to": "/x", "strategy": "fast"}"#,
+            400,
+            Some("strategy"),
+            "unknown strategy",
+        ),
+        (
+            r#"{"from": "/t000", "to": "/t000/in"}"#,
+            400,
+            Some("to"),
+            "into itself",
+        ),
+        (
+            r#"{"from": "/", "to": "/x"}"#,
+            400,
+            Some("from"),
+            "cannot be moved",
+        ),
+    ];
+    for (body, status, field, says) in cases {
+        let (got, answer) = service.post(body).await;
+        assert_eq!(got, *status, "{body}: {answer}");
+        assert_eq!(answer["field"].as_str(), *field, "{body}: {answer}");
+        assert!(
+            answer["error"].as_str().is_some_and(|e| e.contains(says)),
+            "{body}: {answer}"
+        );
+    }
+    let huge = json!({ "from": "/t000", "to": format!("/{}", "x".repeat(4_000)) }).to_string();
+    let (got, answer) = service.post(&huge).await;
+    assert_eq!(got, 413, "{answer}");
+    assert!(answer["error"].is_string(), "{answer}");
+    let (_, list) = service.get("/renames").await;
+    assert_eq!(list["renames"], json!([]), "nothing was accepted");
+    let (status, answer) = service.get("/tree?path=relative").await;
+    assert_eq!((status, answer["field"].clone()), (400, json!("path")));
+    let (status, _) = service.get("/renames/no-such-job").await;
+    assert_eq!(status, 404);
+    service.stop().await;
+}
+
+async fn a_full_queue_answers_429(backend: Backend) {
+    let service = Service::start(backend, |c| c.queue = 1).await;
+    service.build(1, 1, 1).await;
+    // Hold /t000 so the first job waits, unfinished.
+    let holder = fs_locks::LockClient::builder(
+        Arc::clone(&service.store),
+        format!("{}-lock", service.index),
+    )
+    .build();
+    let guard = holder
+        .lock_tree(&FsPath::parse("/t000").expect("path"))
+        .await
+        .expect("hold");
+    let first = service.submit("/t000", "/a").await;
+    let (status, answer) = service.post(r#"{"from": "/t000", "to": "/b"}"#).await;
+    assert_eq!(status, 429, "{answer}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let job = loop {
+        let (_, job) = service.get(&format!("/renames/{first}")).await;
+        if job["waiting_for"].is_string() || Instant::now() > deadline {
+            break job;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(job["state"], "waiting_for_locks", "{job}");
+    assert!(
+        job["waiting_for"]
+            .as_str()
+            .is_some_and(|w| w.contains("/t000")),
+        "{job}"
+    );
+    guard.release().await.expect("release");
+    assert_eq!(service.finished(&first).await["state"], "done");
+    service.submit("/a", "/b").await;
+    service.stop().await;
+}
+
+async fn the_token_is_required_when_set(backend: Backend) {
+    let service = Service::start(backend, |c| c.token = Some("s3cret".into())).await;
+    let (status, answer) = service.get("/healthz").await;
+    assert_eq!(status, 401, "{answer}");
+    let ok = service
+        .http
+        .get(format!("{}/healthz", service.base))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(ok.status().as_u16(), 200);
+    assert!(ok.headers().contains_key("x-request-id"));
+    let wrong = service
+        .http
+        .get(format!("{}/healthz", service.base))
+        .bearer_auth("guess")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(wrong.status().as_u16(), 401);
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_public_address_needs_a_token() {
+    let mut config = ServeConfig::new("fs");
+    config.listen = "0.0.0.0:0".parse().expect("addr");
+    let err = config.validate().expect_err("no token");
+    assert!(err.to_string().contains("FSRENAME_TOKEN"), "{err}");
+    config.token = Some("t".into());
+    config.validate().expect("with a token");
+}
+
+async fn shutdown_cancels_late_jobs_and_releases_their_locks(backend: Backend) {
+    let service = Service::start(backend, |c| c.grace = Duration::from_millis(200)).await;
+    service.build(1, 1, 1).await;
+    let lock_index = format!("{}-lock", service.index);
+    let holder =
+        fs_locks::LockClient::builder(Arc::clone(&service.store), lock_index.clone()).build();
+    let guard = holder
+        .lock_tree(&FsPath::parse("/t000/s0").expect("path"))
+        .await
+        .expect("hold");
+    // This job waits for /t000/s0 (up to 30 s); shutdown must not wait that long.
+    service.submit("/t000", "/gone").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (store, started) = (Arc::clone(&service.store), Instant::now());
+    service.stop().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "shutdown waited for the job: {:?}",
+        started.elapsed()
+    );
+    store.refresh(&lock_index).await.expect("refresh");
+    let left: Vec<String> = fs_locks::LockClient::builder(Arc::clone(&store), lock_index)
+        .build()
+        .list_locks()
+        .await
+        .expect("locks")
+        .into_iter()
+        .map(|l| l.id)
+        .collect();
+    assert_eq!(
+        left,
+        ["/t000", "/t000/s0"],
+        "only the test's own locks remain"
+    );
+    guard.release().await.expect("release");
+}
+
+/// Many clients submit renames at once, on their own subtrees and on shared ones, ten each:
+/// 200 clients and 2 000 renames on the embedded store; 40 clients and 400 renames on osmem,
+/// where each job costs far more inside this test binary than in the release service (see
+/// the closing note of the service's issue), and 2 000 would take minutes.
+async fn many_clients_many_renames(backend: Backend) {
+    let client_count: usize = if backend == Backend::Embedded {
+        200
+    } else {
+        40
+    };
+    let service = Arc::new(
+        Service::start(backend, |c| {
+            c.max_jobs = 16;
+            c.queue = 4_096;
+            c.history = 4_096;
+        })
+        .await,
+    );
+    let docs = service.build(100, 5, 3).await;
+    let started = Instant::now();
+    let mut clients = tokio::task::JoinSet::new();
+    let half = client_count / 2;
+    for client in 0..client_count {
+        let service = Arc::clone(&service);
+        clients.spawn(async move {
+            // Two clients share each top directory; every tenth also moves the whole top
+            // directory and back, across the other's renames.
+            let top = format!("/t{:03}", client % half);
+            // The two clients of a top directory start on different subdirectories, so they
+            // meet only when one moves the whole top directory.
+            let shift = client / half;
+            let mut jobs = Vec::new();
+            for n in 0..5 {
+                let (from, to) = if client % 10 == 0 && n == 2 {
+                    (top.clone(), format!("{top}-moved-{client}"))
+                } else {
+                    let sub = (n + 2 * shift) % 5;
+                    (format!("{top}/s{sub}"), format!("{top}/c{client}-{n}"))
+                };
+                let forth = service.finished(&service.submit(&from, &to).await).await;
+                // Moving back what did not move would only fail again: move something else.
+                let (from, to) = if forth["state"] == "done" {
+                    (to, from)
+                } else {
+                    (from, format!("{to}-again"))
+                };
+                let back = service.finished(&service.submit(&from, &to).await).await;
+                jobs.push(forth);
+                jobs.push(back);
+            }
+            jobs
+        });
+    }
+    let mut all = Vec::new();
+    while let Some(done) = clients.join_next().await {
+        all.extend(done.expect("client"));
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(all.len(), client_count * 10);
+    let done: Vec<&Value> = all.iter().filter(|j| j["state"] == "done").collect();
+    let failed: Vec<&Value> = all.iter().filter(|j| j["state"] == "failed").collect();
+    assert_eq!(
+        done.len() + failed.len(),
+        client_count * 10,
+        "every job ends done or failed"
+    );
+    assert!(
+        failed
+            .iter()
+            .all(|j| j["error"].as_str().is_some_and(|e| !e.is_empty())),
+        "a failure without a reason"
+    );
+    println!(
+        "{} done, {} failed, in {:.1} s",
+        done.len(),
+        failed.len(),
+        elapsed.as_secs_f64()
+    );
+    let mut reasons = std::collections::BTreeMap::new();
+    for j in &failed {
+        let e = j["error"].as_str().unwrap_or("");
+        let kind = e
+            .split(':')
+            .next()
+            .unwrap_or(e)
+            .split('`')
+            .next()
+            .unwrap_or(e)
+            .to_owned();
+        *reasons.entry(kind).or_insert(0) += 1;
+    }
+    println!("failure reasons: {reasons:?}");
+    let mean = |phase: &str| {
+        let total: f64 = done
+            .iter()
+            .map(|j| {
+                let p = &j["report"]["phases"][phase];
+                p["secs"].as_f64().unwrap_or(0.0) + p["nanos"].as_f64().unwrap_or(0.0) / 1e9
+            })
+            .sum();
+        total / done.len().max(1) as f64 * 1e3
+    };
+    let retries: u64 = done
+        .iter()
+        .map(|j| j["report"]["retries"].as_u64().unwrap_or(0))
+        .sum();
+    let round_trips: u64 = done
+        .iter()
+        .map(|j| j["report"]["round_trips"].as_u64().unwrap_or(0))
+        .sum();
+    println!("retried items: {retries}, round trips: {round_trips}");
+    println!(
+        "mean phase times (ms): locking {:.1}, checking {:.1}, rewriting {:.1}, releasing {:.1}",
+        mean("locking"),
+        mean("checking"),
+        mean("rewriting"),
+        mean("releasing")
+    );
+    // Jobs on disjoint subtrees ran at the same time.
+    let top_of = |j: &Value| {
+        j["from"]
+            .as_str()
+            .unwrap_or("")
+            .split('/')
+            .nth(1)
+            .unwrap_or("")
+            .to_owned()
+    };
+    let overlapped = done.iter().any(|a| {
+        done.iter().any(|b| {
+            top_of(a) != top_of(b)
+                && a["started_at"].as_i64() < b["finished_at"].as_i64()
+                && b["started_at"].as_i64() < a["finished_at"].as_i64()
+        })
+    });
+    assert!(
+        overlapped,
+        "no two jobs on disjoint subtrees overlapped in time"
+    );
+    let tree = service.tree();
+    tree.refresh().await.expect("refresh");
+    assert_eq!(
+        tree.count_under(&FsPath::root()).await.expect("count"),
+        docs,
+        "documents lost or doubled"
+    );
+    let report = fs_rename::fsck(Arc::clone(&service.store), &service.index, &FsPath::root())
+        .await
+        .expect("fsck");
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.locks_active + report.locks_expired, 0, "{report}");
+    match Arc::try_unwrap(service) {
+        Ok(service) => service.stop().await,
+        Err(_) => panic!("the service is still shared"),
+    }
+}
+
+on_every_backend!(
+    a_rename_through_the_api,
+    bad_requests_get_a_clear_4xx_and_change_nothing,
+    a_full_queue_answers_429,
+    the_token_is_required_when_set,
+    shutdown_cancels_late_jobs_and_releases_their_locks,
+    many_clients_many_renames,
+);
