@@ -25,7 +25,7 @@ pub enum Backend {
     /// osmem-server over HTTP, through the Elasticsearch client.
     Osmem,
     /// A real Elasticsearch at `FSRENAME_TEST_ES_URL`, for the tests only it can run (stored
-    /// scripts). Those tests are `#[ignore]`d and run with `cargo test -- --ignored`.
+    /// scripts). Those tests are ignored unless asked for: `cargo test -- --ignored`.
     RealElastic,
 }
 
