@@ -36,6 +36,7 @@ pub struct LockClientBuilder {
     on_event: Option<EventSink>,
     protocol: LockProtocol,
     cancel: Option<watch::Receiver<bool>>,
+    max_clock_skew: Option<Duration>,
 }
 
 /// Something that happened to an acquisition, for progress reports and timelines.
@@ -134,8 +135,20 @@ impl LockClientBuilder {
         self
     }
 
+    /// Sets the largest difference assumed between this machine's clock and a recoverer's.
+    /// A recoverer treats a lock as expired when its own clock passes the recorded expiry, so
+    /// a holder counts its locks as lost this much before that ([`LockClient::lease_left`]).
+    /// Default: a tenth of the lease, at most 2 s.
+    pub fn max_clock_skew(mut self, skew: Duration) -> LockClientBuilder {
+        self.max_clock_skew = Some(skew);
+        self
+    }
+
     /// Returns the client.
     pub fn build(self) -> LockClient {
+        let max_clock_skew = self
+            .max_clock_skew
+            .unwrap_or((self.lease / 10).min(Duration::from_secs(2)));
         let renew_every = self
             .renew_every
             .unwrap_or(self.lease / 3)
@@ -154,6 +167,7 @@ impl LockClientBuilder {
                 },
                 lease: self.lease,
                 renew_every,
+                max_clock_skew,
                 wait: self.wait,
                 backoff_base: self.backoff_base,
                 backoff_max: self.backoff_max,
@@ -180,6 +194,9 @@ pub(crate) struct Held {
     /// Set when renewal found the lock taken over or removed: it is no longer ours, so release
     /// leaves the document alone and reports the loss.
     pub(crate) lost: bool,
+    /// When our hold ends unless renewed (epoch milliseconds, by our clock): the expiry we
+    /// last wrote successfully.
+    pub(crate) expires_at: i64,
 }
 
 /// One lock owner: a process id, a label, and the locks it holds.
@@ -198,12 +215,13 @@ pub(crate) struct Inner {
     pub(crate) owner: Owner,
     pub(crate) lease: Duration,
     pub(crate) renew_every: Duration,
-    wait: Duration,
-    backoff_base: Duration,
-    backoff_max: Duration,
+    max_clock_skew: Duration,
+    pub(crate) wait: Duration,
+    pub(crate) backoff_base: Duration,
+    pub(crate) backoff_max: Duration,
     on_event: Option<EventSink>,
     protocol_wanted: LockProtocol,
-    cancel: Option<watch::Receiver<bool>>,
+    pub(crate) cancel: Option<watch::Receiver<bool>>,
     /// The protocol in use, decided on first use.
     protocol: tokio::sync::OnceCell<LockProtocol>,
     pub(crate) clock: LeaseClock,
@@ -250,7 +268,7 @@ impl Inner {
         }
     }
 
-    fn emit(&self, event: LockEvent) {
+    pub(crate) fn emit(&self, event: LockEvent) {
         if let Some(sink) = &self.on_event {
             sink(event);
         }
@@ -287,6 +305,7 @@ impl LockClient {
             on_event: None,
             protocol: LockProtocol::Auto,
             cancel: None,
+            max_clock_skew: None,
         }
     }
 
@@ -445,17 +464,7 @@ impl LockClient {
                 blocker: blocker.clone(),
                 attempts,
             });
-            let pause = tokio::time::sleep(backoff.next_pause().min(deadline - now));
-            match cancel.as_mut() {
-                // Woken by a cancellation, the loop's next turn sees it and stops.
-                Some(cancel) => {
-                    tokio::select! {
-                        () = pause => {}
-                        _ = cancel.changed() => {}
-                    }
-                }
-                None => pause.await,
-            }
+            pause_unless_cancelled(backoff.next_pause().min(deadline - now), cancel.as_mut()).await;
         }
     }
 
@@ -492,6 +501,7 @@ impl LockClient {
                                 taken: t,
                                 refcount: 0,
                                 lost: false,
+                                expires_at: crate::clock::lease_end(now, inner.lease),
                             },
                         );
                     }
@@ -558,6 +568,32 @@ impl LockClient {
         }
     }
 
+    /// Returns how long all the locks this client holds are certainly still its own: the
+    /// earliest expiry it wrote, less now and the allowed clock skew; zero once any of them
+    /// is lost or past that point, `None` when it holds nothing. A job checks this after each
+    /// read and before writing what it read: past it, a recoverer may have taken over.
+    pub async fn lease_left(&self) -> Option<Duration> {
+        let held = self.inner.held.lock().await;
+        if held.values().any(|h| h.lost) {
+            return Some(Duration::ZERO);
+        }
+        let earliest = held.values().map(|h| h.expires_at).min()?;
+        let skew = i64::try_from(self.inner.max_clock_skew.as_millis()).unwrap_or(i64::MAX);
+        let left = earliest
+            .saturating_sub(self.inner.clock.now_ms())
+            .saturating_sub(skew);
+        Some(Duration::from_millis(u64::try_from(left).unwrap_or(0)))
+    }
+
+    /// Returns the lock items this client holds (with the mode each document really has),
+    /// sorted by id: what a rename journal records so recovery can take them over.
+    pub async fn held_items(&self) -> Vec<LockItem> {
+        let held = self.inner.held.lock().await;
+        let mut items: Vec<LockItem> = held.values().map(|h| h.taken.item.clone()).collect();
+        items.sort_by(|a, b| a.id.cmp(&b.id));
+        items
+    }
+
     /// Returns the ids of the lock documents this client holds, sorted.
     pub async fn held_ids(&self) -> Vec<String> {
         let mut ids: Vec<String> = self.inner.held.lock().await.keys().cloned().collect();
@@ -582,4 +618,22 @@ fn describe_wanted(items: &[LockItem]) -> String {
         .map(|i| format!("`{}`", i.label()))
         .collect();
     format!("tree lock on {}", exclusive.join(" and "))
+}
+
+/// Sleeps for `pause`, or less if `cancel` changes meanwhile (the caller's loop then sees the
+/// cancellation on its next turn and stops).
+pub(crate) async fn pause_unless_cancelled(
+    pause: Duration,
+    cancel: Option<&mut watch::Receiver<bool>>,
+) {
+    let pause = tokio::time::sleep(pause);
+    match cancel {
+        Some(cancel) => {
+            tokio::select! {
+                () = pause => {}
+                _ = cancel.changed() => {}
+            }
+        }
+        None => pause.await,
+    }
 }

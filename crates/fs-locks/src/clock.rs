@@ -1,43 +1,46 @@
 //! Lease time: wall-clock milliseconds that follow tokio's clock, so tests can pause it.
 
+use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Epoch milliseconds for lease expiries, anchored to the wall clock once and then advanced by
-/// tokio's monotonic clock. In production that is the wall clock without its jumps; under
-/// `tokio::time::pause()` leases expire exactly when the test advances time.
-#[derive(Debug, Clone, Copy)]
-pub struct LeaseClock {
-    anchor_ms: i64,
-    anchor: tokio::time::Instant,
-}
+/// Epoch milliseconds for lease expiries: the wall clock read once per process, then advanced
+/// by tokio's monotonic clock. In production that is the wall clock without its jumps; under
+/// `tokio::time::pause()` leases expire exactly when the test advances time. Every clock of a
+/// process shares one anchor, so clients created at different moments of a paused-time test
+/// (whose virtual time runs ahead of the wall clock) still agree on what time it is.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LeaseClock;
 
-impl LeaseClock {
-    /// Anchors a clock at the current wall-clock time.
-    pub fn new() -> LeaseClock {
-        let anchor_ms = SystemTime::now()
+/// The process-wide anchor: epoch milliseconds and the instant they were read at.
+fn anchor() -> (i64, std::time::Instant) {
+    static ANCHOR: OnceLock<(i64, std::time::Instant)> = OnceLock::new();
+    *ANCHOR.get_or_init(|| {
+        let ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
             .unwrap_or(0);
-        LeaseClock {
-            anchor_ms,
-            anchor: tokio::time::Instant::now(),
-        }
+        (ms, std::time::Instant::now())
+    })
+}
+
+impl LeaseClock {
+    /// Returns the clock (all clocks of a process agree).
+    pub fn new() -> LeaseClock {
+        anchor();
+        LeaseClock
     }
 
     /// Returns the current time in epoch milliseconds.
     pub fn now_ms(&self) -> i64 {
-        let elapsed = i64::try_from(self.anchor.elapsed().as_millis()).unwrap_or(i64::MAX);
-        self.anchor_ms.saturating_add(elapsed)
+        let (anchor_ms, anchor) = anchor();
+        // tokio's clock: the real one, or a paused test's, which starts at the real one.
+        let now = tokio::time::Instant::now().into_std();
+        let elapsed = now.saturating_duration_since(anchor);
+        anchor_ms.saturating_add(i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX))
     }
 }
 
 /// Returns when a lease taken at `now` (epoch milliseconds) for `lease` ends.
 pub(crate) fn lease_end(now: i64, lease: std::time::Duration) -> i64 {
     now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX))
-}
-
-impl Default for LeaseClock {
-    fn default() -> LeaseClock {
-        LeaseClock::new()
-    }
 }

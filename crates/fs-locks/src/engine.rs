@@ -146,7 +146,7 @@ enum Decision {
     Refused(Blocker),
 }
 
-fn blocker(item: &LockItem, observed: &Observed) -> Blocker {
+pub(crate) fn blocker(item: &LockItem, observed: &Observed) -> Blocker {
     let lock_type = match observed.mode() {
         LockMode::Shared => "shared",
         LockMode::Exclusive => "exclusive",

@@ -34,6 +34,7 @@ pub struct LockGuard {
     wanted: String,
     grant: Grant,
     released: bool,
+    keep_on_drop: bool,
 }
 
 impl LockGuard {
@@ -44,6 +45,7 @@ impl LockGuard {
             wanted,
             grant,
             released: false,
+            keep_on_drop: false,
         }
     }
 
@@ -80,9 +82,34 @@ impl LockGuard {
     }
 }
 
+impl LockGuard {
+    /// Makes a drop without [`LockGuard::release`] leave the locks to expire instead of
+    /// releasing them: once a rename has journaled itself, a job whose future is dropped
+    /// half-way must leave its tree locked for recovery, not open it to others.
+    pub fn keep_on_drop(&mut self) {
+        self.keep_on_drop = true;
+    }
+
+    /// Stops holding the locks without releasing them: they are no longer renewed and stay in
+    /// the store until their leases expire, for recovery to take over. A rename job abandons
+    /// its locks when it stops half-way, since releasing them would let others see and change
+    /// a half-renamed tree.
+    pub async fn abandon(mut self) {
+        self.released = true;
+        let ids = std::mem::take(&mut self.ids);
+        tracing::warn!(wanted = %self.wanted, "abandoning locks to expire for recovery");
+        self.client.forget(&ids).await;
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if self.released {
+            return;
+        }
+        if self.keep_on_drop {
+            // The client forgets them when it is dropped, which stops their renewal.
+            tracing::warn!(wanted = %self.wanted, "lock guard dropped; its locks are left to expire for recovery");
             return;
         }
         tracing::warn!(wanted = %self.wanted, "lock guard dropped without release; releasing in the background");

@@ -64,7 +64,11 @@ pub(crate) async fn renew(inner: &Inner) -> Result<u32> {
         let mut labels = Vec::new();
         for (id, result) in ids.iter().zip(results) {
             match result {
-                Ok(_) => {}
+                Ok(_) => {
+                    if let Some(h) = held.get_mut(id) {
+                        h.expires_at = expires_at;
+                    }
+                }
                 Err(e) if e.is_conflict() || e.is_not_found() => {
                     if let Some(h) = held.get_mut(id) {
                         h.lost = true;
@@ -121,6 +125,7 @@ pub(crate) async fn renew(inner: &Inner) -> Result<u32> {
             Ok(version) => {
                 h.taken.version = version;
                 h.taken.source = source;
+                h.expires_at = expires_at;
             }
             // A shared document another holder changed meanwhile: the next round renews it,
             // well within the lease (renewal runs every third of it).
@@ -171,6 +176,21 @@ impl LockClient {
     /// [`LockError::NotExpired`] for an exclusive lock that is still valid or records no
     /// lease; [`LockError::Store`] if the document changed meanwhile (call again).
     pub async fn reap_expired(&self, id: &str) -> Result<Reaped> {
+        self.reap_expired_sparing(id, &Default::default()).await
+    }
+
+    /// As [`LockClient::reap_expired`], but leaves alone the locks and shares of the process
+    /// ids in `spare`, expired or not: recovery spares the owners of open rename journals,
+    /// whose expired locks still protect a half-done rename until it is finished. An
+    /// exclusive lock of a spared owner yields [`Reaped::Nothing`].
+    ///
+    /// # Errors
+    /// As [`LockClient::reap_expired`].
+    pub async fn reap_expired_sparing(
+        &self,
+        id: &str,
+        spare: &std::collections::HashSet<String>,
+    ) -> Result<Reaped> {
         let mut calls = self.inner.calls();
         let Some(lock) = ExpiryCheck::read(&self.inner, &mut calls, id).await? else {
             return Ok(Reaped::Nothing);
@@ -178,7 +198,10 @@ impl LockClient {
         let (store, index) = (&self.inner.store, &self.inner.lock_index);
         let context = format!("reaping the lock on `{}`", lock.label);
         let (written, reaped) = match &lock.observed {
-            Observed::Exclusive { .. } => {
+            Observed::Exclusive { process_id, .. } => {
+                if process_id.as_ref().is_some_and(|p| spare.contains(p)) {
+                    return Ok(Reaped::Nothing);
+                }
                 lock.expired_exclusive()?;
                 let reaped = Reaped::Exclusive(lock.observed.describe_holders());
                 (
@@ -189,7 +212,7 @@ impl LockClient {
             Observed::Shared { holders, .. } => {
                 let expired: Vec<&str> = holders
                     .iter()
-                    .filter(|(_, h)| h.expires_at < lock.now)
+                    .filter(|(pid, h)| h.expires_at < lock.now && !spare.contains(*pid))
                     .map(|(pid, _)| pid.as_str())
                     .collect();
                 if expired.is_empty() {
@@ -260,6 +283,7 @@ impl LockClient {
                 taken,
                 refcount: 1,
                 lost: false,
+                expires_at: crate::clock::lease_end(now, inner.lease),
             },
         );
         drop(held);

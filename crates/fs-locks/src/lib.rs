@@ -9,7 +9,10 @@
 //! - [`LockGuard`]: held locks; [`LockGuard::release`] gives them back deepest first.
 //! - [`TreeLockRequest`]: which documents a tree lock takes, in which order.
 //! - Leases: every lock records an expiry that a background task renews; expired locks are
-//!   only touched by the explicit [`LockClient::reap_expired`] and [`LockClient::take_over`].
+//!   only touched by the explicit [`LockClient::reap_expired`], [`LockClient::take_over`] and
+//!   [`LockClient::adopt`] (recovery's takeover of a dead job's whole lock set). A holder
+//!   checks [`LockClient::lease_left`] before it writes; a job that stops half-way
+//!   [abandons](LockGuard::abandon) its locks to expire rather than releasing them.
 //!
 //! Two [`LockProtocol`]s write the same documents: compare-and-set (`if_seq_no`/
 //! `if_primary_term`), which needs no server-side script and runs on every store, and the
@@ -36,6 +39,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod adopt;
 mod backoff;
 mod client;
 mod clock;

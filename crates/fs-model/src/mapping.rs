@@ -13,6 +13,37 @@ pub fn lock_index_name(tree_index: &str) -> String {
     format!("{tree_index}-lock")
 }
 
+/// Returns the name of the rename journal index that goes with a tree index:
+/// `fs` → `fs-journal`.
+pub fn journal_index_name(tree_index: &str) -> String {
+    format!("{tree_index}-journal")
+}
+
+/// Returns the create-index body of the journal index: one document per rename in progress
+/// (job id, source, destination, owner, the locks it holds), on one shard. Only `state`,
+/// `from` and `to` are searched; the lock list is stored, not indexed.
+pub fn journal_index_body() -> Value {
+    json!({
+        "settings": { "number_of_shards": 1 },
+        "mappings": {
+            "properties": {
+                "job_id": { "type": "keyword" },
+                "from": { "type": "keyword" },
+                "to": { "type": "keyword" },
+                "strategy": { "type": "keyword" },
+                "state": { "type": "keyword" },
+                "owner": { "type": "keyword" },
+                "previous_owners": { "type": "keyword" },
+                "holder": { "type": "keyword" },
+                "started_at": { "type": "date", "format": "epoch_millis" },
+                "lease_ms": { "type": "long" },
+                "recoveries": { "type": "integer" },
+                "locks": { "type": "object", "enabled": false }
+            }
+        }
+    })
+}
+
 /// Returns the mappings of the tree index (one document per file or directory).
 pub fn tree_index_mappings() -> Value {
     json!({

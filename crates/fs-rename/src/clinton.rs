@@ -266,7 +266,9 @@ fn describe_event(event: &RenameEvent) -> Option<String> {
         )),
         RenameEvent::Locked { .. } => Some("takes no locks".to_owned()),
         RenameEvent::Checked { total } => Some(format!("checks pass: {total} documents to move")),
-        RenameEvent::Progress { .. } | RenameEvent::Retrying { .. } => None,
+        RenameEvent::Progress { .. }
+        | RenameEvent::Retrying { .. }
+        | RenameEvent::Journaled { .. } => None,
         RenameEvent::Released => Some("releases its locks".to_owned()),
     }
 }

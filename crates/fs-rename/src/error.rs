@@ -85,14 +85,29 @@ pub enum RenameError {
         /// What is wrong.
         message: String,
     },
-    /// The job was cancelled (the service is shutting down); what it wrote stays written and
-    /// its locks were released.
+    /// The job was cancelled (the service is shutting down). Before its first write its locks
+    /// are released; after it, the error comes wrapped in [`RenameError::Unfinished`].
     #[error("cancelled after rewriting {rewritten} of {found} documents")]
     Cancelled {
         /// Documents rewritten before the job stopped.
         rewritten: u64,
         /// Documents found so far.
         found: u64,
+    },
+    /// The job stopped half-way, after its journal entry was written. Its locks were left in
+    /// place (not released) so nobody sees or changes the half-renamed tree; once their lease
+    /// runs out, `fsrename recover` (or a running `fsrename serve`) takes them over and
+    /// finishes the rename.
+    #[error("{cause}; the rename is unfinished: it stays locked, and journal entry `{job}` lets `fsrename recover` finish it once the locks' lease runs out")]
+    Unfinished {
+        /// The journal entry (the job id).
+        job: String,
+        /// Documents rewritten before the job stopped.
+        rewritten: u64,
+        /// Documents found so far.
+        found: u64,
+        /// Why it stopped.
+        cause: Box<RenameError>,
     },
     /// The store failed.
     #[error("store failure while {context}: {cause}")]

@@ -33,6 +33,9 @@ pub struct FsckReport {
     pub locks_active: usize,
     /// Lock documents whose lease has run out: left by a job that died.
     pub locks_expired: usize,
+    /// Renames journaled and not finished: running, or left by a job that died (then
+    /// `fsrename recover` finishes them).
+    pub journals_open: usize,
 }
 
 impl FsckReport {
@@ -58,6 +61,13 @@ impl fmt::Display for FsckReport {
                 f,
                 "  {} lock document(s) held by running jobs",
                 self.locks_active
+            )?;
+        }
+        if self.journals_open > 0 {
+            writeln!(
+                f,
+                "  {} unfinished rename(s) in the journal: running, or for `fsrename recover`",
+                self.journals_open
             )?;
         }
         if self.locks_expired > 0 {
@@ -175,6 +185,10 @@ pub async fn fsck(store: SharedStore, index: &str, scope: &FsPath) -> Result<Fsc
     let (active, expired) = count_locks(&store, &tree.lock_index()).await?;
     report.locks_active = active;
     report.locks_expired = expired;
+    report.journals_open = crate::journal::Journal::new(Arc::clone(&store), index)
+        .list()
+        .await?
+        .len();
     Ok(report)
 }
 

@@ -4,7 +4,14 @@
 //! change the answer → page through the source and everything under it → bulk-rewrite `path`,
 //! `parent`, `name`, `depth` (ids stay), each item conditional on the version the scan read →
 //! retry transient item failures, stop at a conflict → check the count → refresh → release.
-//! The locks are released on every exit path, errors included.
+//!
+//! Between the checks and the first rewrite the job writes a [journal entry](crate::journal)
+//! listing its locks, and it deletes the entry after the last rewrite. Before the entry exists
+//! every exit path releases the locks; once it exists, a job that stops half-way abandons them
+//! instead ([`RenameError::Unfinished`]): they expire, and recovery takes them over and rolls
+//! the rename forward. Before each write the job checks that its lease is still good, and
+//! every write is conditional on the version it read, so a job paused past its lease (a
+//! zombie) stops at its first write instead of damaging the tree.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -16,12 +23,16 @@ use fs_store::{BulkOp, CountingStore, Scope, SearchRequest, SharedStore, StoreEr
 use tokio::time::Instant;
 
 use crate::error::{RenameError, Result};
+use crate::journal::{Journal, JournalEntry, JournalLock};
 use crate::report::{ProgressSink, RenameEvent, RenameHooks, RenameReport};
 use crate::strategy::Strategy;
 use crate::tree::{Entry, FsTree};
 
 /// How many times a transiently failed bulk item is sent again.
 const ITEM_RETRIES: u32 = 6;
+
+/// How many times a journal write is sent again after a transient failure.
+const JOURNAL_RETRIES: u32 = 4;
 
 /// How many times document locking re-scans for documents added under the source meanwhile.
 const DOCUMENT_LOCK_ROUNDS: usize = 8;
@@ -205,17 +216,23 @@ impl Renamer {
         let result = match guards {
             Ok(guards) => {
                 report.lock_attempts = guards.iter().map(|g| g.grant().attempts).max().unwrap_or(0);
-                let result = self.locked_work(&tree, &locks, from, to, &mut report).await;
+                let mut guards = guards;
+                let result = self
+                    .locked_work(&tree, &locks, &mut guards, from, to, &mut report)
+                    .await;
                 let started = Instant::now();
                 let mut released = Ok(());
                 let held_locks = !guards.is_empty();
+                let abandon = matches!(result, Err(RenameError::Unfinished { .. }));
                 for guard in guards.into_iter().rev() {
-                    if let Err(e) = guard.release().await {
+                    if abandon {
+                        guard.abandon().await;
+                    } else if let Err(e) = guard.release().await {
                         released = Err(RenameError::Lock(e));
                     }
                 }
                 report.phases.releasing = started.elapsed();
-                if held_locks {
+                if held_locks && !abandon {
                     self.emit(RenameEvent::Released);
                 }
                 match (result, released) {
@@ -351,6 +368,7 @@ impl Renamer {
         &self,
         tree: &FsTree,
         locks: &LockClient,
+        guards: &mut [LockGuard],
         from: &FsPath,
         to: &FsPath,
         report: &mut RenameReport,
@@ -364,7 +382,49 @@ impl Renamer {
         let total = tree.count_under(from).await?;
         report.phases.checking = started.elapsed();
         self.emit(RenameEvent::Checked { total });
+        if self.config.strategy == Strategy::None {
+            return self.finish(tree, locks, from, to, total, report).await;
+        }
+        let entry = self.journal_entry(locks, from, to).await;
+        let journal = Journal::new(Arc::clone(tree.store()), tree.index());
+        let job_id = entry.job_id.clone();
+        let unfinished = |cause: RenameError, report: &RenameReport| RenameError::Unfinished {
+            job: job_id.clone(),
+            rewritten: report.rewritten,
+            found: report.found,
+            cause: Box::new(cause),
+        };
+        for guard in guards.iter_mut() {
+            guard.keep_on_drop();
+        }
+        // Until this write is known to have landed or not, the rename may be journaled: an
+        // unknown outcome counts as journaled, so the locks are left for recovery to resolve.
+        if let Err(e) = journaled(|| async { journal.open(&entry).await.map(|_| ()) }).await {
+            return Err(unfinished(e, report));
+        }
+        self.emit(RenameEvent::Journaled {
+            job: job_id.clone(),
+        });
+        if let Err(e) = self.finish(tree, locks, from, to, total, report).await {
+            return Err(unfinished(e, report));
+        }
+        if let Err(e) = journaled(|| journal.close(&job_id)).await {
+            return Err(unfinished(e, report));
+        }
+        Ok(())
+    }
 
+    /// Rewrites everything under `from` and checks the count: the part of a rename that a
+    /// recovery repeats.
+    async fn finish(
+        &self,
+        tree: &FsTree,
+        locks: &LockClient,
+        from: &FsPath,
+        to: &FsPath,
+        total: u64,
+        report: &mut RenameReport,
+    ) -> Result<()> {
         let started = Instant::now();
         let rewritten = self.rewrite(tree, locks, from, to, total, report).await;
         report.phases.rewriting = started.elapsed();
@@ -378,8 +438,64 @@ impl Renamer {
         tree.refresh().await?;
         if let Some(hooks) = &self.config.hooks {
             hooks.rewritten().await;
+            hooks.committed(from, to).await;
         }
         Ok(())
+    }
+
+    async fn journal_entry(&self, locks: &LockClient, from: &FsPath, to: &FsPath) -> JournalEntry {
+        let owner = locks.owner();
+        JournalEntry {
+            job_id: uuid::Uuid::new_v4().to_string(),
+            from: from.as_str().to_owned(),
+            to: to.as_str().to_owned(),
+            strategy: self.config.strategy,
+            state: "running".to_owned(),
+            owner: owner.process_id.clone(),
+            previous_owners: Vec::new(),
+            holder: owner.holder.clone(),
+            started_at: fs_locks::LeaseClock::new().now_ms(),
+            lease_ms: u64::try_from(self.config.lease.as_millis()).unwrap_or(u64::MAX),
+            recoveries: 0,
+            locks: locks
+                .held_items()
+                .await
+                .iter()
+                .map(JournalLock::from)
+                .collect(),
+        }
+    }
+
+    /// Finishes the rename a journal entry records, under `locks` (the entry's locks, taken
+    /// over by a recoverer): rewrites whatever still lies under the source. Idempotent: what
+    /// was already moved is no longer under the source.
+    pub async fn roll_forward(&self, locks: &LockClient, entry: &JournalEntry) -> RenameOutcome {
+        let c = &self.config;
+        let index = c.index.clone();
+        let (from, to) = match entry.paths(&index) {
+            Ok(paths) => paths,
+            Err(e) => {
+                let root = FsPath::root();
+                return RenameOutcome {
+                    report: RenameReport::new(&root, &root, entry.strategy),
+                    result: Err(e),
+                };
+            }
+        };
+        let mut report = RenameReport::new(&from, &to, entry.strategy);
+        let counted = CountingStore::new(Arc::clone(&c.store));
+        let store: SharedStore = Arc::new(counted.clone());
+        let tree = FsTree::new(store, index);
+        let result = async {
+            tree.refresh().await?;
+            let total = tree.count_under(&from).await?;
+            self.emit(RenameEvent::Checked { total });
+            self.finish(&tree, locks, &from, &to, total, &mut report)
+                .await
+        }
+        .await;
+        report.round_trips = counted.round_trips();
+        RenameOutcome { report, result }
     }
 
     async fn rewrite(
@@ -429,6 +545,14 @@ impl Renamer {
             }
             if let Some(path) = lost.borrow().first() {
                 return Err(fs_locks::LockError::LeaseLost { path: path.clone() }.into());
+            }
+            // The page was read while the locks were ours only if they still are now: past
+            // this point a recoverer may have taken over, and what was read may be stale.
+            if locks.lease_left().await.is_some_and(|left| left.is_zero()) {
+                return Err(fs_locks::LockError::LeaseLost {
+                    path: from.to_string(),
+                }
+                .into());
             }
             self.write_page(tree, &entries, from, to, report).await?;
             self.emit(RenameEvent::Progress {
@@ -550,5 +674,29 @@ async fn check(tree: &FsTree, from: &FsPath, to: &FsPath) -> Result<()> {
         None => Err(RenameError::DestinationParentMissing { path: parent }),
         Some(fs_model::DocKind::File) => Err(RenameError::DestinationParentNotDir { path: parent }),
         Some(fs_model::DocKind::Dir) => Ok(()),
+    }
+}
+
+/// Runs a journal write, sending it again after a transient failure. A resent create that
+/// conflicts found its own earlier attempt, and a resent delete that finds nothing found its
+/// own: both count as done.
+pub(crate) async fn journaled<F, Fut>(write: F) -> Result<()>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let mut attempt = 0;
+    loop {
+        match write().await {
+            Ok(()) => return Ok(()),
+            Err(RenameError::Store { cause, .. }) if attempt > 0 && cause.is_conflict() => {
+                return Ok(())
+            }
+            Err(e) if e.is_retryable() && attempt < JOURNAL_RETRIES => {
+                tokio::time::sleep(Duration::from_millis(10 << attempt)).await;
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
     }
 }

@@ -4,6 +4,9 @@
 //!   tree, global or document locking), checks source and destination under them, rewrites
 //!   every affected document with writes conditional on what it read, and releases on every
 //!   exit path. Returns a [`RenameReport`]; progress is observable through [`RenameEvent`]s.
+//! - [`Journal`]: one entry per rename between its first and last rewrite; [`Recovery`]
+//!   finishes the renames of jobs that died (taking over their expired locks) and sweeps
+//!   the expired locks nobody will finish anything under.
 //! - [`FsTree`]: the tree index as a set of paths (find, count, insert, scan).
 //! - [`fsck()`]: checks that a tree is well-formed and reports leftover locks.
 //! - [`index_dir`]: indexes a local directory tree; [`mkdir`], [`touch`], [`list`], [`stat`]:
@@ -31,7 +34,9 @@ mod error;
 mod fsck;
 mod indexer;
 mod job;
+mod journal;
 mod ops;
+mod recover;
 mod report;
 mod strategy;
 mod tree;
@@ -42,7 +47,9 @@ pub use indexer::{
     index_dir, IndexOptions, IndexProgress, IndexProgressSink, IndexReport, Skipped,
 };
 pub use job::{RenameOutcome, Renamer, RenamerBuilder};
+pub use journal::{Journal, JournalEntry, JournalLock};
 pub use ops::{list, mkdir, stat, touch, LockSettings, Made};
+pub use recover::{Recovered, Recovery, RecoveryReport};
 pub use report::{PhaseTimes, ProgressSink, RenameEvent, RenameHooks, RenameReport};
 pub use strategy::Strategy;
 pub use tree::{Entry, FsTree, BULK_BATCH};

@@ -33,6 +33,12 @@ pub enum RenameEvent {
         /// Documents at or under the source.
         total: u64,
     },
+    /// The journal entry is written: from here on the rename is finished by recovery if the
+    /// job stops.
+    Journaled {
+        /// The journal entry's id.
+        job: String,
+    },
     /// Documents rewritten so far.
     Progress {
         /// Rewritten.
@@ -62,6 +68,10 @@ pub trait RenameHooks: Send + Sync {
     async fn before_write(&self, _page: &[Entry]) {}
     /// Called after the last write, while the locks are still held.
     async fn rewritten(&self) {}
+    /// Called once the rename of `from` to `to` is complete (after [`RenameHooks::rewritten`]),
+    /// by the job or by the recovery that finished it, while the locks are still held: the
+    /// moment its effect is in place.
+    async fn committed(&self, _from: &FsPath, _to: &FsPath) {}
 }
 
 /// Time spent in each phase of a rename.

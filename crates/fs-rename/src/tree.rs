@@ -70,7 +70,7 @@ impl FsTree {
         lock_index_name(&self.index)
     }
 
-    /// Creates the tree index and the lock index if they are missing.
+    /// Creates the tree index, the lock index and the journal index if they are missing.
     ///
     /// # Errors
     /// [`RenameError::Store`] if the store refuses.
@@ -86,7 +86,9 @@ impl FsTree {
             .create_index(&lock_index, &fs_model::lock_index_body())
             .await
             .map_err(RenameError::store(context))?;
-        Ok(())
+        crate::journal::Journal::new(self.store.clone(), &self.index)
+            .ensure_index()
+            .await
     }
 
     /// Makes every write so far visible to [`FsTree::find`] and scans.

@@ -105,6 +105,29 @@ pub enum Verb {
         /// granted in time.
         #[arg(long, default_value = "30s", value_parser = parse_duration)]
         wait: Duration,
+        /// Documents read and rewritten per round trip.
+        #[arg(long, default_value_t = 1_000, value_parser = parse_page_size)]
+        page_size: usize,
+        /// Prints the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Finishes the renames of jobs that died half-way and clears the locks they left.
+    ///
+    /// A rename journals itself before its first rewrite; if it dies, its locks stay until
+    /// their lease (--lease of the job that took them) runs out, and nobody can touch the
+    /// half-renamed tree. Then this takes the locks over, moves what is still under the source,
+    /// and releases them. Expired locks that no journaled rename needs are deleted, and
+    /// expired shares removed (valid locks and shares are never touched). It acts on what has
+    /// expired when it runs: run it again later for the rest. `fsrename serve` does this at
+    /// start and every --recover-every. Exits 1 if a journaled rename could not be finished.
+    Recover {
+        /// Only reports what would be done.
+        #[arg(long)]
+        dry_run: bool,
+        /// How long to wait for a journaled rename's locks (held by a live job, or contended).
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        wait: Duration,
         /// Prints the report as JSON.
         #[arg(long)]
         json: bool,
@@ -171,6 +194,10 @@ pub enum Verb {
         /// The strategy of requests that name none.
         #[arg(long, default_value = "tree", value_parser = parse_strategy)]
         strategy: Strategy,
+        /// How often to finish the renames of jobs that died (as `fsrename recover`, which
+        /// also runs at start); `0s` runs it at start only.
+        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        recover_every: Duration,
     },
     /// Runs the book's /clinton scenario four ways on an in-memory store and shows, with a
     /// timeline, why renames need tree locks. Exits 0 only if every run shows what it should.
@@ -190,6 +217,15 @@ fn parse_path(s: &str) -> Result<FsPath, String> {
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s)
         .map_err(|e| format!("`{s}` is not a duration like 30s, 500ms or 2m: {e}"))
+}
+
+fn parse_page_size(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!(
+            "`{s}` is not a page size (a whole number of at least 1)"
+        )),
+    }
 }
 
 fn parse_strategy(s: &str) -> Result<Strategy, String> {

@@ -525,7 +525,84 @@ async fn many_clients_many_renames(backend: Backend) {
     }
 }
 
+fn p(s: &str) -> FsPath {
+    FsPath::parse(s).expect("path")
+}
+
+/// Kills the job's store before its second page.
+struct DieAtSecondPage {
+    seen: std::sync::atomic::AtomicUsize,
+    store: Arc<fs_testkit::FaultyStore>,
+}
+
+#[async_trait::async_trait]
+impl fs_rename::RenameHooks for DieAtSecondPage {
+    async fn before_write(&self, _page: &[fs_rename::Entry]) {
+        if self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            self.store.kill();
+        }
+    }
+}
+
+async fn the_service_finishes_what_a_dead_job_left(backend: Backend) {
+    let lease = Duration::from_millis(300);
+    let service = Service::start(backend, |c| {
+        c.lease = lease;
+        c.recover_every = Some(Duration::from_millis(200));
+    })
+    .await;
+    let n = service.build(1, 2, 20).await;
+    let store = fs_testkit::faulty(Arc::clone(&service.store), Default::default(), 7);
+    let hooks = Arc::new(DieAtSecondPage {
+        seen: Default::default(),
+        store: Arc::clone(&store),
+    });
+    let job = fs_rename::Renamer::builder(store.clone(), service.index.clone())
+        .lease(lease)
+        .page_size(5)
+        .hooks(hooks)
+        .build();
+    let dying = tokio::spawn(async move { job.rename(&p("/t000"), &p("/moved")).await });
+    let journal = fs_rename::Journal::new(Arc::clone(&service.store), &service.index);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !store.is_dead() {
+        assert!(Instant::now() < deadline, "the job never died");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The service's periodic recovery finishes it once the lease has run out.
+    loop {
+        let open = journal.list().await.expect("journal");
+        if open.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the service never recovered: {open:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, tree) = service.get("/tree?path=/moved&depth=3").await;
+    assert_eq!(status, 200, "{tree}");
+    let report = fs_rename::fsck(Arc::clone(&service.store), &service.index, &FsPath::root())
+        .await
+        .expect("fsck");
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.documents, n);
+    assert_eq!(report.locks_active + report.locks_expired, 0, "{report}");
+    assert_eq!(
+        service
+            .tree()
+            .count_under(&p("/moved"))
+            .await
+            .expect("count"),
+        n
+    );
+    dying.abort();
+    service.stop().await;
+}
+
 on_every_backend!(
+    the_service_finishes_what_a_dead_job_left,
     a_rename_through_the_api,
     bad_requests_get_a_clear_4xx_and_change_nothing,
     a_full_queue_answers_429,

@@ -28,6 +28,7 @@ pub struct SqliteOptions {
     near_real_time: bool,
     busy_timeout: Duration,
     synchronous_full: bool,
+    inline: bool,
 }
 
 impl Default for SqliteOptions {
@@ -36,6 +37,7 @@ impl Default for SqliteOptions {
             near_real_time: false,
             busy_timeout: Duration::from_secs(5),
             synchronous_full: false,
+            inline: false,
         }
     }
 }
@@ -71,6 +73,17 @@ impl SqliteOptions {
     }
 }
 
+impl SqliteOptions {
+    /// Runs every call on the calling task instead of tokio's blocking pool. Only for an
+    /// in-memory database driven by a single-threaded runtime, where it makes a run
+    /// reproducible (the deterministic simulation tests use it): a call then blocks its
+    /// thread for as long as SQLite takes. Default: false.
+    pub fn inline(mut self, yes: bool) -> SqliteOptions {
+        self.inline = yes;
+        self
+    }
+}
+
 /// The embedded document store: a SQLite database file, or an in-memory database.
 ///
 /// Cheap to clone; clones share one connection.
@@ -84,6 +97,7 @@ struct Inner {
     /// A std mutex, not tokio's: it is only taken inside `spawn_blocking`, never across an await.
     conn: Mutex<Connection>,
     near_real_time: bool,
+    inline: bool,
     location: String,
 }
 
@@ -143,6 +157,7 @@ impl SqliteStore {
             inner: Arc::new(Inner {
                 conn: Mutex::new(conn),
                 near_real_time,
+                inline: options.inline,
                 location,
             }),
         })
@@ -160,6 +175,13 @@ impl SqliteStore {
         F: FnOnce(&mut Connection, bool) -> Result<T> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
+        if inner.inline {
+            let mut conn = inner
+                .conn
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            return f(&mut conn, inner.near_real_time);
+        }
         tokio::task::spawn_blocking(move || {
             // A panic while holding the lock leaves no transaction open (rusqlite rolls back
             // on drop), so a poisoned connection is still sound to use.

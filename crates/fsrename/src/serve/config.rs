@@ -35,6 +35,8 @@ pub struct ServeConfig {
     pub wait: Duration,
     /// How lock documents are written.
     pub protocol: LockProtocol,
+    /// How often recovery runs (it also runs at start); `None`: at start only. Default: 30 s.
+    pub recover_every: Option<Duration>,
 }
 
 impl ServeConfig {
@@ -53,6 +55,7 @@ impl ServeConfig {
             lease: Duration::from_secs(30),
             wait: Duration::from_secs(30),
             protocol: LockProtocol::Auto,
+            recover_every: Some(Duration::from_secs(30)),
         }
     }
 

@@ -293,7 +293,9 @@ impl Jobs {
             RenameEvent::Progress { done, total } => {
                 self.update(id, |j| j.progress = Progress { done, total })
             }
-            RenameEvent::Retrying { .. } | RenameEvent::Released => {}
+            RenameEvent::Retrying { .. }
+            | RenameEvent::Released
+            | RenameEvent::Journaled { .. } => {}
         }
     }
 

@@ -3,7 +3,9 @@
 //! Clients submit renames (`POST /renames`); the service runs them under tree locks, a
 //! bounded number at a time, and reports their progress (`GET /renames/{id}`). Jobs on
 //! disjoint subtrees run side by side. On SIGINT/SIGTERM it stops accepting, lets running
-//! jobs finish within a grace period, cancels the rest (they release their locks), and exits.
+//! jobs finish within a grace period, cancels the rest (they release their locks, or, past
+//! their first rewrite, leave them with their journal entry for recovery), and exits.
+//! Recovery (`fs_rename::Recovery`) runs at start and every `recover_every`.
 
 mod api;
 mod config;
@@ -44,6 +46,10 @@ impl Server {
         tree.ensure_indices().await.with_context(|| {
             format!("preparing index `{}` in {}", config.index, store.describe())
         })?;
+        let recovery = fs_rename::Recovery::new(Arc::clone(&store), config.index.clone())
+            .lease(config.lease)
+            .wait(config.wait);
+        recover_once(&recovery).await;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -54,6 +60,21 @@ impl Server {
             .filter(|t| !t.is_empty())
             .map(Arc::from);
         let body_limit = config.body_limit;
+        // Stopped between runs, never in the middle of one.
+        let (stop_recovery, mut stopped) = tokio::sync::watch::channel(false);
+        let recoverer = config.recover_every.map(|every| {
+            tokio::spawn(async move {
+                let mut ticker =
+                    tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        _ = ticker.tick() => recover_once(&recovery).await,
+                        _ = stopped.changed() => return,
+                    }
+                }
+            })
+        });
         let jobs = Jobs::new(store, config);
         let app = api::routes(jobs.clone())
             .layer(DefaultBodyLimit::max(body_limit))
@@ -69,6 +90,10 @@ impl Server {
                 .await
                 .context("serving")?;
             tracing::info!("no longer accepting requests; finishing the running jobs");
+            stop_recovery.send_replace(true);
+            if let Some(recoverer) = recoverer {
+                let _ = recoverer.await;
+            }
             jobs.shut_down().await;
             Ok(())
         });
@@ -86,5 +111,14 @@ impl Server {
     /// If serving failed.
     pub async fn wait(self) -> anyhow::Result<()> {
         self.done.await.context("the server task")?
+    }
+}
+
+/// Runs recovery once; its failures are logged, not fatal: the next run tries again.
+async fn recover_once(recovery: &fs_rename::Recovery) {
+    match recovery.run().await {
+        Ok(report) if report.is_idle() => tracing::debug!("recovery: nothing to do"),
+        Ok(report) => tracing::info!(%report, "recovery"),
+        Err(e) => tracing::warn!(error = %e, "recovery failed; will retry"),
     }
 }

@@ -7,6 +7,7 @@ mod locks;
 mod ls;
 mod make;
 mod mv;
+mod recover;
 mod serve;
 
 use std::future::Future;
@@ -55,8 +56,14 @@ async fn run_verb(cli: &Cli) -> anyhow::Result<u8> {
             to,
             strategy,
             wait,
+            page_size,
             json,
-        } => mv::run(cli, from, to, *strategy, *wait, *json).await,
+        } => mv::run(cli, from, to, *strategy, *wait, *page_size, *json).await,
+        Verb::Recover {
+            dry_run,
+            wait,
+            json,
+        } => recover::run(cli, *dry_run, *wait, *json).await,
         Verb::Ls {
             path,
             recursive,

@@ -17,6 +17,7 @@ pub async fn run(
     to: &FsPath,
     strategy: Strategy,
     wait: Duration,
+    page_size: usize,
     json: bool,
 ) -> anyhow::Result<u8> {
     let tree = open_tree(cli).await?;
@@ -24,6 +25,7 @@ pub async fn run(
         .strategy(strategy)
         .lease(cli.lease)
         .wait(wait)
+        .page_size(page_size)
         .lock_protocol(cli.lock_protocol)
         .build();
     let report = renamer

@@ -19,6 +19,7 @@ pub async fn run(
         grace,
         wait,
         strategy,
+        recover_every,
     } = &cli.verb
     else {
         anyhow::bail!("not the serve verb");
@@ -35,6 +36,7 @@ pub async fn run(
     config.grace = *grace;
     config.wait = *wait;
     config.strategy = *strategy;
+    config.recover_every = (!recover_every.is_zero()).then_some(*recover_every);
     config.lease = cli.lease;
     config.protocol = cli.lock_protocol;
     config.validate()?;

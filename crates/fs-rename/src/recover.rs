@@ -1,0 +1,391 @@
+//! Recovery: finishing the renames of jobs that died, and clearing the locks they left.
+//!
+//! One run:
+//!
+//! 1. For each [journal entry](crate::journal) whose locks have all expired (its owner died or
+//!    stopped renewing): claim the entry (a conditional write, so one recoverer wins), take
+//!    over its whole lock set ([`LockClient::adopt`]), roll the rename forward (rewrite
+//!    whatever still lies under the source; idempotent), close the entry, release the locks.
+//!    An entry whose locks are still valid belongs to a live job and is left alone.
+//! 2. Sweep the lock index: expired exclusive locks are deleted and expired shares removed
+//!    from shared locks, except those of owners of entries still open (they protect a
+//!    half-done rename until it is finished).
+//!
+//! Nothing here acts on a lock before its lease has ended by this machine's clock, and every
+//! write is conditional on what was read, so a recovery racing a late-renewing holder, or
+//! another recovery, loses cleanly. See `docs/recovery.md`.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fs_locks::{LeaseClock, LockClient, LockError, LockMode, Observed, Reaped};
+use fs_model::lock_index_name;
+use fs_store::SharedStore;
+use serde::Serialize;
+
+use crate::error::{RenameError, Result};
+use crate::job::{journaled, Renamer};
+use crate::journal::{Journal, JournalEntry};
+use crate::report::{ProgressSink, RenameHooks};
+
+/// Runs recovery on one tree. Build it with [`Recovery::new`] and the setters.
+#[derive(Clone)]
+pub struct Recovery {
+    store: SharedStore,
+    index: String,
+    lease: Duration,
+    wait: Duration,
+    page_size: usize,
+    dry_run: bool,
+    hooks: Option<Arc<dyn RenameHooks>>,
+    progress: Option<ProgressSink>,
+}
+
+impl std::fmt::Debug for Recovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recovery")
+            .field("index", &self.index)
+            .field("lease", &self.lease)
+            .field("dry_run", &self.dry_run)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A rename that recovery finished (or, in a dry run, would finish).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Recovered {
+    /// The journal entry.
+    pub job_id: String,
+    /// The source.
+    pub from: String,
+    /// The destination.
+    pub to: String,
+    /// Documents this recovery moved (0 in a dry run).
+    pub rewritten: u64,
+    /// How many recoverers have claimed the entry, this one included.
+    pub recoveries: u32,
+}
+
+/// What a recovery run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RecoveryReport {
+    /// True if nothing was changed: the report says what a real run would do.
+    pub dry_run: bool,
+    /// Renames rolled forward.
+    pub finished: Vec<Recovered>,
+    /// Journal entries whose owner still holds valid locks: jobs at work, left alone.
+    pub running: Vec<String>,
+    /// Journal entries that could not be finished now, with the reason; a later run retries.
+    pub failed: Vec<String>,
+    /// Expired exclusive locks deleted by the sweep.
+    pub locks_released: usize,
+    /// Expired shares removed from shared locks by the sweep.
+    pub shares_reaped: usize,
+}
+
+impl RecoveryReport {
+    /// Returns true if the run found nothing to do and nothing left undone.
+    pub fn is_idle(&self) -> bool {
+        self.finished.is_empty()
+            && self.failed.is_empty()
+            && self.locks_released == 0
+            && self.shares_reaped == 0
+    }
+}
+
+impl std::fmt::Display for RecoveryReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (finish, release, reap) = if self.dry_run {
+            ("would finish", "would release", "would remove")
+        } else {
+            ("finished", "released", "removed")
+        };
+        for r in &self.finished {
+            writeln!(
+                f,
+                "{finish} mv {} {} (journal {}, recovery #{}): {} documents moved",
+                r.from, r.to, r.job_id, r.recoveries, r.rewritten
+            )?;
+        }
+        for job in &self.running {
+            writeln!(f, "running: journal {job} (its owner's locks are valid)")?;
+        }
+        for failure in &self.failed {
+            writeln!(f, "not finished: {failure}")?;
+        }
+        write!(
+            f,
+            "{} rename(s) {finish}, {} running, {} not finished; {release} {} expired lock(s), {reap} {} expired share(s)",
+            self.finished.len(),
+            self.running.len(),
+            self.failed.len(),
+            self.locks_released,
+            self.shares_reaped
+        )
+    }
+}
+
+impl Recovery {
+    /// Recovery for the tree index `index` on `store`, with a 30 s lease for the locks it
+    /// takes over and 10 s to wait for them.
+    pub fn new(store: SharedStore, index: impl Into<String>) -> Recovery {
+        Recovery {
+            store,
+            index: index.into(),
+            lease: Duration::from_secs(30),
+            wait: Duration::from_secs(10),
+            page_size: 1_000,
+            dry_run: false,
+            hooks: None,
+            progress: None,
+        }
+    }
+
+    /// Sets the lease of the locks recovery takes over while it finishes a rename.
+    pub fn lease(mut self, lease: Duration) -> Recovery {
+        self.lease = lease;
+        self
+    }
+
+    /// Sets how long taking over a journal's locks may wait (a lock in the set held by a
+    /// live job, or contended). Default: 10 s.
+    pub fn wait(mut self, wait: Duration) -> Recovery {
+        self.wait = wait;
+        self
+    }
+
+    /// Sets the page size of the rewrite. Default: 1 000.
+    pub fn page_size(mut self, size: usize) -> Recovery {
+        self.page_size = size.max(1);
+        self
+    }
+
+    /// Only reports what a run would do. Default: false.
+    pub fn dry_run(mut self, yes: bool) -> Recovery {
+        self.dry_run = yes;
+        self
+    }
+
+    /// Steps into the renames recovery finishes (tests, fault injection).
+    pub fn hooks(mut self, hooks: Arc<dyn RenameHooks>) -> Recovery {
+        self.hooks = Some(hooks);
+        self
+    }
+
+    /// Reports the progress of the renames recovery finishes.
+    pub fn progress(mut self, sink: ProgressSink) -> Recovery {
+        self.progress = Some(sink);
+        self
+    }
+
+    /// Runs once: finishes what expired journals record, then sweeps expired locks.
+    ///
+    /// # Errors
+    /// [`RenameError::Store`] if the journal or the lock index cannot be read. A journal
+    /// entry that cannot be finished is reported in [`RecoveryReport::failed`], not an error.
+    pub async fn run(&self) -> Result<RecoveryReport> {
+        let journal = Journal::new(Arc::clone(&self.store), &self.index);
+        let mut report = RecoveryReport {
+            dry_run: self.dry_run,
+            ..RecoveryReport::default()
+        };
+        let mut spare: HashSet<String> = HashSet::new();
+        for (entry, version) in journal.list().await? {
+            match self.recover_one(&journal, &entry, version).await {
+                Ok(Some(done)) => report.finished.push(done),
+                Ok(None) => {
+                    report.running.push(entry.job_id.clone());
+                    spare_owners(&mut spare, &entry);
+                }
+                Err(e) => {
+                    tracing::warn!(job = %entry.job_id, error = %e, "could not finish a journaled rename");
+                    report.failed.push(format!(
+                        "journal {} (mv {} {}): {e}",
+                        entry.job_id, entry.from, entry.to
+                    ));
+                    spare_owners(&mut spare, &entry);
+                }
+            }
+        }
+        if self.dry_run {
+            // Entries a real run would finish keep their locks until then, so they are
+            // spared here too.
+            for (entry, _) in journal.list().await? {
+                spare_owners(&mut spare, &entry);
+            }
+        }
+        self.sweep(&spare, &mut report).await?;
+        Ok(report)
+    }
+
+    fn lock_client(&self, holder: String) -> LockClient {
+        LockClient::builder(Arc::clone(&self.store), lock_index_name(&self.index))
+            .holder(holder)
+            .lease(self.lease)
+            .wait(self.wait)
+            .build()
+    }
+
+    /// Finishes one entry; `None` if its owner is alive or another recoverer claimed it.
+    async fn recover_one(
+        &self,
+        journal: &Journal,
+        entry: &JournalEntry,
+        version: fs_store::Version,
+    ) -> Result<Option<Recovered>> {
+        if self.owner_alive(entry).await? {
+            return Ok(None);
+        }
+        let client = self.lock_client(format!("recover mv {} {}", entry.from, entry.to));
+        let mut claimed = entry.clone();
+        claimed.previous_owners.push(claimed.owner.clone());
+        claimed.owner = client.owner().process_id.clone();
+        claimed.holder = client.owner().holder.clone();
+        claimed.recoveries += 1;
+        let mut done = Recovered {
+            job_id: entry.job_id.clone(),
+            from: entry.from.clone(),
+            to: entry.to.clone(),
+            rewritten: 0,
+            recoveries: claimed.recoveries,
+        };
+        if self.dry_run {
+            return Ok(Some(done));
+        }
+        match journal.claim(&claimed, version).await {
+            Ok(_) => {}
+            Err(RenameError::Store { cause, .. }) if cause.is_conflict() => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let items = claimed.locks.iter().map(|l| l.item()).collect();
+        let wanted = format!(
+            "the locks of journal {} (mv {} {})",
+            entry.job_id, entry.from, entry.to
+        );
+        let mut guard = client.adopt(wanted, items).await?;
+        guard.keep_on_drop();
+        let mut renamer = Renamer::builder(Arc::clone(&self.store), self.index.clone())
+            .strategy(claimed.strategy)
+            .lease(self.lease)
+            .page_size(self.page_size);
+        if let Some(hooks) = &self.hooks {
+            renamer = renamer.hooks(Arc::clone(hooks));
+        }
+        if let Some(progress) = &self.progress {
+            renamer = renamer.progress(Arc::clone(progress));
+        }
+        let outcome = renamer.build().roll_forward(&client, &claimed).await;
+        done.rewritten = outcome.report.rewritten;
+        let closed = match outcome.result {
+            Ok(()) => journaled(|| journal.close(&claimed.job_id)).await,
+            Err(e) => Err(e),
+        };
+        match closed {
+            Ok(()) => {
+                if let Err(e) = guard.release().await {
+                    // The rename is finished and recorded; what is left expires and is swept.
+                    tracing::warn!(error = %e, "releasing recovered locks failed");
+                }
+                tracing::info!(job = %done.job_id, from = %done.from, to = %done.to, moved = done.rewritten, "finished a rename left by a job that died");
+                Ok(Some(done))
+            }
+            Err(e) => {
+                guard.abandon().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// True if any exclusive lock of the entry is still valid (its owner renews it), or was
+    /// written by a client that records no lease.
+    async fn owner_alive(&self, entry: &JournalEntry) -> Result<bool> {
+        let ids: Vec<String> = entry
+            .locks
+            .iter()
+            .filter(|l| l.mode == LockMode::Exclusive)
+            .map(|l| l.id.clone())
+            .collect();
+        let lock_index = lock_index_name(&self.index);
+        let now = LeaseClock::new().now_ms();
+        for chunk in ids.chunks(1_000) {
+            let docs = self
+                .store
+                .mget(&lock_index, chunk)
+                .await
+                .map_err(RenameError::store(format!(
+                    "reading the locks of journal {}",
+                    entry.job_id
+                )))?;
+            for doc in docs.into_iter().flatten() {
+                let valid = match Observed::from_source(&doc.source) {
+                    Observed::Exclusive { expires_at, .. } => expires_at.is_none_or(|t| t >= now),
+                    Observed::Shared { holders, .. } => {
+                        holders.values().any(|h| h.expires_at >= now)
+                    }
+                };
+                if valid {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Deletes expired exclusive locks and removes expired shares, sparing `spare`'s.
+    async fn sweep(&self, spare: &HashSet<String>, report: &mut RecoveryReport) -> Result<()> {
+        let client = self.lock_client("recover: sweep".to_owned());
+        let locks = match client.list_locks().await {
+            Ok(locks) => locks,
+            Err(LockError::Store {
+                cause: fs_store::StoreError::IndexNotFound { .. },
+                ..
+            }) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let now = LeaseClock::new().now_ms();
+        for lock in locks {
+            let candidate = match &lock.observed {
+                Observed::Exclusive {
+                    process_id,
+                    expires_at,
+                    ..
+                } => {
+                    expires_at.is_some_and(|t| t > 0 && t < now)
+                        && !process_id.as_ref().is_some_and(|p| spare.contains(p))
+                }
+                Observed::Shared { holders, .. } => holders
+                    .iter()
+                    .any(|(pid, h)| h.expires_at < now && !spare.contains(pid)),
+            };
+            if !candidate {
+                continue;
+            }
+            if self.dry_run {
+                match &lock.observed {
+                    Observed::Exclusive { .. } => report.locks_released += 1,
+                    Observed::Shared { holders, .. } => {
+                        report.shares_reaped += holders
+                            .iter()
+                            .filter(|(pid, h)| h.expires_at < now && !spare.contains(*pid))
+                            .count()
+                    }
+                }
+                continue;
+            }
+            match client.reap_expired_sparing(&lock.id, spare).await {
+                Ok(Reaped::Exclusive(_)) => report.locks_released += 1,
+                Ok(Reaped::Shares(pids)) => report.shares_reaped += pids.len(),
+                Ok(Reaped::Nothing) => {}
+                // Renewed or changed since listed: whoever did that is alive; next run.
+                Err(e) => tracing::debug!(lock = %lock.id, error = %e, "not swept"),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn spare_owners(spare: &mut HashSet<String>, entry: &JournalEntry) {
+    spare.insert(entry.owner.clone());
+    spare.extend(entry.previous_owners.iter().cloned());
+}

@@ -1,0 +1,337 @@
+//! Recovery: jobs that die half-way are finished, zombies do no harm, live jobs are left
+//! alone, and expired locks are swept with exactly the expired shares. On both backends, in
+//! real time with a short lease.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::*;
+use fs_locks::LockClient;
+use fs_model::FsPath;
+use fs_rename::{fsck, Entry, Journal, Recovery, RenameError, RenameHooks, Renamer};
+use fs_store::SharedStore;
+use fs_testkit::{faulty, FaultPlan, FaultyStore};
+use tokio::sync::Notify;
+
+const LEASE: Duration = Duration::from_millis(600);
+const PAGE: usize = 10;
+
+/// `/src` with 50 files in two directories, and `/dst-parent`.
+async fn setup(env: &Env) {
+    let mut entries: Vec<(String, bool)> = vec![
+        ("/src".into(), true),
+        ("/src/a".into(), true),
+        ("/src/b".into(), true),
+        ("/dst-parent".into(), true),
+    ];
+    for i in 0..25 {
+        entries.push((format!("/src/a/f{i:02}"), false));
+        entries.push((format!("/src/b/g{i:02}"), false));
+    }
+    let refs: Vec<(&str, bool)> = entries.iter().map(|(p, d)| (p.as_str(), *d)).collect();
+    tree_with(env, &refs).await;
+}
+
+fn recovery(env: &Env) -> Recovery {
+    Recovery::new(Arc::clone(&env.store), env.index.clone())
+        .lease(LEASE)
+        .wait(Duration::from_secs(5))
+        .page_size(PAGE)
+}
+
+fn renamer(store: SharedStore, env: &Env, hooks: Arc<dyn RenameHooks>) -> Renamer {
+    Renamer::builder(store, env.index.clone())
+        .lease(LEASE)
+        .page_size(PAGE)
+        .wait(Duration::from_secs(5))
+        .hooks(hooks)
+        .build()
+}
+
+/// Kills the job's store when it is about to write page `page` (1-based).
+struct KillAtPage {
+    page: usize,
+    seen: AtomicUsize,
+    store: Arc<FaultyStore>,
+}
+
+#[async_trait]
+impl RenameHooks for KillAtPage {
+    async fn before_write(&self, _page: &[Entry]) {
+        if self.seen.fetch_add(1, Ordering::SeqCst) + 1 == self.page {
+            self.store.kill();
+        }
+    }
+}
+
+async fn wait_until_dead(store: &FaultyStore) {
+    for _ in 0..500 {
+        if store.is_dead() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the job never reached the point where it dies");
+}
+
+/// Starts `mv /src /dst-parent/dst` through a store that dies before page `page`.
+async fn start_dying_job(
+    env: &Env,
+    page: usize,
+) -> (tokio::task::JoinHandle<()>, Arc<FaultyStore>) {
+    let store = faulty(Arc::clone(&env.store), FaultPlan::default(), 1);
+    let hooks = Arc::new(KillAtPage {
+        page,
+        seen: AtomicUsize::new(0),
+        store: Arc::clone(&store),
+    });
+    let job = renamer(store.clone(), env, hooks);
+    let handle = tokio::spawn(async move {
+        let _ = job.rename(&p("/src"), &p("/dst-parent/dst")).await;
+        unreachable!("a dead job never returns");
+    });
+    wait_until_dead(&store).await;
+    (handle, store)
+}
+
+/// Every document moved exactly once, a clean tree, no lock and no journal entry.
+async fn assert_finished(env: &Env, before: &std::collections::BTreeMap<String, String>) {
+    let after = paths_by_id(env).await;
+    assert_eq!(after.len(), before.len(), "documents lost or added");
+    for (id, path) in before {
+        let want = FsPath::parse(path)
+            .expect("path")
+            .rebase(&p("/src"), &p("/dst-parent/dst"))
+            .map(|p| p.to_string())
+            .unwrap_or_else(|_| path.clone());
+        let want = if path.starts_with("/src") {
+            want
+        } else {
+            path.clone()
+        };
+        assert_eq!(after.get(id), Some(&want), "document {id} ({path})");
+    }
+    let report = fsck(Arc::clone(&env.store), &env.index, &FsPath::root())
+        .await
+        .expect("fsck");
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(locks_left(env).await, 0, "locks left");
+    assert_eq!(report.journals_open, 0, "journal entries left");
+}
+
+async fn a_job_that_dies_mid_rewrite_is_finished(env: Env) {
+    setup(&env).await;
+    let before = paths_by_id(&env).await;
+    let (job, _store) = start_dying_job(&env, 3).await;
+    let journal = Journal::new(Arc::clone(&env.store), &env.index);
+    let open = journal.list().await.expect("journal");
+    assert_eq!(open.len(), 1, "the dying job journaled its rename");
+    assert_eq!(open[0].0.from, "/src");
+
+    // While its locks are valid the job counts as alive: nothing is touched.
+    let early = recovery(&env).run().await.expect("recover");
+    assert_eq!(early.running, vec![open[0].0.job_id.clone()], "{early}");
+    assert!(
+        early.finished.is_empty() && early.locks_released == 0,
+        "{early}"
+    );
+    // And nobody else can touch the half-renamed tree: its expired locks are not taken by
+    // an ordinary acquisition either.
+    let other = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+        .wait(Duration::ZERO)
+        .build()
+        .rename(&p("/src/a"), &p("/a"))
+        .await;
+    assert!(matches!(other, Err(RenameError::Lock(_))), "{other:?}");
+
+    tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
+    let report = recovery(&env).run().await.expect("recover");
+    assert_eq!(report.finished.len(), 1, "{report}");
+    assert_eq!(report.finished[0].recoveries, 1);
+    assert!(
+        report.finished[0].rewritten > 0 && report.finished[0].rewritten < 54,
+        "the job had moved part of it: {report}"
+    );
+    assert_finished(&env, &before).await;
+    job.abort();
+}
+
+async fn a_dying_recoverer_is_recovered_in_turn(env: Env) {
+    setup(&env).await;
+    let before = paths_by_id(&env).await;
+    let (job, _store) = start_dying_job(&env, 2).await;
+    tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
+
+    let store = faulty(Arc::clone(&env.store), FaultPlan::default(), 2);
+    let hooks = Arc::new(KillAtPage {
+        page: 2,
+        seen: AtomicUsize::new(0),
+        store: Arc::clone(&store),
+    });
+    let first = Recovery::new(store.clone(), env.index.clone())
+        .lease(LEASE)
+        .page_size(PAGE)
+        .hooks(hooks);
+    let recoverer = tokio::spawn(async move { first.run().await });
+    wait_until_dead(&store).await;
+
+    tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
+    let report = recovery(&env).run().await.expect("recover");
+    assert_eq!(report.finished.len(), 1, "{report}");
+    assert_eq!(report.finished[0].recoveries, 2, "{report}");
+    assert_finished(&env, &before).await;
+    job.abort();
+    recoverer.abort();
+}
+
+/// Stops the job (its whole "process": store calls and the hook) before page `page`.
+struct FreezeAtPage {
+    page: usize,
+    seen: AtomicUsize,
+    frozen: Notify,
+    thaw: Notify,
+    store: Arc<FaultyStore>,
+}
+
+#[async_trait]
+impl RenameHooks for FreezeAtPage {
+    async fn before_write(&self, _page: &[Entry]) {
+        if self.seen.fetch_add(1, Ordering::SeqCst) + 1 == self.page {
+            self.store.pause(true);
+            self.frozen.notify_one();
+            self.thaw.notified().await;
+            self.store.pause(false);
+        }
+    }
+}
+
+async fn a_zombie_stops_at_its_first_write(env: Env) {
+    setup(&env).await;
+    let before = paths_by_id(&env).await;
+    let store = faulty(Arc::clone(&env.store), FaultPlan::default(), 3);
+    let hooks = Arc::new(FreezeAtPage {
+        page: 2,
+        seen: AtomicUsize::new(0),
+        frozen: Notify::new(),
+        thaw: Notify::new(),
+        store: Arc::clone(&store),
+    });
+    let job = renamer(store, &env, hooks.clone());
+    let zombie = tokio::spawn(async move { job.rename(&p("/src"), &p("/dst-parent/dst")).await });
+    hooks.frozen.notified().await;
+
+    tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
+    let report = recovery(&env).run().await.expect("recover");
+    assert_eq!(report.finished.len(), 1, "{report}");
+    assert_finished(&env, &before).await;
+    // Someone makes a new /src, which the zombie, reading afresh, would find.
+    let tree = env.tree();
+    let settings = fs_rename::LockSettings::default();
+    fs_rename::mkdir(&tree, &settings, &p("/src"), false)
+        .await
+        .expect("mkdir");
+    fs_rename::touch(&tree, &settings, &p("/src/new"))
+        .await
+        .expect("touch");
+
+    hooks.thaw.notify_one();
+    let result = zombie.await.expect("zombie task");
+    assert!(
+        matches!(&result, Err(RenameError::Unfinished { cause, .. }) if matches!(**cause, RenameError::Lock(fs_locks::LockError::LeaseLost { .. }))),
+        "{result:?}"
+    );
+    let after = paths_by_id(&env).await;
+    assert!(
+        after.values().any(|p| p == "/src/new"),
+        "the zombie moved /src/new"
+    );
+    assert_eq!(after.len(), before.len() + 2);
+    let report = fsck(Arc::clone(&env.store), &env.index, &FsPath::root())
+        .await
+        .expect("fsck");
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(locks_left(&env).await, 0);
+}
+
+async fn live_jobs_are_left_alone(env: Env) {
+    setup(&env).await;
+    let store = faulty(Arc::clone(&env.store), FaultPlan::default(), 4);
+    let hooks = Arc::new(FreezeAtPage {
+        page: 2,
+        seen: AtomicUsize::new(0),
+        frozen: Notify::new(),
+        thaw: Notify::new(),
+        store: faulty(Arc::clone(&env.store), FaultPlan::default(), 5),
+    });
+    // The hook pauses a store the job does not use: the job waits, its renewals go on.
+    let job = renamer(store, &env, hooks.clone());
+    let running = tokio::spawn(async move { job.rename(&p("/src"), &p("/dst-parent/dst")).await });
+    hooks.frozen.notified().await;
+    tokio::time::sleep(LEASE * 2).await;
+    let report = recovery(&env).run().await.expect("recover");
+    assert_eq!(report.running.len(), 1, "{report}");
+    assert!(report.finished.is_empty(), "{report}");
+    assert_eq!(report.locks_released + report.shares_reaped, 0, "{report}");
+    hooks.thaw.notify_one();
+    let done = running
+        .await
+        .expect("job task")
+        .expect("the live job finishes");
+    assert_eq!(done.rewritten, 53);
+    assert_eq!(locks_left(&env).await, 0);
+}
+
+async fn expired_locks_are_swept_and_live_shares_kept(env: Env) {
+    let tree = env.tree();
+    tree.ensure_indices().await.expect("indices");
+    let dead = LockClient::builder(Arc::clone(&env.store), env.lock_index())
+        .lease(LEASE)
+        .renew_every(Duration::from_secs(3600))
+        .build();
+    let alive = LockClient::builder(Arc::clone(&env.store), env.lock_index())
+        .lease(LEASE)
+        .build();
+    let dead_guard = dead.lock_tree(&p("/x/a")).await.expect("dead");
+    let alive_guard = alive.lock_tree(&p("/x/b")).await.expect("alive");
+    tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
+
+    let dry = recovery(&env).dry_run(true).run().await.expect("dry run");
+    assert_eq!((dry.locks_released, dry.shares_reaped), (1, 1), "{dry}");
+    assert_eq!(locks_left(&env).await, 3, "a dry run changes nothing");
+
+    let report = recovery(&env).run().await.expect("recover");
+    assert_eq!(
+        (report.locks_released, report.shares_reaped),
+        (1, 1),
+        "{report}"
+    );
+    let shared = env
+        .store
+        .get(&env.lock_index(), "/x")
+        .await
+        .expect("get")
+        .expect("the live share remains");
+    assert_eq!(shared.source["lock_count"], 1);
+    assert!(shared.source["holders"]
+        .get(&alive.owner().process_id)
+        .is_some());
+    alive_guard.release().await.expect("release");
+    assert_eq!(locks_left(&env).await, 0);
+    assert!(
+        dead_guard.release().await.is_err(),
+        "the dead owner's locks are gone"
+    );
+}
+
+on_every_backend!(
+    a_job_that_dies_mid_rewrite_is_finished,
+    a_dying_recoverer_is_recovered_in_turn,
+    a_zombie_stops_at_its_first_write,
+    live_jobs_are_left_alone,
+    expired_locks_are_swept_and_live_shares_kept,
+);

@@ -1,0 +1,32 @@
+//! `fsrename recover`: finishes the renames of jobs that died and sweeps expired locks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use fs_rename::Recovery;
+
+use super::open_tree;
+use crate::cli::Cli;
+use crate::{EXIT_FAILED, EXIT_OK};
+
+pub async fn run(cli: &Cli, dry_run: bool, wait: Duration, json: bool) -> anyhow::Result<u8> {
+    let tree = open_tree(cli).await?;
+    let report = Recovery::new(Arc::clone(tree.store()), tree.index())
+        .lease(cli.lease)
+        .wait(wait)
+        .dry_run(dry_run)
+        .run()
+        .await
+        .with_context(|| format!("recovering `{}` in {}", cli.index, cli.store))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{report}");
+    }
+    Ok(if report.failed.is_empty() {
+        EXIT_OK
+    } else {
+        EXIT_FAILED
+    })
+}
