@@ -1,0 +1,118 @@
+//! The SVG plots, drawn with plotters.
+
+use std::path::Path;
+
+use fs_rename::Strategy;
+use plotters::prelude::*;
+
+use crate::measure::BackendResults;
+
+const COLORS: [RGBColor; 6] = [BLUE, RED, GREEN, MAGENTA, CYAN, BLACK];
+
+/// Documents per second against N, for the rename and the raw rewrite, per backend.
+pub fn rename_throughput(results: &[BackendResults], path: &Path) -> anyhow::Result<()> {
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for r in results {
+        series.push((
+            format!("{} rename", r.name),
+            r.renames
+                .iter()
+                .map(|x| (x.docs as f64, x.rate()))
+                .collect(),
+        ));
+        series.push((
+            format!("{} raw bulk", r.name),
+            r.renames
+                .iter()
+                .map(|x| (x.docs as f64, x.raw_rate()))
+                .collect(),
+        ));
+    }
+    draw(
+        path,
+        "Directory rename vs raw bulk rewrite",
+        "documents renamed (N)",
+        "documents / s",
+        &series,
+    )
+}
+
+/// Renames per second against K, per locking scheme and backend.
+pub fn concurrency(results: &[BackendResults], path: &Path) -> anyhow::Result<()> {
+    let mut series = Vec::new();
+    for r in results {
+        for st in [Strategy::Tree, Strategy::Document, Strategy::Global] {
+            let points = r
+                .concurrency
+                .iter()
+                .filter(|c| c.strategy == st)
+                .map(|c| (c.k as f64, c.per_sec))
+                .collect();
+            series.push((format!("{} {st}", r.name), points));
+        }
+    }
+    draw(
+        path,
+        "K concurrent disjoint renames",
+        "concurrent jobs (K)",
+        "renames / s",
+        &series,
+    )
+}
+
+fn draw(
+    path: &Path,
+    title: &str,
+    x: &str,
+    y: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> anyhow::Result<()> {
+    let points = series.iter().flat_map(|(_, p)| p.iter());
+    let (mut x_max, mut y_max) = (1.0f64, 1.0f64);
+    let (mut x_min, mut y_min) = (f64::MAX, f64::MAX);
+    for &(px, py) in points {
+        x_max = x_max.max(px);
+        y_max = y_max.max(py);
+        x_min = x_min.min(px);
+        y_min = y_min.min(py.max(1e-3));
+    }
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(
+            (x_min.min(x_max) * 0.8..x_max * 1.25).log_scale(),
+            (y_min * 0.5..y_max * 2.0).log_scale(),
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    chart
+        .configure_mesh()
+        .x_desc(x)
+        .y_desc(y)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let style = if i >= COLORS.len() {
+            color.stroke_width(1)
+        } else {
+            color.stroke_width(2)
+        };
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), style))
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .label(name.as_str())
+            .legend(move |(lx, ly)| PathElement::new(vec![(lx, ly), (lx + 20, ly)], color));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
+}
