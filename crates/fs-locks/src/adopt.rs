@@ -25,7 +25,7 @@ use crate::client::{Held, LockClient};
 use crate::engine::Taken;
 use crate::error::{Blocker, LockError, Result};
 use crate::guard::{Grant, LockGuard};
-use crate::lock_doc::{exclusive_source, shared_with, shared_without, LockMode, Observed, Owner};
+use crate::lock_doc::{shared_with, shared_without, LockMode, Observed, Owner};
 use crate::plan::LockItem;
 
 /// What to do with one item of an adoption, given what the store holds.
@@ -45,10 +45,7 @@ fn decide(
     now: i64,
     expires_at: i64,
 ) -> Step {
-    let fresh = || match (item.mode, &item.path) {
-        (LockMode::Shared, Some(path)) => shared_with(None, owner, path, now, expires_at),
-        _ => exclusive_source(owner, item.path.as_ref(), now, expires_at),
-    };
+    let fresh = || crate::engine::fresh_source(item, owner, now, expires_at);
     let Some(doc) = current else {
         let source = fresh();
         let op = BulkOp::Create {

@@ -158,6 +158,14 @@ pub(crate) fn blocker(item: &LockItem, observed: &Observed) -> Blocker {
     }
 }
 
+/// Returns the document that creates `item` for `owner` where none exists.
+pub(crate) fn fresh_source(item: &LockItem, owner: &Owner, now: i64, expires_at: i64) -> Value {
+    match (item.mode, &item.path) {
+        (LockMode::Shared, Some(path)) => shared_with(None, owner, path, now, expires_at),
+        _ => exclusive_source(owner, item.path.as_ref(), now, expires_at),
+    }
+}
+
 fn decide(
     item: &LockItem,
     current: Option<&StoredDoc>,
@@ -166,10 +174,7 @@ fn decide(
     expires_at: i64,
 ) -> Result<Decision> {
     let Some(doc) = current else {
-        let source = match (item.mode, &item.path) {
-            (LockMode::Shared, Some(path)) => shared_with(None, owner, path, now, expires_at),
-            _ => exclusive_source(owner, item.path.as_ref(), now, expires_at),
-        };
+        let source = fresh_source(item, owner, now, expires_at);
         let op = BulkOp::Create {
             id: item.id.clone(),
             source: source.clone(),

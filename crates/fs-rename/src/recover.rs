@@ -191,7 +191,15 @@ impl Recovery {
             ..RecoveryReport::default()
         };
         let mut spare: HashSet<String> = HashSet::new();
-        for (entry, version) in journal.list().await? {
+        let entries = journal.list().await?;
+        if self.dry_run {
+            // Entries a real run would finish keep their locks until then, so a dry run
+            // spares all of them.
+            for (entry, _) in &entries {
+                spare_owners(&mut spare, entry);
+            }
+        }
+        for (entry, version) in entries {
             match self.recover_one(&journal, &entry, version).await {
                 Ok(Some(done)) => report.finished.push(done),
                 Ok(None) => {
@@ -206,13 +214,6 @@ impl Recovery {
                     ));
                     spare_owners(&mut spare, &entry);
                 }
-            }
-        }
-        if self.dry_run {
-            // Entries a real run would finish keep their locks until then, so they are
-            // spared here too.
-            for (entry, _) in journal.list().await? {
-                spare_owners(&mut spare, &entry);
             }
         }
         self.sweep(&spare, &mut report).await?;
