@@ -1,13 +1,18 @@
 //! Adopting a dead owner's lock set: how recovery takes over everything a job held.
 //!
-//! A rename journal lists the lock items its job held. Recovery takes them over as a set:
+//! A rename journal lists the lock items its job held. Recovery takes them over as a set, on
+//! behalf of the entry's *predecessors* (the job and any earlier recoverer of it), and only
+//! theirs:
 //!
-//! - an exclusive lock whose lease ended is rewritten with the recoverer as owner, conditional
-//!   on the version read (so of two recoverers, or a recoverer and a holder renewing late,
-//!   exactly one wins); a missing one is created;
-//! - a shared lock loses exactly its expired holders' shares and gains the recoverer's, in one
-//!   conditional write; a missing one is created;
-//! - a lock that is still valid refuses, and the adoption waits and tries again.
+//! - an exclusive lock of a predecessor whose lease ended is rewritten with the recoverer as
+//!   owner, conditional on the version read (so of two recoverers, or a recoverer and a holder
+//!   renewing late, exactly one wins); a missing one is created;
+//! - a shared lock loses exactly the predecessors' expired shares and gains the recoverer's,
+//!   in one conditional write; a missing one is created;
+//! - anything else refuses, and the adoption waits and tries again: a valid lock, and also an
+//!   expired lock or share of someone else. That one may protect another unfinished rename
+//!   (its own recovery deals with it), or protect none (the sweep fences and clears it);
+//!   overwriting it would strip another rename of its protection.
 //!
 //! Unlike an acquisition, an adoption keeps what it has taken while it waits for the rest. It
 //! is safe from deadlock because only the one recoverer that claimed the journal adopts its
@@ -42,8 +47,8 @@ fn decide(
     item: &LockItem,
     current: Option<&StoredDoc>,
     owner: &Owner,
-    now: i64,
-    expires_at: i64,
+    predecessors: &[String],
+    (now, expires_at): (i64, i64),
 ) -> Step {
     let fresh = || crate::engine::fresh_source(item, owner, now, expires_at);
     let Some(doc) = current else {
@@ -72,18 +77,23 @@ fn decide(
         };
         Step::Write(op, source)
     };
-    let all_shares_expired = |holders: &std::collections::BTreeMap<_, crate::HolderEntry>| {
-        observed.foreign_shares() == 0 && holders.values().all(|h| h.expires_at < now)
+    let predecessor = |pid: &str| predecessors.iter().any(|p| p == pid);
+    let only_predecessors = |holders: &std::collections::BTreeMap<String, crate::HolderEntry>| {
+        observed.foreign_shares() == 0
+            && holders
+                .iter()
+                .all(|(pid, h)| h.expires_at < now && predecessor(pid))
     };
     match (item.mode, &observed, &item.path) {
         (
             _,
             Observed::Exclusive {
                 expires_at: Some(t),
+                process_id: Some(pid),
                 ..
             },
             _,
-        ) if *t > 0 && *t < now => {
+        ) if *t > 0 && *t < now && predecessor(pid) => {
             match (item.mode, &item.path) {
                 // An expired exclusive lock where the journal had a share: the job's own
                 // exclusive lock cannot be there, so it is someone else's; leave it to the
@@ -93,14 +103,14 @@ fn decide(
             }
         }
         (LockMode::Exclusive, Observed::Shared { holders, .. }, _)
-            if all_shares_expired(holders) =>
+            if only_predecessors(holders) =>
         {
             cas(fresh())
         }
         (LockMode::Shared, Observed::Shared { holders, .. }, Some(path)) => {
             let expired: Vec<&str> = holders
                 .iter()
-                .filter(|(_, h)| h.expires_at < now)
+                .filter(|(pid, h)| h.expires_at < now && predecessor(pid))
                 .map(|(pid, _)| pid.as_str())
                 .collect();
             let base = if expired.is_empty() {
@@ -115,15 +125,22 @@ fn decide(
 }
 
 impl LockClient {
-    /// Takes over the lock set `items` of an owner that died (recovery): expired locks
-    /// become this client's, valid ones are waited for (up to the client's wait), missing ones
-    /// are created. Returns a guard over all of them, as if this client had acquired them.
+    /// Takes over the lock set `items` of owners that died (recovery): the expired locks and
+    /// shares of `predecessors` (the process ids that held the set before: a journal entry's
+    /// owner and earlier recoverers) become this client's, missing ones are created, and
+    /// anything else (a valid lock, someone else's expired one) is waited for, up to the
+    /// client's wait. Returns a guard over all of them, as if this client had acquired them.
     ///
     /// # Errors
     /// [`LockError::Timeout`] naming a lock still held when the wait ran out; what was taken
     /// is then left to expire (not released), so a later recovery can resume.
     /// [`LockError::Cancelled`], [`LockError::Store`].
-    pub async fn adopt(&self, wanted: String, items: Vec<LockItem>) -> Result<LockGuard> {
+    pub async fn adopt(
+        &self,
+        wanted: String,
+        items: Vec<LockItem>,
+        predecessors: &[String],
+    ) -> Result<LockGuard> {
         let inner = &self.inner;
         let started = Instant::now();
         let deadline = started + inner.wait;
@@ -133,7 +150,7 @@ impl LockClient {
         let mut cancel = inner.cancel.clone();
         loop {
             attempts += 1;
-            let outcome = self.adopt_round(&items, &mut mine).await;
+            let outcome = self.adopt_round(&items, predecessors, &mut mine).await;
             round_trips += outcome.1;
             let blocker = match outcome.0 {
                 Ok(None) => break,
@@ -186,6 +203,7 @@ impl LockClient {
     async fn adopt_round(
         &self,
         items: &[LockItem],
+        predecessors: &[String],
         mine: &mut Vec<String>,
     ) -> (Result<Option<Blocker>>, u32) {
         let inner = &self.inner;
@@ -207,7 +225,14 @@ impl LockClient {
         let mut blocked = None;
         let mut taken = Vec::new();
         for item in pending {
-            match decide(item, current.get(&item.id), &inner.owner, now, expires_at) {
+            let times = (now, expires_at);
+            match decide(
+                item,
+                current.get(&item.id),
+                &inner.owner,
+                predecessors,
+                times,
+            ) {
                 Step::Write(op, source) => {
                     ops.push(op);
                     writing.push((item, source));

@@ -2,10 +2,9 @@
 
 use std::time::Duration;
 
-use rand::Rng;
-
 /// Full-jitter exponential backoff: the n-th pause is uniform in `[0, min(max, base × 2ⁿ)]`.
-/// The jitter keeps jobs that were refused together from retrying in lock step.
+/// The jitter keeps jobs that were refused together from retrying in lock step; it comes from
+/// [`fs_model::entropy`], so a seeded simulation replays the same pauses.
 #[derive(Debug, Clone)]
 pub struct Backoff {
     base: Duration,
@@ -31,7 +30,7 @@ impl Backoff {
             .min(self.max);
         self.attempt = self.attempt.saturating_add(1);
         let ceiling_us = u64::try_from(ceiling.as_micros()).unwrap_or(u64::MAX);
-        Duration::from_micros(rand::rng().random_range(0..=ceiling_us))
+        Duration::from_micros(fs_model::entropy::up_to(ceiling_us))
     }
 }
 

@@ -1,6 +1,6 @@
 //! [`LockClient`]: one lock owner, its held locks, and the acquire/release entry points.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -28,6 +28,7 @@ pub struct LockClientBuilder {
     lock_index: String,
     holder: String,
     process_id: Option<String>,
+    job: Option<String>,
     lease: Duration,
     renew_every: Option<Duration>,
     wait: Duration,
@@ -108,6 +109,15 @@ impl LockClientBuilder {
         self
     }
 
+    /// Names the rename journal entry these locks protect; every lock document this client
+    /// writes records it as `job`. A recovery that finds the locks expired fences that entry
+    /// before clearing them, so a holder that was only paused cannot journal its rename
+    /// afterwards. Default: none (locks that protect no journaled rename).
+    pub fn job(mut self, job: impl Into<String>) -> LockClientBuilder {
+        self.job = Some(job.into());
+        self
+    }
+
     /// Sets how long a lock lives without renewal. Default: 30 s.
     pub fn lease(mut self, lease: Duration) -> LockClientBuilder {
         self.lease = lease;
@@ -160,10 +170,9 @@ impl LockClientBuilder {
                 store: self.store,
                 lock_index: self.lock_index,
                 owner: Owner {
-                    process_id: self
-                        .process_id
-                        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+                    process_id: self.process_id.unwrap_or_else(fs_model::entropy::uuid),
                     holder: self.holder,
+                    job: self.job,
                 },
                 lease: self.lease,
                 renew_every,
@@ -176,7 +185,7 @@ impl LockClientBuilder {
                 cancel: self.cancel,
                 protocol: tokio::sync::OnceCell::new(),
                 clock: LeaseClock::new(),
-                held: Mutex::new(HashMap::new()),
+                held: Mutex::new(BTreeMap::new()),
                 renewer_started: AtomicBool::new(false),
                 stop_tx,
                 lost_tx,
@@ -226,8 +235,9 @@ pub(crate) struct Inner {
     protocol: tokio::sync::OnceCell<LockProtocol>,
     pub(crate) clock: LeaseClock,
     /// A tokio mutex: held across the store round trips of an attempt, a release or a
-    /// renewal, which must not interleave for one owner.
-    pub(crate) held: Mutex<HashMap<String, Held>>,
+    /// renewal, which must not interleave for one owner. Ordered by id, so that renewals and
+    /// releases send their items in the same order every time (a seeded replay depends on it).
+    pub(crate) held: Mutex<BTreeMap<String, Held>>,
     renewer_started: AtomicBool,
     /// Dropped with the client, which stops the renewal task.
     pub(crate) stop_tx: watch::Sender<()>,
@@ -297,6 +307,7 @@ impl LockClient {
             lock_index: lock_index.into(),
             holder: "fsrename".to_owned(),
             process_id: None,
+            job: None,
             lease: Duration::from_secs(30),
             renew_every: None,
             wait: Duration::from_secs(30),
@@ -629,7 +640,10 @@ pub(crate) async fn pause_unless_cancelled(
     let pause = tokio::time::sleep(pause);
     match cancel {
         Some(cancel) => {
+            // Biased: when both are ready the order does not matter, and a fixed one keeps
+            // seeded replays exact (an unbiased select draws from tokio's own generator).
             tokio::select! {
+                biased;
                 () = pause => {}
                 _ = cancel.changed() => {}
             }

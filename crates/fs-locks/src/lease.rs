@@ -30,7 +30,9 @@ pub(crate) async fn renew_loop(
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        // Biased, as in `pause_unless_cancelled`: a fixed order keeps seeded replays exact.
         tokio::select! {
+            biased;
             _ = ticker.tick() => {}
             // Errors once the client, which owns the sender, is gone.
             changed = stop_rx.changed() => if changed.is_err() { return },
@@ -146,6 +148,29 @@ pub(crate) async fn renew(inner: &Inner) -> Result<u32> {
     Ok(calls.round_trips)
 }
 
+/// A holder of a lock document whose lease has ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredHolder {
+    /// Its process id (empty for an exclusive lock that records none).
+    pub process_id: String,
+    /// The rename journal entry its lock protects, if it recorded one.
+    pub job: Option<String>,
+}
+
+/// A lock document as [`LockClient::read_expired`] read it: which holders had expired, and
+/// the version that [`LockClient::reap_expired_holders`] writes conditionally on.
+#[derive(Debug, Clone)]
+pub struct ExpiredLock {
+    /// The lock document's id.
+    pub id: String,
+    /// The locked path it records, or its id.
+    pub label: String,
+    /// Its holders whose lease had ended when it was read (none if all are valid).
+    pub expired: Vec<ExpiredHolder>,
+    observed: Observed,
+    doc: fs_store::StoredDoc,
+}
+
 /// What [`LockClient::reap_expired`] removed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reaped {
@@ -191,41 +216,111 @@ impl LockClient {
         id: &str,
         spare: &std::collections::HashSet<String>,
     ) -> Result<Reaped> {
-        let mut calls = self.inner.calls();
-        let Some(lock) = ExpiryCheck::read(&self.inner, &mut calls, id).await? else {
+        let Some(lock) = self.read_expired(id).await? else {
             return Ok(Reaped::Nothing);
         };
+        if let Observed::Exclusive { process_id, .. } = &lock.observed {
+            if process_id.as_ref().is_some_and(|p| spare.contains(p)) {
+                return Ok(Reaped::Nothing);
+            }
+            if lock.expired.is_empty() {
+                let expires_at = match &lock.observed {
+                    Observed::Exclusive { expires_at, .. } => expires_at.unwrap_or(0),
+                    Observed::Shared { .. } => 0,
+                };
+                return Err(LockError::NotExpired {
+                    path: lock.label.clone(),
+                    holders: lock.observed.describe_holders(),
+                    expires_at,
+                });
+            }
+        }
+        let reap: Vec<&str> = lock
+            .expired
+            .iter()
+            .map(|h| h.process_id.as_str())
+            .filter(|pid| !spare.contains(*pid))
+            .collect();
+        self.reap_expired_holders(&lock, &reap).await
+    }
+
+    /// Reads the lock document `id` and says which of its holders' leases have ended: the
+    /// first half of a reap that must decide something (fence their journal entries) before
+    /// clearing them. `None` if there is no such document.
+    ///
+    /// # Errors
+    /// [`LockError::Store`] if it cannot be read.
+    pub async fn read_expired(&self, id: &str) -> Result<Option<ExpiredLock>> {
+        let mut calls = self.inner.calls();
+        let Some(check) = ExpiryCheck::read(&self.inner, &mut calls, id).await? else {
+            return Ok(None);
+        };
+        let now = check.now;
+        let expired = match &check.observed {
+            Observed::Exclusive {
+                process_id,
+                expires_at: Some(t),
+                job,
+                ..
+            } if *t > 0 && *t < now => vec![ExpiredHolder {
+                process_id: process_id.clone().unwrap_or_default(),
+                job: job.clone(),
+            }],
+            Observed::Exclusive { .. } => Vec::new(),
+            Observed::Shared { holders, .. } => holders
+                .iter()
+                .filter(|(_, h)| h.expires_at < now)
+                .map(|(pid, h)| ExpiredHolder {
+                    process_id: pid.clone(),
+                    job: h.job.clone(),
+                })
+                .collect(),
+        };
+        Ok(Some(ExpiredLock {
+            id: id.to_owned(),
+            label: check.label,
+            expired,
+            observed: check.observed,
+            doc: check.doc,
+        }))
+    }
+
+    /// Clears the expired holders `reap` (process ids among [`ExpiredLock::expired`]) from the
+    /// lock `lock` read, conditional on its version then: an exclusive lock is deleted, shares
+    /// are removed. A holder that renewed since, or anyone else's write, makes it fail with a
+    /// conflict, and nothing is cleared.
+    ///
+    /// # Errors
+    /// [`LockError::Store`] if the document changed since it was read (read it again).
+    pub async fn reap_expired_holders(&self, lock: &ExpiredLock, reap: &[&str]) -> Result<Reaped> {
+        let chosen: Vec<&str> = lock
+            .expired
+            .iter()
+            .map(|h| h.process_id.as_str())
+            .filter(|pid| reap.contains(pid))
+            .collect();
         let (store, index) = (&self.inner.store, &self.inner.lock_index);
         let context = format!("reaping the lock on `{}`", lock.label);
+        let version = Some(lock.doc.version);
         let (written, reaped) = match &lock.observed {
-            Observed::Exclusive { process_id, .. } => {
-                if process_id.as_ref().is_some_and(|p| spare.contains(p)) {
+            Observed::Exclusive { .. } => {
+                if chosen.is_empty() {
                     return Ok(Reaped::Nothing);
                 }
-                lock.expired_exclusive()?;
                 let reaped = Reaped::Exclusive(lock.observed.describe_holders());
-                (
-                    store.delete(index, id, Some(lock.doc.version)).await,
-                    reaped,
-                )
+                (store.delete(index, &lock.id, version).await, reaped)
             }
-            Observed::Shared { holders, .. } => {
-                let expired: Vec<&str> = holders
-                    .iter()
-                    .filter(|(pid, h)| h.expires_at < lock.now && !spare.contains(*pid))
-                    .map(|(pid, _)| pid.as_str())
-                    .collect();
-                if expired.is_empty() {
+            Observed::Shared { .. } => {
+                if chosen.is_empty() {
                     return Ok(Reaped::Shares(Vec::new()));
                 }
-                let version = Some(lock.doc.version);
-                let written = match shared_without(&lock.doc.source, &expired) {
-                    Some(source) => store.index(index, id, source, version).await,
-                    None => store.delete(index, id, version).await,
+                let written = match shared_without(&lock.doc.source, &chosen) {
+                    Some(source) => store.index(index, &lock.id, source, version).await,
+                    None => store.delete(index, &lock.id, version).await,
                 };
                 (
                     written,
-                    Reaped::Shares(expired.into_iter().map(str::to_owned).collect()),
+                    Reaped::Shares(chosen.into_iter().map(str::to_owned).collect()),
                 )
             }
         };

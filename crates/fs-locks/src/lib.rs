@@ -9,7 +9,9 @@
 //! - [`LockGuard`]: held locks; [`LockGuard::release`] gives them back deepest first.
 //! - [`TreeLockRequest`]: which documents a tree lock takes, in which order.
 //! - Leases: every lock records an expiry that a background task renews; expired locks are
-//!   only touched by the explicit [`LockClient::reap_expired`], [`LockClient::take_over`] and
+//!   only touched by the explicit [`LockClient::reap_expired`] (or its two halves,
+//!   [`LockClient::read_expired`] and [`LockClient::reap_expired_holders`], between which
+//!   recovery fences the expired holders' journal entries), [`LockClient::take_over`] and
 //!   [`LockClient::adopt`] (recovery's takeover of a dead job's whole lock set). A holder
 //!   checks [`LockClient::lease_left`] before it writes; a job that stops half-way
 //!   [abandons](LockGuard::abandon) its locks to expire rather than releasing them.
@@ -54,10 +56,10 @@ mod protocol;
 mod scripted;
 
 pub use client::{EventSink, LockClient, LockClientBuilder, LockEvent};
-pub use clock::LeaseClock;
+pub use clock::{AnchoredThread, LeaseClock};
 pub use error::{Blocker, LockError, Result};
 pub use guard::{Grant, LockGuard, ReleaseReport};
-pub use lease::Reaped;
+pub use lease::{ExpiredHolder, ExpiredLock, Reaped};
 pub use listing::LockInfo;
 pub use lock_doc::{HolderEntry, LockMode, Observed, Owner};
 pub use plan::{LockItem, TreeLockRequest};

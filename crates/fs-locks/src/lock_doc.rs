@@ -4,11 +4,16 @@
 //! each other:
 //!
 //! - exclusive: `{"lock_type": "exclusive"}`, created with `_create`; fsrename adds
-//!   `process_id`, `holder`, `path`, `acquired_at`, `expires_at`. Global and document locks
-//!   have the same shape (the book's document lock is `{"process_id": ...}`).
+//!   `process_id`, `holder`, `path`, `acquired_at`, `expires_at`, and `job` when the owner
+//!   works for a journaled rename. Global and document locks have the same shape (the book's
+//!   document lock is `{"process_id": ...}`).
 //! - shared: `{"lock_type": "shared", "lock_count": N}`; fsrename adds `path`, `expires_at`
 //!   (the latest of its holders') and `holders`, one entry per holding process:
-//!   `{"<process_id>": {"holder": ..., "acquired_at": ..., "expires_at": ...}}`. `lock_count`
+//!   `{"<process_id>": {"holder": ..., "acquired_at": ..., "expires_at": ..., "job": ...}}`.
+//!
+//! `job` names the rename journal entry the lock protects (before or after it is written):
+//! whoever wants to clear an expired lock first fences that entry (see `fs_rename::Journal`),
+//! so a holder that was only paused cannot journal a rename whose locks are gone. `lock_count`
 //!   is the number of fsrename holders plus any foreign shares (a book client's increment adds
 //!   to the count without an entry), so a retried increment by the same process is a no-op and
 //!   an expired holder's share can be removed without touching anyone else's.
@@ -29,13 +34,17 @@ pub enum LockMode {
     Exclusive,
 }
 
-/// Who holds a lock: a process id (a UUID per lock client) and a readable label.
+/// Who holds a lock: a process id (a UUID per lock client), a readable label, and the
+/// journaled rename it works for, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
     /// The `process_id` of the book: unique per lock client.
     pub process_id: String,
     /// A label for people reading lock documents, e.g. `mv /a /b on host-1`.
     pub holder: String,
+    /// The id of the rename journal entry these locks protect, written into every lock
+    /// document of this owner.
+    pub job: Option<String>,
 }
 
 /// One fsrename holder of a shared lock, as stored under `holders`.
@@ -50,6 +59,21 @@ pub struct HolderEntry {
     /// When its share expires unless renewed, in epoch milliseconds.
     #[serde(default)]
     pub expires_at: i64,
+    /// The rename journal entry its share protects, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+}
+
+impl HolderEntry {
+    /// Returns `owner`'s entry for a share taken at `now` until `expires_at`.
+    pub fn of(owner: &Owner, now: i64, expires_at: i64) -> HolderEntry {
+        HolderEntry {
+            holder: owner.holder.clone(),
+            acquired_at: now,
+            expires_at,
+            job: owner.job.clone(),
+        }
+    }
 }
 
 /// What an existing lock document says, read leniently: the book's documents carry only some
@@ -65,6 +89,8 @@ pub enum Observed {
         holder: Option<String>,
         /// When it expires unless renewed, if recorded.
         expires_at: Option<i64>,
+        /// The rename journal entry it protects, if recorded.
+        job: Option<String>,
     },
     /// A shared lock.
     Shared {
@@ -100,6 +126,7 @@ impl Observed {
             }),
             holder: text("holder"),
             expires_at: source.get("expires_at").and_then(Value::as_i64),
+            job: text("job"),
         }
     }
 
@@ -117,6 +144,20 @@ impl Observed {
             Observed::Exclusive { process_id: p, .. } => p.as_deref() == Some(process_id),
             Observed::Shared { holders, .. } => holders.contains_key(process_id),
         }
+    }
+
+    /// Returns the rename journal entries this lock protects, one per holder that records
+    /// one, sorted and without repeats.
+    pub fn jobs(&self) -> Vec<&str> {
+        let mut jobs: Vec<&str> = match self {
+            Observed::Exclusive { job, .. } => job.iter().map(String::as_str).collect(),
+            Observed::Shared { holders, .. } => {
+                holders.values().filter_map(|h| h.job.as_deref()).collect()
+            }
+        };
+        jobs.sort_unstable();
+        jobs.dedup();
+        jobs
     }
 
     /// Returns the number of shares held by clients that left no holder entry (the book's).
@@ -175,8 +216,13 @@ pub fn exclusive_source(owner: &Owner, path: Option<&FsPath>, now: i64, expires_
         "acquired_at": now,
         "expires_at": expires_at,
     });
-    if let (Some(path), Value::Object(fields)) = (path, &mut doc) {
-        fields.insert("path".to_owned(), json!(path.as_str()));
+    if let Value::Object(fields) = &mut doc {
+        if let Some(path) = path {
+            fields.insert("path".to_owned(), json!(path.as_str()));
+        }
+        if let Some(job) = &owner.job {
+            fields.insert("job".to_owned(), json!(job));
+        }
     }
     doc
 }
@@ -200,11 +246,7 @@ pub fn shared_with(
     now: i64,
     expires_at: i64,
 ) -> Value {
-    let entry = HolderEntry {
-        holder: owner.holder.clone(),
-        acquired_at: now,
-        expires_at,
-    };
+    let entry = HolderEntry::of(owner, now, expires_at);
     let (lock_count, mut holders) = match current.map(Observed::from_source) {
         Some(Observed::Shared {
             lock_count,
@@ -282,6 +324,7 @@ mod tests {
         Owner {
             process_id: pid.to_owned(),
             holder: format!("job {pid}"),
+            job: Some(format!("journal-{pid}")),
         }
     }
 
@@ -331,6 +374,28 @@ mod tests {
         let left = shared_without(&joined, &["a"]).expect("foreign share remains");
         assert_eq!(left["lock_count"], 1);
         assert_eq!(Observed::from_source(&left).foreign_shares(), 1);
+    }
+
+    #[test]
+    fn locks_name_the_journal_entry_they_protect() {
+        let exclusive = exclusive_source(&owner("a"), Some(&clinton()), 1, 10);
+        assert_eq!(exclusive["job"], "journal-a");
+        assert!(matches!(
+            Observed::from_source(&exclusive),
+            Observed::Exclusive { job: Some(j), .. } if j == "journal-a"
+        ));
+        let shared = shared_with(None, &owner("b"), &clinton(), 1, 10);
+        assert_eq!(shared["holders"]["b"]["job"], "journal-b");
+        let anonymous = Owner {
+            job: None,
+            ..owner("c")
+        };
+        let plain = exclusive_source(&anonymous, None, 1, 10);
+        assert!(plain.get("job").is_none(), "no job, no field: {plain}");
+        let joined = shared_with(Some(&shared), &anonymous, &clinton(), 1, 10);
+        assert!(joined["holders"]["c"].get("job").is_none());
+        assert_eq!(Observed::from_source(&joined).jobs(), ["journal-b"]);
+        assert!(Observed::from_source(&plain).jobs().is_empty());
     }
 
     #[test]

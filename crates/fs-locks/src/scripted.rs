@@ -39,7 +39,7 @@ pub(crate) fn acquire_items(
         .iter()
         .map(|item| match (item.mode, &item.path) {
             (LockMode::Shared, Some(path)) => {
-                let entry = HolderEntry { holder: owner.holder.clone(), acquired_at: now, expires_at };
+                let entry = HolderEntry::of(owner, now, expires_at);
                 ScriptedUpdate {
                     id: item.id.clone(),
                     script: SHARED_ACQUIRE.to_owned(),
@@ -247,6 +247,7 @@ mod tests {
         Owner {
             process_id: "p1".into(),
             holder: "job".into(),
+            job: Some("journal-1".into()),
         }
     }
 

@@ -182,3 +182,68 @@ async fn take_over_hands_an_expired_lock_to_the_recoverer() {
     taken.release().await.expect("recoverer releases");
     assert_eq!(lock_count(&env).await, 0);
 }
+
+/// A regression: adopting one dead job's lock set removed *every* expired share of a shared
+/// lock, including those of another dead job whose rename was also unfinished; once the
+/// first rename was finished and released, the ancestor was free and a third job could lock
+/// it exclusively while the second rename was still half-done (the simulation's seed 19562).
+#[tokio::test(start_paused = true)]
+async fn adoption_takes_over_only_its_predecessors_locks() {
+    let env = Env::new(Backend::Embedded).await;
+    let dead = |name: &str| {
+        client_builder(&env, name)
+            .lease(LEASE)
+            .renew_every(NEVER)
+            .build()
+    };
+    let (first, second) = (dead("first"), dead("second"));
+    let _first = first.lock_tree(&p("/x/a")).await.expect("first");
+    let _second = second.lock_tree(&p("/x/b")).await.expect("second");
+    let stranger = dead("stranger");
+    let _stranger = stranger.lock_tree(&p("/y")).await.expect("stranger");
+    tokio::time::sleep(LEASE + Duration::from_secs(1)).await;
+
+    let recoverer = client_builder(&env, "recoverer")
+        .lease(LEASE)
+        .wait(Duration::from_millis(300))
+        .build();
+    let items = fs_locks::TreeLockRequest::path(&p("/x/a"))
+        .items()
+        .expect("items");
+    let predecessors = vec![first.owner().process_id.clone()];
+    let adopted = recoverer
+        .adopt("first's locks".into(), items, &predecessors)
+        .await
+        .expect("adopt");
+    let shared = lock_doc(&env, "/x").await.expect("shared /x");
+    let holders = shared["holders"].as_object().expect("holders");
+    assert!(holders.contains_key(&recoverer.owner().process_id));
+    assert!(
+        !holders.contains_key(&first.owner().process_id),
+        "the predecessor's share is taken over"
+    );
+    assert!(
+        holders.contains_key(&second.owner().process_id),
+        "another unfinished job's share must stay: {shared}"
+    );
+    assert_eq!(shared["lock_count"], 2);
+    adopted.release().await.expect("release");
+    let left = lock_doc(&env, "/x")
+        .await
+        .expect("still shared by `second`");
+    assert_eq!(left["lock_count"], 1);
+
+    // Someone else's expired exclusive lock is waited for, not taken.
+    let items = fs_locks::TreeLockRequest::path(&p("/y"))
+        .items()
+        .expect("items");
+    let refused = recoverer
+        .adopt("not ours".into(), items, &predecessors)
+        .await;
+    assert!(
+        matches!(refused, Err(LockError::Timeout { .. })),
+        "{refused:?}"
+    );
+    let y = lock_doc(&env, "/y").await.expect("lock");
+    assert_eq!(y["process_id"], stranger.owner().process_id.as_str());
+}

@@ -65,9 +65,10 @@ impl FsDoc {
         FsDoc::new(path, DocKind::File, size, modified)
     }
 
-    /// Mints a new stable document id (a random UUID), never derived from the path.
+    /// Mints a new stable document id (a random UUID, see [`crate::entropy`]), never derived
+    /// from the path.
     pub fn new_id() -> String {
-        uuid::Uuid::new_v4().to_string()
+        crate::entropy::uuid()
     }
 
     /// Returns true if `parent`, `name` and `depth` agree with `path`.

@@ -6,6 +6,7 @@
 //!   its path.
 //! - [`tree_index_body`] and [`lock_index_body`]: how the two indices are created.
 //! - [`tree_lock_id`]: where the lock for a path lives in the lock index.
+//! - [`entropy`]: where ids and jitter come from; seedable per thread for replays.
 //!
 //! ```
 //! use fs_model::{FsDoc, FsPath};
@@ -21,6 +22,7 @@
 #![deny(missing_docs)]
 
 mod doc;
+pub mod entropy;
 mod error;
 mod lock_id;
 mod mapping;

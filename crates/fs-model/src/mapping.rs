@@ -77,8 +77,8 @@ pub fn lock_index_body() -> Value {
 /// `lock_type`, `lock_count` and `process_id` are the fields of the source texts, so a client
 /// following the book's requests and fsrename see the same locks. The rest is fsrename's own:
 /// the locked `path` (kept in full even when the id is hashed), a readable `holder` label, times
-/// in epoch milliseconds, and `holders`, one entry per shared holder (not indexed: only read
-/// back with the document). Mappings are not strict so the book's documents, which carry none of
+/// in epoch milliseconds, the rename journal entry a lock protects (`job`), and `holders`, one
+/// entry per shared holder (not indexed: only read back with the document). Mappings are not strict so the book's documents, which carry none of
 /// these fields, and later additions can be written.
 pub fn lock_index_mappings() -> Value {
     json!({
@@ -90,6 +90,7 @@ pub fn lock_index_mappings() -> Value {
             "holder": { "type": "keyword" },
             "acquired_at": { "type": "date", "format": "epoch_millis" },
             "expires_at": { "type": "date", "format": "epoch_millis" },
+            "job": { "type": "keyword" },
             "holders": { "type": "object", "enabled": false }
         }
     })

@@ -268,7 +268,8 @@ fn describe_event(event: &RenameEvent) -> Option<String> {
         RenameEvent::Checked { total } => Some(format!("checks pass: {total} documents to move")),
         RenameEvent::Progress { .. }
         | RenameEvent::Retrying { .. }
-        | RenameEvent::Journaled { .. } => None,
+        | RenameEvent::Journaled { .. }
+        | RenameEvent::Closed { .. } => None,
         RenameEvent::Released => Some("releases its locks".to_owned()),
     }
 }

@@ -109,6 +109,16 @@ pub enum RenameError {
         /// Why it stopped.
         cause: Box<RenameError>,
     },
+    /// The job may not journal its rename: its locks had expired and a recovery cleared them
+    /// after fencing its journal entry (or took the entry over). Nothing was rewritten; the
+    /// rename can simply be run again.
+    #[error("journal entry `{job}` is fenced off by {by}: this job's locks expired before it journaled, so it stops before its first rewrite (run the rename again)")]
+    Fenced {
+        /// The journal entry the job would have written.
+        job: String,
+        /// Who fenced it, and when.
+        by: String,
+    },
     /// The store failed.
     #[error("store failure while {context}: {cause}")]
     Store {

@@ -12,6 +12,12 @@
 //! the rename forward. Before each write the job checks that its lease is still good, and
 //! every write is conditional on the version it read, so a job paused past its lease (a
 //! zombie) stops at its first write instead of damaging the tree.
+//!
+//! The entry's id is chosen before the first lock and written into every lock, so that a
+//! recovery clearing the job's expired locks fences the id first. A job paused past its lease
+//! before journaling therefore either stops at its own lease check or meets the fence when it
+//! writes the entry ([`RenameError::Fenced`]); having rewritten nothing, it starts over with
+//! new locks (up to three times).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -30,6 +36,9 @@ use crate::tree::{Entry, FsTree};
 
 /// How many times a transiently failed bulk item is sent again.
 const ITEM_RETRIES: u32 = 6;
+
+/// How many times a job fenced off before journaling starts over (see [`Journal::fence`]).
+const FENCED_RESTARTS: u32 = 3;
 
 /// How many times a journal write is sent again after a transient failure.
 const JOURNAL_RETRIES: u32 = 4;
@@ -205,20 +214,41 @@ impl Renamer {
                 result: Err(RenameError::DestinationExists { path: to.clone() }),
             };
         }
+        let mut restarts = 0;
+        loop {
+            let result = self.run_once(from, to, &mut report).await;
+            match result {
+                // Nothing was rewritten and the locks are released: starting over is safe.
+                Err(RenameError::Fenced { job, by }) if restarts < FENCED_RESTARTS => {
+                    restarts += 1;
+                    report.restarts = restarts;
+                    tracing::info!(%job, %by, %from, %to, "fenced off before journaling (the locks expired meanwhile); starting over");
+                }
+                result => return RenameOutcome { report, result },
+            }
+        }
+    }
+
+    /// One run of the rename, from taking the locks to releasing them.
+    async fn run_once(&self, from: &FsPath, to: &FsPath, report: &mut RenameReport) -> Result<()> {
+        let c = &self.config;
         let counted = CountingStore::new(Arc::clone(&c.store));
         let store: SharedStore = Arc::new(counted.clone());
         let tree = FsTree::new(Arc::clone(&store), c.index.clone());
-        let locks = self.lock_client(store, &tree, from, to);
+        // The journal id is chosen before any lock is taken, and every lock records it: a
+        // recovery that clears these locks after they expire fences this id first.
+        let job_id = fs_model::entropy::uuid();
+        let locks = self.lock_client(store, &tree, from, to, &job_id);
 
         let started = Instant::now();
         let guards = self.lock(&locks, &tree, from, to).await;
-        report.phases.locking = started.elapsed();
+        report.phases.locking += started.elapsed();
         let result = match guards {
             Ok(guards) => {
                 report.lock_attempts = guards.iter().map(|g| g.grant().attempts).max().unwrap_or(0);
                 let mut guards = guards;
                 let result = self
-                    .locked_work(&tree, &locks, &mut guards, from, to, &mut report)
+                    .locked_work(&tree, &locks, &mut guards, (from, to), &job_id, report)
                     .await;
                 let started = Instant::now();
                 let mut released = Ok(());
@@ -231,7 +261,7 @@ impl Renamer {
                         released = Err(RenameError::Lock(e));
                     }
                 }
-                report.phases.releasing = started.elapsed();
+                report.phases.releasing += started.elapsed();
                 if held_locks && !abandon {
                     self.emit(RenameEvent::Released);
                 }
@@ -246,8 +276,8 @@ impl Renamer {
             }
             Err(e) => Err(e),
         };
-        report.round_trips = counted.round_trips();
-        RenameOutcome { report, result }
+        report.round_trips += counted.round_trips();
+        result
     }
 
     fn emit(&self, event: RenameEvent) {
@@ -262,6 +292,7 @@ impl Renamer {
         tree: &FsTree,
         from: &FsPath,
         to: &FsPath,
+        job_id: &str,
     ) -> LockClient {
         let c = &self.config;
         let holder = c
@@ -270,6 +301,7 @@ impl Renamer {
             .unwrap_or_else(|| format!("mv {from} {to}"));
         let mut builder = LockClient::builder(store, tree.lock_index())
             .holder(holder)
+            .job(job_id)
             .lease(c.lease)
             .wait(c.wait)
             .protocol(c.protocol);
@@ -369,8 +401,8 @@ impl Renamer {
         tree: &FsTree,
         locks: &LockClient,
         guards: &mut [LockGuard],
-        from: &FsPath,
-        to: &FsPath,
+        (from, to): (&FsPath, &FsPath),
+        job_id: &str,
         report: &mut RenameReport,
     ) -> Result<()> {
         if let Some(hooks) = &self.config.hooks {
@@ -380,12 +412,27 @@ impl Renamer {
         tree.refresh().await?;
         check(tree, from, to).await?;
         let total = tree.count_under(from).await?;
-        report.phases.checking = started.elapsed();
+        report.phases.checking += started.elapsed();
         self.emit(RenameEvent::Checked { total });
         if self.config.strategy == Strategy::None {
             return self.finish(tree, locks, from, to, total, report).await;
         }
-        let entry = self.journal_entry(locks, from, to).await;
+        // A job paused past its lease (by its own clock, less the allowed skew) stops here,
+        // before journaling: a recovery may already be clearing its locks. A pause after this
+        // check is caught by the fence (see `crate::journal`).
+        if let Some(lost) = locks.lost_locks().borrow().first() {
+            return Err(fs_locks::LockError::LeaseLost { path: lost.clone() }.into());
+        }
+        if locks.lease_left().await.is_some_and(|left| left.is_zero()) {
+            return Err(fs_locks::LockError::LeaseLost {
+                path: from.to_string(),
+            }
+            .into());
+        }
+        if let Some(hooks) = &self.config.hooks {
+            hooks.journaling().await;
+        }
+        let entry = self.journal_entry(locks, from, to, job_id).await;
         let journal = Journal::new(Arc::clone(tree.store()), tree.index());
         let job_id = entry.job_id.clone();
         let unfinished = |cause: RenameError, report: &RenameReport| RenameError::Unfinished {
@@ -399,8 +446,12 @@ impl Renamer {
         }
         // Until this write is known to have landed or not, the rename may be journaled: an
         // unknown outcome counts as journaled, so the locks are left for recovery to resolve.
-        if let Err(e) = journaled(|| async { journal.open(&entry).await.map(|_| ()) }).await {
-            return Err(unfinished(e, report));
+        // A fence means it was not and never will be: nothing was rewritten, so the locks
+        // (what is left of them) are released.
+        match journaled(|| async { journal.open(&entry).await.map(|_| ()) }).await {
+            Ok(()) => {}
+            Err(fenced @ RenameError::Fenced { .. }) => return Err(fenced),
+            Err(e) => return Err(unfinished(e, report)),
         }
         self.emit(RenameEvent::Journaled {
             job: job_id.clone(),
@@ -411,6 +462,7 @@ impl Renamer {
         if let Err(e) = journaled(|| journal.close(&job_id)).await {
             return Err(unfinished(e, report));
         }
+        self.emit(RenameEvent::Closed { job: job_id });
         Ok(())
     }
 
@@ -443,10 +495,16 @@ impl Renamer {
         Ok(())
     }
 
-    async fn journal_entry(&self, locks: &LockClient, from: &FsPath, to: &FsPath) -> JournalEntry {
+    async fn journal_entry(
+        &self,
+        locks: &LockClient,
+        from: &FsPath,
+        to: &FsPath,
+        job_id: &str,
+    ) -> JournalEntry {
         let owner = locks.owner();
         JournalEntry {
-            job_id: uuid::Uuid::new_v4().to_string(),
+            job_id: job_id.to_owned(),
             from: from.as_str().to_owned(),
             to: to.as_str().to_owned(),
             strategy: self.config.strategy,
@@ -677,9 +735,9 @@ async fn check(tree: &FsTree, from: &FsPath, to: &FsPath) -> Result<()> {
     }
 }
 
-/// Runs a journal write, sending it again after a transient failure. A resent create that
-/// conflicts found its own earlier attempt, and a resent delete that finds nothing found its
-/// own: both count as done.
+/// Runs a journal write, sending it again after a transient failure. The writes themselves
+/// make a resend safe: [`Journal::open`] recognises its own earlier entry, and
+/// [`Journal::close`] takes an entry already gone as closed.
 pub(crate) async fn journaled<F, Fut>(write: F) -> Result<()>
 where
     F: Fn() -> Fut,
@@ -689,9 +747,6 @@ where
     loop {
         match write().await {
             Ok(()) => return Ok(()),
-            Err(RenameError::Store { cause, .. }) if attempt > 0 && cause.is_conflict() => {
-                return Ok(())
-            }
             Err(e) if e.is_retryable() && attempt < JOURNAL_RETRIES => {
                 tokio::time::sleep(Duration::from_millis(10 << attempt)).await;
                 attempt += 1;

@@ -5,11 +5,23 @@
 //! entry exists exactly while the tree may be half-renamed, and its locks (listed in it) stay
 //! in the lock index until the entry is gone: a job that dies leaves both, and recovery
 //! takes the locks over and rolls the rename forward. Entries live in `<index>-journal`.
+//!
+//! **Fences.** A job picks its entry's id before it locks anything, and every lock it takes
+//! records that id (`job`). A recovery that finds such a lock expired and no entry for it may
+//! clear the lock, but first it *fences* the id: it creates a tombstone there
+//! ([`Journal::fence`]). The job writes its entry with `_create` at the same id, so of the two
+//! writes exactly one succeeds: either the entry exists and the recovery leaves the locks
+//! alone (the rename is recovered instead), or the tombstone exists and the job, which may
+//! only have been paused, learns that its locks are gone before it rewrites anything
+//! ([`RenameError::Fenced`]). Without this a paused job could journal after its locks were
+//! cleared and taken by someone else, and recovery would later roll it forward into a tree
+//! that had changed under it. Tombstones are removed by recovery after a retention period.
 
 use fs_locks::{LockItem, LockMode};
 use fs_model::{journal_index_body, journal_index_name, FsPath};
 use fs_store::{Scope, SearchRequest, SharedStore, StoreError, Version};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::error::{RenameError, Result};
 use crate::strategy::Strategy;
@@ -45,6 +57,57 @@ pub struct JournalEntry {
     pub recoveries: u32,
     /// The lock documents that protect the rename, which recovery takes over.
     pub locks: Vec<JournalLock>,
+}
+
+/// The tombstone a recovery leaves at the journal id of a job whose expired locks it cleared
+/// before the job journaled: the job can never journal afterwards.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalFence {
+    /// The fenced job id (the document id).
+    pub job_id: String,
+    /// Always `fenced`: what tells a tombstone from an entry.
+    pub state: String,
+    /// When, epoch milliseconds.
+    pub fenced_at: i64,
+    /// Who fenced it.
+    pub fenced_by: String,
+}
+
+/// What [`Journal::fence`] found at a job's journal id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FenceOutcome {
+    /// The id is fenced: the job can never journal. `new` if this call fenced it.
+    Fenced {
+        /// True if this call created the tombstone.
+        new: bool,
+    },
+    /// The job has journaled: its locks protect a rename to recover, not to clear.
+    Open(Box<JournalEntry>),
+}
+
+/// A document of the journal index.
+enum JournalDoc {
+    Entry(JournalEntry),
+    Fence(JournalFence),
+}
+
+const FENCED: &str = "fenced";
+
+fn parse_doc(index: &str, id: &str, source: Value) -> Result<JournalDoc> {
+    let bad = |e: serde_json::Error| RenameError::BadDocument {
+        index: index.to_owned(),
+        id: id.to_owned(),
+        message: e.to_string(),
+    };
+    if source.get("state").and_then(Value::as_str) == Some(FENCED) {
+        serde_json::from_value(source)
+            .map(JournalDoc::Fence)
+            .map_err(bad)
+    } else {
+        serde_json::from_value(source)
+            .map(JournalDoc::Entry)
+            .map_err(bad)
+    }
 }
 
 /// One lock a journal entry lists.
@@ -133,26 +196,120 @@ impl Journal {
             )))
     }
 
-    /// Writes a new entry; creates the index first if an older tree has none.
+    /// Writes a new entry with `_create`; creates the index first if an older tree has none.
+    /// If the id is taken, reads what is there: this job's own entry (an earlier attempt whose
+    /// answer was lost) counts as written; a fence, or the entry taken over by a recoverer,
+    /// means this job may not go on.
     ///
     /// # Errors
+    /// [`RenameError::Fenced`] if a recovery fenced the id (or claimed the entry);
     /// [`RenameError::Store`].
     pub async fn open(&self, entry: &JournalEntry) -> Result<Version> {
         let source = to_source(entry, &self.index)?;
-        let context = format!("writing journal entry of `{} → {}`", entry.from, entry.to);
-        match self
-            .store
-            .create(&self.index, &entry.job_id, source.clone())
-            .await
-        {
-            Err(StoreError::IndexNotFound { .. }) => {
-                self.ensure_index().await?;
-                self.store
-                    .create(&self.index, &entry.job_id, source)
-                    .await
-                    .map_err(RenameError::store(context))
+        let context = || format!("writing journal entry of `{} → {}`", entry.from, entry.to);
+        for _ in 0..3 {
+            match self
+                .store
+                .create(&self.index, &entry.job_id, source.clone())
+                .await
+            {
+                Ok(version) => return Ok(version),
+                Err(StoreError::IndexNotFound { .. }) => self.ensure_index().await?,
+                Err(e) if e.is_conflict() => match self.read(&entry.job_id).await? {
+                    Some((JournalDoc::Entry(found), version))
+                        if found.owner == entry.owner && found.job_id == entry.job_id =>
+                    {
+                        return Ok(version)
+                    }
+                    Some((JournalDoc::Entry(found), _)) => {
+                        return Err(RenameError::Fenced {
+                            job: entry.job_id.clone(),
+                            by: format!("recoverer {} (it claimed the entry)", found.owner),
+                        })
+                    }
+                    Some((JournalDoc::Fence(fence), _)) => {
+                        return Err(RenameError::Fenced {
+                            job: entry.job_id.clone(),
+                            by: format!("{} at {} ms", fence.fenced_by, fence.fenced_at),
+                        })
+                    }
+                    // Removed between the two calls: try again.
+                    None => {}
+                },
+                Err(e) => return Err(RenameError::store(context())(e)),
             }
-            other => other.map_err(RenameError::store(context)),
+        }
+        Err(RenameError::Store {
+            context: context(),
+            cause: StoreError::Transient {
+                context: format!("journal id `{}`", entry.job_id),
+                message: "the document kept changing".to_owned(),
+            },
+        })
+    }
+
+    /// Fences the journal id `job_id` unless the job has journaled: creates a tombstone there
+    /// (see the module documentation), so that a job whose expired locks are about to be
+    /// cleared can never journal afterwards. `by` names the fencer; `now` is epoch ms.
+    ///
+    /// # Errors
+    /// [`RenameError::Store`]; [`RenameError::BadDocument`] for an unreadable document there.
+    pub async fn fence(&self, job_id: &str, by: &str, now: i64) -> Result<FenceOutcome> {
+        let tombstone = JournalFence {
+            job_id: job_id.to_owned(),
+            state: FENCED.to_owned(),
+            fenced_at: now,
+            fenced_by: by.to_owned(),
+        };
+        let source = serde_json::to_value(&tombstone).map_err(|e| RenameError::BadDocument {
+            index: self.index.clone(),
+            id: job_id.to_owned(),
+            message: e.to_string(),
+        })?;
+        let context = || format!("fencing journal id `{job_id}`");
+        for _ in 0..3 {
+            match self.store.create(&self.index, job_id, source.clone()).await {
+                Ok(_) => return Ok(FenceOutcome::Fenced { new: true }),
+                Err(StoreError::IndexNotFound { .. }) => self.ensure_index().await?,
+                Err(e) if e.is_conflict() => match self.read(job_id).await? {
+                    Some((JournalDoc::Fence(_), _)) => {
+                        return Ok(FenceOutcome::Fenced { new: false })
+                    }
+                    Some((JournalDoc::Entry(entry), _)) => {
+                        return Ok(FenceOutcome::Open(Box::new(entry)))
+                    }
+                    // Closed between the two calls (the job finished): fence the id anyway.
+                    None => {}
+                },
+                Err(e) => return Err(RenameError::store(context())(e)),
+            }
+        }
+        Err(RenameError::Store {
+            context: context(),
+            cause: StoreError::Transient {
+                context: format!("journal id `{job_id}`"),
+                message: "the document kept changing".to_owned(),
+            },
+        })
+    }
+
+    /// Deletes the fence `job_id` if it is still at `version`.
+    ///
+    /// # Errors
+    /// [`RenameError::Store`] (a conflict if it changed).
+    pub async fn remove_fence(&self, job_id: &str, version: Version) -> Result<()> {
+        match self.store.delete(&self.index, job_id, Some(version)).await {
+            Ok(_) | Err(StoreError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(RenameError::store(format!("removing fence `{job_id}`"))(e)),
+        }
+    }
+
+    /// Reads the document at `id` (realtime), if any.
+    async fn read(&self, id: &str) -> Result<Option<(JournalDoc, Version)>> {
+        match self.store.get(&self.index, id).await {
+            Ok(Some(doc)) => Ok(Some((parse_doc(&self.index, id, doc.source)?, doc.version))),
+            Ok(None) | Err(StoreError::IndexNotFound { .. }) => Ok(None),
+            Err(e) => Err(RenameError::store(format!("reading journal `{id}`"))(e)),
         }
     }
 
@@ -187,15 +344,28 @@ impl Journal {
     }
 
     /// Returns every entry with its version, oldest first; none if the index does not exist.
+    /// Fences are not entries and are left out.
     ///
     /// # Errors
     /// [`RenameError::Store`]; [`RenameError::BadDocument`] for an unreadable entry.
     pub async fn list(&self) -> Result<Vec<(JournalEntry, Version)>> {
+        Ok(self.list_all().await?.0)
+    }
+
+    /// Returns every fence with its version, oldest first.
+    ///
+    /// # Errors
+    /// As [`Journal::list`].
+    pub async fn fences(&self) -> Result<Vec<(JournalFence, Version)>> {
+        Ok(self.list_all().await?.1)
+    }
+
+    async fn list_all(&self) -> Result<JournalListing> {
         match self.store.refresh(&self.index).await {
-            Err(StoreError::IndexNotFound { .. }) => return Ok(Vec::new()),
+            Err(StoreError::IndexNotFound { .. }) => return Ok((Vec::new(), Vec::new())),
             other => other.map_err(RenameError::store(format!("refreshing `{}`", self.index)))?,
         }
-        let mut entries = Vec::new();
+        let (mut entries, mut fences) = (Vec::new(), Vec::new());
         let mut request = SearchRequest::first(Scope::All, 1_000);
         loop {
             let page = self
@@ -204,13 +374,10 @@ impl Journal {
                 .await
                 .map_err(RenameError::store(format!("listing `{}`", self.index)))?;
             for doc in page.docs {
-                let entry: JournalEntry =
-                    serde_json::from_value(doc.source).map_err(|e| RenameError::BadDocument {
-                        index: self.index.clone(),
-                        id: doc.id.clone(),
-                        message: e.to_string(),
-                    })?;
-                entries.push((entry, doc.version));
+                match parse_doc(&self.index, &doc.id, doc.source)? {
+                    JournalDoc::Entry(entry) => entries.push((entry, doc.version)),
+                    JournalDoc::Fence(fence) => fences.push((fence, doc.version)),
+                }
             }
             match page.next {
                 Some(cursor) => request.after = Some(cursor),
@@ -218,9 +385,13 @@ impl Journal {
             }
         }
         entries.sort_by_key(|(e, _)| e.started_at);
-        Ok(entries)
+        fences.sort_by_key(|(f, _): &(JournalFence, Version)| f.fenced_at);
+        Ok((entries, fences))
     }
 }
+
+/// Entries and fences, each with its version.
+type JournalListing = (Vec<(JournalEntry, Version)>, Vec<(JournalFence, Version)>);
 
 fn to_source(entry: &JournalEntry, index: &str) -> Result<serde_json::Value> {
     serde_json::to_value(entry).map_err(|e| RenameError::BadDocument {

@@ -47,7 +47,7 @@ pub use indexer::{
     index_dir, IndexOptions, IndexProgress, IndexProgressSink, IndexReport, Skipped,
 };
 pub use job::{RenameOutcome, Renamer, RenamerBuilder};
-pub use journal::{Journal, JournalEntry, JournalLock};
+pub use journal::{FenceOutcome, Journal, JournalEntry, JournalFence, JournalLock};
 pub use ops::{list, mkdir, stat, touch, LockSettings, Made};
 pub use recover::{Recovered, Recovery, RecoveryReport};
 pub use report::{PhaseTimes, ProgressSink, RenameEvent, RenameHooks, RenameReport};

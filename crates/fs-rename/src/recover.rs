@@ -9,13 +9,17 @@
 //!    An entry whose locks are still valid belongs to a live job and is left alone.
 //! 2. Sweep the lock index: expired exclusive locks are deleted and expired shares removed
 //!    from shared locks, except those of owners of entries still open (they protect a
-//!    half-done rename until it is finished).
+//!    half-done rename until it is finished). A lock that names a rename (`job`) is cleared
+//!    only after that rename's journal id is fenced ([`Journal::fence`]): if the job has
+//!    journaled meanwhile, its locks are left for the next run to recover; if not, it never
+//!    will, so a job that was only paused cannot journal a rename whose locks are gone.
+//! 3. Remove fences older than the retention (24 h by default).
 //!
 //! Nothing here acts on a lock before its lease has ended by this machine's clock, and every
 //! write is conditional on what was read, so a recovery racing a late-renewing holder, or
 //! another recovery, loses cleanly. See `docs/recovery.md`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,7 +30,7 @@ use serde::Serialize;
 
 use crate::error::{RenameError, Result};
 use crate::job::{journaled, Renamer};
-use crate::journal::{Journal, JournalEntry};
+use crate::journal::{FenceOutcome, Journal, JournalEntry};
 use crate::report::{ProgressSink, RenameHooks};
 
 /// Runs recovery on one tree. Build it with [`Recovery::new`] and the setters.
@@ -38,6 +42,7 @@ pub struct Recovery {
     wait: Duration,
     page_size: usize,
     dry_run: bool,
+    fence_retention: Duration,
     hooks: Option<Arc<dyn RenameHooks>>,
     progress: Option<ProgressSink>,
 }
@@ -82,6 +87,11 @@ pub struct RecoveryReport {
     pub locks_released: usize,
     /// Expired shares removed from shared locks by the sweep.
     pub shares_reaped: usize,
+    /// Jobs fenced off by the sweep: their locks expired before they journaled, so they may
+    /// never journal now (see [`Journal::fence`]).
+    pub fenced: usize,
+    /// Fences removed after the retention.
+    pub fences_removed: usize,
 }
 
 impl RecoveryReport {
@@ -91,6 +101,8 @@ impl RecoveryReport {
             && self.failed.is_empty()
             && self.locks_released == 0
             && self.shares_reaped == 0
+            && self.fenced == 0
+            && self.fences_removed == 0
     }
 }
 
@@ -122,7 +134,18 @@ impl std::fmt::Display for RecoveryReport {
             self.failed.len(),
             self.locks_released,
             self.shares_reaped
-        )
+        )?;
+        if self.fenced > 0 {
+            write!(
+                f,
+                "; fenced off {} job(s) whose locks expired before they journaled",
+                self.fenced
+            )?;
+        }
+        if self.fences_removed > 0 {
+            write!(f, "; removed {} old fence(s)", self.fences_removed)?;
+        }
+        Ok(())
     }
 }
 
@@ -137,6 +160,7 @@ impl Recovery {
             wait: Duration::from_secs(10),
             page_size: 1_000,
             dry_run: false,
+            fence_retention: FENCE_RETENTION,
             hooks: None,
             progress: None,
         }
@@ -158,6 +182,14 @@ impl Recovery {
     /// Sets the page size of the rewrite. Default: 1 000.
     pub fn page_size(mut self, size: usize) -> Recovery {
         self.page_size = size.max(1);
+        self
+    }
+
+    /// Sets how long a fence is kept before a run removes it. A fence must outlive any
+    /// journal write its job may still have in flight, so keep it far above the longest time
+    /// a request can take to reach the store. Default: 24 h.
+    pub fn fence_retention(mut self, retention: Duration) -> Recovery {
+        self.fence_retention = retention;
         self
     }
 
@@ -216,16 +248,22 @@ impl Recovery {
                 }
             }
         }
-        self.sweep(&spare, &mut report).await?;
+        self.sweep(&journal, &spare, &mut report).await?;
+        self.remove_old_fences(&journal, &mut report).await?;
         Ok(report)
     }
 
-    fn lock_client(&self, holder: String) -> LockClient {
-        LockClient::builder(Arc::clone(&self.store), lock_index_name(&self.index))
+    /// A lock client of this recovery's; `job` names the journal entry its locks protect.
+    fn lock_client(&self, holder: String, job: Option<&str>) -> LockClient {
+        let builder = LockClient::builder(Arc::clone(&self.store), lock_index_name(&self.index))
             .holder(holder)
             .lease(self.lease)
-            .wait(self.wait)
-            .build()
+            .wait(self.wait);
+        match job {
+            Some(job) => builder.job(job),
+            None => builder,
+        }
+        .build()
     }
 
     /// Finishes one entry; `None` if its owner is alive or another recoverer claimed it.
@@ -238,7 +276,10 @@ impl Recovery {
         if self.owner_alive(entry).await? {
             return Ok(None);
         }
-        let client = self.lock_client(format!("recover mv {} {}", entry.from, entry.to));
+        let client = self.lock_client(
+            format!("recover mv {} {}", entry.from, entry.to),
+            Some(&entry.job_id),
+        );
         let mut claimed = entry.clone();
         claimed.previous_owners.push(claimed.owner.clone());
         claimed.owner = client.owner().process_id.clone();
@@ -264,7 +305,9 @@ impl Recovery {
             "the locks of journal {} (mv {} {})",
             entry.job_id, entry.from, entry.to
         );
-        let mut guard = client.adopt(wanted, items).await?;
+        let mut guard = client
+            .adopt(wanted, items, &claimed.previous_owners)
+            .await?;
         guard.keep_on_drop();
         let mut renamer = Renamer::builder(Arc::clone(&self.store), self.index.clone())
             .strategy(claimed.strategy)
@@ -333,9 +376,15 @@ impl Recovery {
         Ok(false)
     }
 
-    /// Deletes expired exclusive locks and removes expired shares, sparing `spare`'s.
-    async fn sweep(&self, spare: &HashSet<String>, report: &mut RecoveryReport) -> Result<()> {
-        let client = self.lock_client("recover: sweep".to_owned());
+    /// Deletes expired exclusive locks and removes expired shares, sparing `spare`'s, and
+    /// fencing the journal id of every rename whose lock it clears.
+    async fn sweep(
+        &self,
+        journal: &Journal,
+        spare: &HashSet<String>,
+        report: &mut RecoveryReport,
+    ) -> Result<()> {
+        let client = self.lock_client("recover: sweep".to_owned(), None);
         let locks = match client.list_locks().await {
             Ok(locks) => locks,
             Err(LockError::Store {
@@ -345,6 +394,9 @@ impl Recovery {
             Err(e) => return Err(e.into()),
         };
         let now = LeaseClock::new().now_ms();
+        let fencer = format!("recovery {}", client.owner().process_id);
+        // Each job is fenced once per run, however many of its locks are cleared.
+        let mut fenced: HashMap<String, bool> = HashMap::new();
         for lock in locks {
             let candidate = match &lock.observed {
                 Observed::Exclusive {
@@ -374,17 +426,92 @@ impl Recovery {
                 }
                 continue;
             }
-            match client.reap_expired_sparing(&lock.id, spare).await {
+            // Read again: what to clear is decided on this version, and cleared only if the
+            // document is still at it (a holder that renewed meanwhile keeps its lock).
+            let expired = match client.read_expired(&lock.id).await {
+                Ok(Some(expired)) => expired,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::debug!(lock = %lock.id, error = %e, "not swept");
+                    continue;
+                }
+            };
+            let mut reap: Vec<&str> = Vec::new();
+            for holder in &expired.expired {
+                if spare.contains(&holder.process_id) {
+                    continue;
+                }
+                let Some(job) = &holder.job else {
+                    // A lock that protects no journaled rename: nothing to fence.
+                    reap.push(&holder.process_id);
+                    continue;
+                };
+                let may_clear = match fenced.get(job) {
+                    Some(known) => *known,
+                    None => {
+                        let outcome = journal.fence(job, &fencer, now).await;
+                        let may_clear = match outcome {
+                            Ok(FenceOutcome::Fenced { new }) => {
+                                if new {
+                                    report.fenced += 1;
+                                    tracing::info!(job = %job, holder = %holder.process_id, "fenced off a job whose locks expired before it journaled");
+                                }
+                                true
+                            }
+                            // It journaled after all: its locks protect a rename the next run
+                            // recovers.
+                            Ok(FenceOutcome::Open(_)) => false,
+                            Err(e) => {
+                                tracing::debug!(job = %job, error = %e, "could not fence; not swept");
+                                false
+                            }
+                        };
+                        fenced.insert(job.clone(), may_clear);
+                        may_clear
+                    }
+                };
+                if may_clear {
+                    reap.push(&holder.process_id);
+                }
+            }
+            match client.reap_expired_holders(&expired, &reap).await {
                 Ok(Reaped::Exclusive(_)) => report.locks_released += 1,
                 Ok(Reaped::Shares(pids)) => report.shares_reaped += pids.len(),
                 Ok(Reaped::Nothing) => {}
-                // Renewed or changed since listed: whoever did that is alive; next run.
+                // Renewed or changed since read: whoever did that is alive; next run.
                 Err(e) => tracing::debug!(lock = %lock.id, error = %e, "not swept"),
             }
         }
         Ok(())
     }
+
+    /// Removes the fences older than the retention.
+    async fn remove_old_fences(
+        &self,
+        journal: &Journal,
+        report: &mut RecoveryReport,
+    ) -> Result<()> {
+        let retention = i64::try_from(self.fence_retention.as_millis()).unwrap_or(i64::MAX);
+        let cutoff = LeaseClock::new().now_ms().saturating_sub(retention);
+        for (fence, version) in journal.fences().await? {
+            if fence.fenced_at >= cutoff {
+                continue;
+            }
+            if self.dry_run {
+                report.fences_removed += 1;
+                continue;
+            }
+            match journal.remove_fence(&fence.job_id, version).await {
+                Ok(()) => report.fences_removed += 1,
+                Err(e) => tracing::debug!(job = %fence.job_id, error = %e, "fence not removed"),
+            }
+        }
+        Ok(())
+    }
 }
+
+/// How long a fence is kept by default: far beyond any request's time in flight.
+const FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
 fn spare_owners(spare: &mut HashSet<String>, entry: &JournalEntry) {
     spare.insert(entry.owner.clone());

@@ -46,6 +46,12 @@ pub enum RenameEvent {
         /// To rewrite.
         total: u64,
     },
+    /// The journal entry is closed: every document is in place, and the locks are released
+    /// next.
+    Closed {
+        /// The journal entry's id.
+        job: String,
+    },
     /// Bulk items failed transiently and are being sent again.
     Retrying {
         /// How many.
@@ -64,6 +70,9 @@ pub type ProgressSink = Arc<dyn Fn(RenameEvent) + Send + Sync>;
 pub trait RenameHooks: Send + Sync {
     /// Called once the locks are held (or at once, without locks), before the checks.
     async fn locked(&self) {}
+    /// Called once the checks passed and the job found its locks still its own, just
+    /// before it writes its journal entry.
+    async fn journaling(&self) {}
     /// Called with a page of documents just before they are rewritten.
     async fn before_write(&self, _page: &[Entry]) {}
     /// Called after the last write, while the locks are still held.
@@ -106,6 +115,9 @@ pub struct RenameReport {
     pub lock_attempts: u32,
     /// Bulk items sent again after a transient failure.
     pub retries: u64,
+    /// Times the job started over because a recovery had fenced it off before it journaled
+    /// (its locks had expired meanwhile; nothing had been rewritten).
+    pub restarts: u32,
     /// Time per phase.
     pub phases: PhaseTimes,
 }
@@ -121,6 +133,7 @@ impl RenameReport {
             round_trips: 0,
             lock_attempts: 0,
             retries: 0,
+            restarts: 0,
             phases: PhaseTimes::default(),
         }
     }

@@ -216,6 +216,11 @@ async fn random_overlapping_renames_keep_the_tree_whole(env: Env) {
                     Err(RenameError::DestinationParentMissing { .. }) => "destination parent gone",
                     Err(RenameError::DestinationParentNotDir { .. }) => "destination parent a file",
                     Err(RenameError::MoveIntoItself { .. }) => "into itself",
+                    // Safe (nothing changed), and expected until waiting is fair: a rename of
+                    // a top directory can be starved for its whole --wait by a stream of
+                    // renames under it, each holding a share of it (seen on osmem with seed
+                    // 11266194702446736939, before and after the fences).
+                    Err(RenameError::Lock(fs_locks::LockError::Timeout { .. })) => "starved",
                     Err(e) => panic!("seed {seed}: job {job}: {from} → {to}: {e}"),
                 };
                 *outcomes.entry(kind).or_default() += 1;

@@ -189,23 +189,43 @@ async fn a_dying_recoverer_is_recovered_in_turn(env: Env) {
     recoverer.abort();
 }
 
-/// Stops the job (its whole "process": store calls and the hook) before page `page`.
-struct FreezeAtPage {
-    page: usize,
-    seen: AtomicUsize,
+/// Stops a job's whole "process" (its store calls, renewals included, and the hook that calls
+/// it) until the test thaws it.
+struct Freezer {
     frozen: Notify,
     thaw: Notify,
     store: Arc<FaultyStore>,
+}
+
+impl Freezer {
+    fn new(store: Arc<FaultyStore>) -> Freezer {
+        Freezer {
+            frozen: Notify::new(),
+            thaw: Notify::new(),
+            store,
+        }
+    }
+
+    async fn freeze(&self) {
+        self.store.pause(true);
+        self.frozen.notify_one();
+        self.thaw.notified().await;
+        self.store.pause(false);
+    }
+}
+
+/// Freezes the job before page `page`.
+struct FreezeAtPage {
+    page: usize,
+    seen: AtomicUsize,
+    freezer: Freezer,
 }
 
 #[async_trait]
 impl RenameHooks for FreezeAtPage {
     async fn before_write(&self, _page: &[Entry]) {
         if self.seen.fetch_add(1, Ordering::SeqCst) + 1 == self.page {
-            self.store.pause(true);
-            self.frozen.notify_one();
-            self.thaw.notified().await;
-            self.store.pause(false);
+            self.freezer.freeze().await;
         }
     }
 }
@@ -217,13 +237,11 @@ async fn a_zombie_stops_at_its_first_write(env: Env) {
     let hooks = Arc::new(FreezeAtPage {
         page: 2,
         seen: AtomicUsize::new(0),
-        frozen: Notify::new(),
-        thaw: Notify::new(),
-        store: Arc::clone(&store),
+        freezer: Freezer::new(Arc::clone(&store)),
     });
     let job = renamer(store, &env, hooks.clone());
     let zombie = tokio::spawn(async move { job.rename(&p("/src"), &p("/dst-parent/dst")).await });
-    hooks.frozen.notified().await;
+    hooks.freezer.frozen.notified().await;
 
     tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
     let report = recovery(&env).run().await.expect("recover");
@@ -239,7 +257,7 @@ async fn a_zombie_stops_at_its_first_write(env: Env) {
         .await
         .expect("touch");
 
-    hooks.thaw.notify_one();
+    hooks.freezer.thaw.notify_one();
     let result = zombie.await.expect("zombie task");
     assert!(
         matches!(&result, Err(RenameError::Unfinished { cause, .. }) if matches!(**cause, RenameError::Lock(fs_locks::LockError::LeaseLost { .. }))),
@@ -264,20 +282,18 @@ async fn live_jobs_are_left_alone(env: Env) {
     let hooks = Arc::new(FreezeAtPage {
         page: 2,
         seen: AtomicUsize::new(0),
-        frozen: Notify::new(),
-        thaw: Notify::new(),
-        store: faulty(Arc::clone(&env.store), FaultPlan::default(), 5),
+        freezer: Freezer::new(faulty(Arc::clone(&env.store), FaultPlan::default(), 5)),
     });
     // The hook pauses a store the job does not use: the job waits, its renewals go on.
     let job = renamer(store, &env, hooks.clone());
     let running = tokio::spawn(async move { job.rename(&p("/src"), &p("/dst-parent/dst")).await });
-    hooks.frozen.notified().await;
+    hooks.freezer.frozen.notified().await;
     tokio::time::sleep(LEASE * 2).await;
     let report = recovery(&env).run().await.expect("recover");
     assert_eq!(report.running.len(), 1, "{report}");
     assert!(report.finished.is_empty(), "{report}");
     assert_eq!(report.locks_released + report.shares_reaped, 0, "{report}");
-    hooks.thaw.notify_one();
+    hooks.freezer.thaw.notify_one();
     let done = running
         .await
         .expect("job task")
@@ -328,7 +344,93 @@ async fn expired_locks_are_swept_and_live_shares_kept(env: Env) {
     );
 }
 
+/// Freezes the job the first time it is about to write its journal entry (after its lease
+/// check).
+struct FreezeBeforeJournal {
+    once: std::sync::atomic::AtomicBool,
+    freezer: Freezer,
+}
+
+#[async_trait]
+impl RenameHooks for FreezeBeforeJournal {
+    async fn journaling(&self) {
+        if !self.once.swap(true, Ordering::SeqCst) {
+            self.freezer.freeze().await;
+        }
+    }
+}
+
+/// A regression (the simulation's seed 1610): a job paused after taking its locks and before
+/// journaling outlived its lease; recovery cleared its expired locks (no journal entry named
+/// them), another job took them and moved the destination's parent away, the paused job then
+/// journaled, and a later recovery rolled it forward into a directory that no longer existed.
+/// Now the sweep fences the job's journal id before clearing its locks, and the job's journal
+/// write meets the fence: it has rewritten nothing, so it starts over, and its new attempt
+/// finds the destination's parent gone.
+async fn a_job_paused_before_journaling_is_fenced_off(env: Env) {
+    setup(&env).await;
+    let before = paths_by_id(&env).await;
+    let store = faulty(Arc::clone(&env.store), FaultPlan::default(), 6);
+    let hooks = Arc::new(FreezeBeforeJournal {
+        once: Default::default(),
+        freezer: Freezer::new(Arc::clone(&store)),
+    });
+    let job = renamer(store, &env, hooks.clone());
+    let paused = tokio::spawn(async move {
+        job.rename_reporting(&p("/src"), &p("/dst-parent/dst"))
+            .await
+    });
+    hooks.freezer.frozen.notified().await;
+    tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
+
+    let report = recovery(&env).run().await.expect("recover");
+    assert_eq!(report.fenced, 1, "{report}");
+    assert_eq!(
+        (report.locks_released, report.shares_reaped),
+        (2, 1),
+        "{report}"
+    );
+    assert_eq!(locks_left(&env).await, 0);
+    let other = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+        .lease(LEASE)
+        .build();
+    other
+        .rename(&p("/dst-parent"), &p("/elsewhere"))
+        .await
+        .expect("the locks are free for another job");
+
+    hooks.freezer.thaw.notify_one();
+    let outcome = paused.await.expect("job task");
+    assert_eq!(outcome.report.restarts, 1, "{outcome:?}");
+    assert_eq!(outcome.report.rewritten, 0, "{outcome:?}");
+    assert!(
+        matches!(
+            outcome.result,
+            Err(RenameError::DestinationParentMissing { .. })
+        ),
+        "{:?}",
+        outcome.result
+    );
+    let report = recovery(&env).run().await.expect("recover again");
+    assert!(report.finished.is_empty(), "nothing to finish: {report}");
+    let after = paths_by_id(&env).await;
+    assert_eq!(after.len(), before.len());
+    for (id, path) in &before {
+        let want = path.replacen("/dst-parent", "/elsewhere", 1);
+        assert_eq!(after.get(id), Some(&want), "document {id}");
+    }
+    let checked = fsck(Arc::clone(&env.store), &env.index, &FsPath::root())
+        .await
+        .expect("fsck");
+    assert!(checked.is_clean(), "{checked}");
+    assert_eq!(checked.journals_open, 0, "{checked}");
+    assert_eq!(locks_left(&env).await, 0);
+    let journal = Journal::new(Arc::clone(&env.store), &env.index);
+    assert_eq!(journal.fences().await.expect("fences").len(), 1);
+}
+
 on_every_backend!(
+    a_job_paused_before_journaling_is_fenced_off,
     a_job_that_dies_mid_rewrite_is_finished,
     a_dying_recoverer_is_recovered_in_turn,
     a_zombie_stops_at_its_first_write,

@@ -256,3 +256,36 @@ async fn counting_store_counts_every_call() {
     counted.clone().refresh("c").await.expect("refresh");
     assert_eq!(counted.round_trips(), 4);
 }
+
+#[tokio::test]
+async fn a_snapshot_sees_unrefreshed_writes_and_publishes_none_of_them() {
+    use fs_store::{DocStore, Scope, SearchRequest};
+    let options = SqliteOptions::new().near_real_time(true);
+    let store = SqliteStore::in_memory_with(options).expect("store");
+    store
+        .create_index("s", &serde_json::json!({}))
+        .await
+        .expect("index");
+    store
+        .create("s", "b", serde_json::json!({"n": 2}))
+        .await
+        .expect("create b");
+    store
+        .create("s", "a", serde_json::json!({"n": 1}))
+        .await
+        .expect("create a");
+    let seen = store.snapshot("s").await.expect("snapshot");
+    let ids: Vec<&str> = seen.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b"], "every live document, sorted by id");
+    assert_eq!(seen[0].source["n"], 1);
+    let page = store
+        .search("s", SearchRequest::single_page(Scope::All, 10))
+        .await
+        .expect("search");
+    assert!(
+        page.docs.is_empty(),
+        "a snapshot must not refresh on anyone's behalf"
+    );
+    let err = store.snapshot("missing").await.expect_err("no such index");
+    assert!(err.to_string().contains("missing"), "{err}");
+}

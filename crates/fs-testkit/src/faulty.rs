@@ -25,12 +25,18 @@ pub struct FaultPlan {
     pub item_fail: f64,
     /// After this many calls the "process" dies: every later call never returns.
     pub die_at: Option<u64>,
+    /// At this call the "process" freezes for this long (a GC pause, SIGSTOP, a partition),
+    /// then goes on as if nothing happened: a zombie, if the freeze outlasts its lease. While
+    /// frozen no call goes out and no answer comes back.
+    pub freeze_at: Option<(u64, std::time::Duration)>,
 }
 
 #[derive(Debug)]
 struct State {
     rng: StdRng,
     calls: u64,
+    /// While frozen: when the freeze ends.
+    frozen_until: Option<tokio::time::Instant>,
 }
 
 /// A store wrapper injecting [`FaultPlan`]'s failures. Death makes every call hang forever,
@@ -49,6 +55,8 @@ pub struct FaultyStore {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fate {
     Die,
+    /// Frozen at this call: it goes out when the freeze ends.
+    Freeze,
     Fail,
     LoseReply,
     Normal,
@@ -63,6 +71,7 @@ impl FaultyStore {
             state: Mutex::new(State {
                 rng: StdRng::seed_from_u64(seed),
                 calls: 0,
+                frozen_until: None,
             }),
             dead: AtomicBool::new(false),
             paused: tokio::sync::watch::channel(false).0,
@@ -84,6 +93,15 @@ impl FaultyStore {
         let mut paused = self.paused.subscribe();
         // Errors only if the sender is gone, which cannot happen while `self` lives.
         let _ = paused.wait_for(|p| !*p).await;
+        let frozen_until = self.state().frozen_until;
+        if let Some(until) = frozen_until {
+            tokio::time::sleep_until(until).await;
+        }
+    }
+
+    /// Returns true once a scheduled freeze has begun (it may be over).
+    pub fn has_frozen(&self) -> bool {
+        self.state().frozen_until.is_some()
     }
 
     /// Returns true once it has died.
@@ -106,6 +124,12 @@ impl FaultyStore {
         }
         let mut state = self.state();
         state.calls += 1;
+        if let Some((at, pause)) = self.plan.freeze_at {
+            if state.calls == at {
+                state.frozen_until = Some(tokio::time::Instant::now() + pause);
+                return Fate::Freeze;
+            }
+        }
         if self.plan.die_at.is_some_and(|at| state.calls >= at) {
             self.dead.store(true, Ordering::SeqCst);
             return Fate::Die;
@@ -124,6 +148,10 @@ impl FaultyStore {
         self.while_paused().await;
         match self.fate(write) {
             Fate::Die => std::future::pending().await,
+            Fate::Freeze => {
+                self.while_paused().await;
+                Ok(Fate::Normal)
+            }
             Fate::Fail => Err(injected("before the call")),
             fate => Ok(fate),
         }

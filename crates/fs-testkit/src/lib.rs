@@ -5,8 +5,8 @@
 //! - [`osmem_url`]: starts one osmem-server per test binary, on `127.0.0.1:0`; it exits with
 //!   the test process.
 //! - [`unique_name`]: index names no other test uses, so tests can share one server.
-//! - [`FaultyStore`]: injects transient failures, lost answers, failed bulk items and
-//!   process death, from a seed.
+//! - [`FaultyStore`]: injects transient failures, lost answers, failed bulk items, process
+//!   freezes and process death, from a seed.
 //!
 //! osmem-server comes from PyPI (`pip install osmem-server==0.1.6`, which `.ci/run` does). The
 //! binary is found through `FSRENAME_OSMEM_BIN`, else through the installed Python package.

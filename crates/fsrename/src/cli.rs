@@ -9,6 +9,7 @@ use fs_model::FsPath;
 use fs_rename::Strategy;
 
 use crate::store_location::StoreLocation;
+use crate::verbs::ProgressMode;
 
 /// Keeps a directory tree in a document store (an embedded database file, or Elasticsearch)
 /// and renames files and directories in it safely while other jobs do the same.
@@ -108,6 +109,11 @@ pub enum Verb {
         /// Documents read and rewritten per round trip.
         #[arg(long, default_value_t = 1_000, value_parser = parse_page_size)]
         page_size: usize,
+        /// How to show progress on stderr: `auto` (a bar on a terminal, otherwise `lines`),
+        /// `lines` (when waiting for a lock, and every 2 s of rewriting), `json` (every event
+        /// as a JSON line, at once) or `none`.
+        #[arg(long, value_enum, default_value = "auto")]
+        progress: ProgressMode,
         /// Prints the report as JSON.
         #[arg(long)]
         json: bool,

@@ -2,17 +2,21 @@
 //! moments, then `fsrename recover`. On the embedded store (a database file) and on osmem.
 //!
 //! Each round builds `/src` (two directories, 200 files), starts `mv /src /dst` with a short
-//! lease and pages of 5, kills it after a random delay (uniform over 0 to 1 times an
-//! uninterrupted run, so before, during and after lock acquisition, mid-bulk and before the
-//! release all happen), classifies what the kill left, waits for the lease, runs
-//! `fsrename recover`, and re-runs the `mv` if the kill came before the rename journaled
-//! itself (as a user would). Then: every document exactly once, all under `/dst`, fsck clean,
-//! no lock, no journal entry. `FSRENAME_CRASH_ROUNDS` sets the rounds per backend (default
-//! 100); the kill delays follow `FSRENAME_CRASH_SEED` (printed).
+//! lease, pages of 5 and `--progress json`, and kills it: half the rounds after a random delay
+//! (uniform over 0 to 1 times an uninterrupted run), the other half the moment it reports a
+//! chosen event (locks held, journaled, the n-th page rewritten, journal closed), so that
+//! kills before, during and after lock acquisition, mid-bulk and before the release all
+//! happen, the narrow windows included. Then it classifies what the kill left, waits for the
+//! lease, runs `fsrename recover`, and re-runs the `mv` if the kill came before the rename
+//! journaled itself (as a user would). Then: every document exactly once, all under `/dst`,
+//! fsck clean, no lock, no journal entry. `FSRENAME_CRASH_ROUNDS` sets the rounds per backend
+//! (default 100); the kill moments follow `FSRENAME_CRASH_SEED` (printed).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
+use std::io::BufRead;
 use std::process::{Command, Stdio};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -70,7 +74,17 @@ fn fsrename(place: &Place, args: &[&str]) -> Command {
 fn mv(place: &Place) -> Command {
     fsrename(
         place,
-        &["mv", "/src", "/dst", "--page-size", "5", "--wait", "5s"],
+        &[
+            "mv",
+            "/src",
+            "/dst",
+            "--page-size",
+            "5",
+            "--wait",
+            "5s",
+            "--progress",
+            "json",
+        ],
     )
 }
 
@@ -168,13 +182,94 @@ async fn classify(place: &Place, n: usize) -> Left {
     }
 }
 
-async fn round(place: Place, delay: Duration) -> Left {
-    let n = build(&place).await;
-    let mut child = mv(&place).spawn().expect("spawn mv");
-    std::thread::sleep(delay);
-    // SIGKILL: no destructor, no release, nothing.
+/// When a round kills the `mv`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kill {
+    /// After a random delay.
+    Delay,
+    /// At once: before it takes any lock.
+    Start,
+    /// As soon as it reports its locks held.
+    Locked,
+    /// As soon as it reports its journal entry written.
+    Journaled,
+    /// As soon as it reports its n-th page rewritten.
+    Page(u32),
+    /// As soon as it reports its last page rewritten (before closing the journal entry).
+    LastPage,
+    /// As soon as it reports its journal entry closed (before the release).
+    Closed,
+}
+
+impl Kill {
+    /// Returns true if `event` (the child's JSON line, parsed) is the moment to kill.
+    fn is_due(self, event: &serde_json::Value, pages: &mut u32) -> bool {
+        let name = event["event"].as_str().unwrap_or_default();
+        match self {
+            Kill::Delay | Kill::Start => false,
+            Kill::LastPage => name == "progress" && event["done"] == event["total"],
+            Kill::Locked => name == "locked",
+            Kill::Journaled => name == "journaled",
+            Kill::Closed => name == "closed",
+            Kill::Page(n) => {
+                if name == "progress" {
+                    *pages += 1;
+                }
+                name == "progress" && *pages >= n
+            }
+        }
+    }
+
+    /// The label of the aim, for the summary (pages grouped).
+    fn label(self) -> &'static str {
+        match self {
+            Kill::Delay => "random delay",
+            Kill::Start => "at start",
+            Kill::LastPage => "at last page",
+            Kill::Locked => "at locked",
+            Kill::Journaled => "at journaled",
+            Kill::Page(_) => "at page n",
+            Kill::Closed => "at closed",
+        }
+    }
+}
+
+/// Starts the `mv` and kills it as `kill` says (SIGKILL: no destructor, no release, nothing).
+fn run_and_kill(place: &Place, kill: Kill, delay: Duration) {
+    let mut child = mv(place).spawn().expect("spawn mv");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (line_tx, line_rx) = mpsc::channel::<String>();
+    // A thread of its own reads the child's events as they come, so the kill follows the
+    // event it waits for by microseconds, not by a poll interval.
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if line_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    if kill == Kill::Delay {
+        std::thread::sleep(delay);
+    } else if kill != Kill::Start {
+        let mut pages = 0;
+        // Until the event, or the child's end (its stderr closes, so the channel does).
+        while let Ok(line) = line_rx.recv() {
+            let event: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if kill.is_due(&event, &mut pages) {
+                break;
+            }
+        }
+    }
     let _ = child.kill();
     let _ = child.wait();
+    drop(line_rx);
+    let _ = reader.join();
+}
+
+async fn round(place: Place, kill: Kill, delay: Duration) -> Left {
+    let n = build(&place).await;
+    run_and_kill(&place, kill, delay);
     let left = classify(&place, n).await;
 
     std::thread::sleep(AFTER_LEASE);
@@ -254,16 +349,44 @@ async fn crash_rounds(mut place: impl FnMut(usize) -> Place) {
     })
     .await;
     let mut seen: BTreeMap<Left, usize> = BTreeMap::new();
+    let mut aimed: BTreeMap<(&str, Left), usize> = BTreeMap::new();
     for r in 0..rounds {
+        // Four in ten at random moments, the rest aimed at each phase in turn.
+        let kill = match r % 10 {
+            0 => Kill::Start,
+            1 => Kill::Locked,
+            3 => Kill::Journaled,
+            5 => Kill::Page(rng.random_range(1..=40)),
+            7 => Kill::LastPage,
+            9 => Kill::Closed,
+            _ => Kill::Delay,
+        };
         let delay = full.mul_f64(rng.random_range(0.0..1.0));
-        let left = round(place(r), delay).await;
+        let left = round(place(r), kill, delay).await;
         *seen.entry(left).or_default() += 1;
+        *aimed.entry((kill.label(), left)).or_default() += 1;
     }
     println!("uninterrupted run: {full:?}; what {rounds} kills left: {seen:?}");
-    assert!(
-        seen.contains_key(&Left::HalfMoved),
-        "no kill landed mid-rewrite: {seen:?}"
-    );
+    for ((aim, left), count) in &aimed {
+        println!("  killed {aim:<13} left {left:?}: {count}");
+    }
+    // The moments the issue names: before any lock, holding locks before the journal, with
+    // the journal written, mid-bulk, after the last rewrite, and before the release.
+    if rounds >= 50 {
+        for phase in [
+            Left::Nothing,
+            Left::LocksOnly,
+            Left::JournaledNothingMoved,
+            Left::HalfMoved,
+            Left::JournaledAllMoved,
+            Left::MovedLocksHeld,
+        ] {
+            assert!(
+                seen.contains_key(&phase),
+                "no kill left {phase:?}: {seen:?}"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,7 +31,6 @@ use elasticsearch::{
     BulkParts, ClearScrollParts, CountParts, CreateParts, DeleteParts, Elasticsearch, GetParts,
     IndexParts, MgetParts, OpenPointInTimeParts, PutScriptParts, ScrollParts, SearchParts,
 };
-use rand::Rng;
 use serde_json::{json, Value};
 use tokio::sync::OnceCell;
 
@@ -218,7 +217,8 @@ impl ElasticStore {
                 });
             }
             tracing::debug!(%context, %message, "transient failure; retrying");
-            let jittered = rand::rng().random_range(pause / 2..=pause);
+            let half = u64::try_from((pause / 2).as_micros()).unwrap_or(u64::MAX);
+            let jittered = pause / 2 + Duration::from_micros(fs_model::entropy::up_to(half));
             tokio::time::sleep(jittered).await;
             pause = (pause * 2).min(Duration::from_secs(2));
         }

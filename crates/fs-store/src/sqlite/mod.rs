@@ -168,6 +168,19 @@ impl SqliteStore {
         self.inner.near_real_time
     }
 
+    /// Returns every document of `index` as it is now, sorted by id, whatever the
+    /// near-real-time view shows and without refreshing it: for checkers (simulations, tests)
+    /// that watch the store at every step and must not refresh it on behalf of the code they
+    /// check, which would hide a forgotten refresh.
+    ///
+    /// # Errors
+    /// [`StoreError::IndexNotFound`] if `index` does not exist; [`StoreError::Backend`] if a
+    /// stored source is not JSON.
+    pub async fn snapshot(&self, index: &str) -> Result<Vec<StoredDoc>> {
+        let index = index.to_owned();
+        self.run(move |conn, _| ops::snapshot(conn, &index)).await
+    }
+
     /// Runs `f` on the connection on the blocking pool.
     async fn run<T, F>(&self, f: F) -> Result<T>
     where

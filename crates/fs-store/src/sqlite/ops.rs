@@ -127,6 +127,34 @@ pub(super) fn mget(
         .collect()
 }
 
+/// Returns every live document of `index`, sorted by id (the realtime table, whatever the
+/// near-real-time view shows).
+pub(super) fn snapshot(conn: &mut Connection, index: &str) -> Result<Vec<StoredDoc>> {
+    let context = format!("reading all of `{index}`");
+    let err = |e| sql_error(&context, e);
+    let tx = conn.transaction().map_err(err)?;
+    index_seq(&tx, index)?;
+    let mut docs = Vec::new();
+    {
+        let mut stmt = tx
+            .prepare_cached("SELECT id, seq_no, source FROM docs WHERE idx = ?1 ORDER BY id")
+            .map_err(err)?;
+        let mut rows = stmt.query([index]).map_err(err)?;
+        while let Some(row) = rows.next().map_err(err)? {
+            let id: String = row.get(0).map_err(err)?;
+            let seq_no: i64 = row.get(1).map_err(err)?;
+            let text: String = row.get(2).map_err(err)?;
+            let source = parse_source(index, &id, &text)?;
+            docs.push(StoredDoc {
+                id,
+                version: version(seq_no),
+                source,
+            });
+        }
+    }
+    Ok(docs)
+}
+
 /// Writes within one transaction, handing out sequence numbers from a counter that is read once
 /// and stored back by [`Writer::finish`].
 pub(super) struct Writer<'c> {

@@ -295,7 +295,8 @@ impl Jobs {
             }
             RenameEvent::Retrying { .. }
             | RenameEvent::Released
-            | RenameEvent::Journaled { .. } => {}
+            | RenameEvent::Journaled { .. }
+            | RenameEvent::Closed { .. } => {}
         }
     }
 

@@ -24,6 +24,7 @@ pub async fn run(cli: &Cli, json: bool) -> anyhow::Result<u8> {
                 "path": lock.path,
                 "lock_type": lock_type(lock),
                 "holders": lock.observed.describe_holders(),
+                "journal": lock.observed.jobs(),
                 "expires_at": lock.expires_at,
                 "expired": lock.expires_at.is_some_and(|at| at < now),
             });
@@ -41,8 +42,14 @@ pub async fn run(cli: &Cli, json: bool) -> anyhow::Result<u8> {
             None => "no lease".to_owned(),
         };
         let what = lock.path.clone().unwrap_or_else(|| lock.id.clone());
+        let jobs = lock.observed.jobs();
+        let journal = if jobs.is_empty() {
+            String::new()
+        } else {
+            format!("  for journal {}", jobs.join(", "))
+        };
         println!(
-            "{:<9} {what}  held by {}  ({expiry})",
+            "{:<9} {what}  held by {}  ({expiry}){journal}",
             lock_type(lock),
             lock.observed.describe_holders()
         );

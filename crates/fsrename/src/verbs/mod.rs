@@ -7,10 +7,13 @@ mod locks;
 mod ls;
 mod make;
 mod mv;
+mod mv_progress;
 mod recover;
 mod serve;
 
 use std::future::Future;
+
+pub use mv_progress::ProgressMode;
 
 use anyhow::Context;
 use fs_rename::{FsTree, LockSettings};
@@ -57,8 +60,18 @@ async fn run_verb(cli: &Cli) -> anyhow::Result<u8> {
             strategy,
             wait,
             page_size,
+            progress,
             json,
-        } => mv::run(cli, from, to, *strategy, *wait, *page_size, *json).await,
+        } => {
+            let options = mv::MvOptions {
+                strategy: *strategy,
+                wait: *wait,
+                page_size: *page_size,
+                progress: *progress,
+                json: *json,
+            };
+            mv::run(cli, from, to, options).await
+        }
         Verb::Recover {
             dry_run,
             wait,

@@ -1,0 +1,134 @@
+//! How `fsrename mv` shows a rename while it runs: a bar on a terminal, a line now and then
+//! in a log, or every event as a JSON line for scripts (and for the crash test, which aims
+//! its kills at them).
+
+use std::io::IsTerminal;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fs_rename::{ProgressSink, RenameEvent};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// How often the line mode reports progress.
+const LINE_EVERY: Duration = Duration::from_secs(2);
+
+/// How `fsrename mv` shows its progress (`--progress`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProgressMode {
+    /// A bar when stderr is a terminal, otherwise `lines`.
+    Auto,
+    /// A line on stderr when the job starts waiting for a lock and every 2 s of rewriting;
+    /// a quick rename prints nothing.
+    Lines,
+    /// Every event as one JSON object per line on stderr, at once (`{"event":"locked",...}`):
+    /// waiting, locked, checked, journaled, progress, retrying, closed, released.
+    Json,
+    /// Nothing.
+    None,
+}
+
+/// What shows the progress: the sink to give the job, and the bar to clear at the end.
+pub struct Progress {
+    pub sink: Option<ProgressSink>,
+    bar: Option<ProgressBar>,
+}
+
+impl Progress {
+    /// Returns the display for `mode`.
+    pub fn new(mode: ProgressMode) -> Progress {
+        match mode {
+            ProgressMode::Auto if std::io::stderr().is_terminal() => bar(),
+            ProgressMode::Auto | ProgressMode::Lines => lines(),
+            ProgressMode::Json => Progress {
+                sink: Some(Arc::new(|event: RenameEvent| {
+                    // An event that cannot be serialised is not worth failing the rename for.
+                    if let Ok(line) = serde_json::to_string(&event) {
+                        eprintln!("{line}");
+                    }
+                })),
+                bar: None,
+            },
+            ProgressMode::None => Progress {
+                sink: None,
+                bar: None,
+            },
+        }
+    }
+
+    /// Clears the bar, if any, so the summary prints on a clean line.
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+fn bar() -> Progress {
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar.set_message("taking locks");
+    let shown = bar.clone();
+    let sink = Arc::new(move |event: RenameEvent| match event {
+        RenameEvent::Waiting { blocker, attempts } => {
+            shown.set_message(format!(
+                "waiting (attempt {attempts}): blocked by the {blocker}"
+            ));
+        }
+        RenameEvent::Locked { .. } => shown.set_message("locked; checking"),
+        RenameEvent::Checked { total } => {
+            shown.set_length(total);
+            shown.set_style(
+                ProgressStyle::with_template(
+                    "{elapsed_precise} [{bar:40}] {pos}/{len} documents ({per_sec}, {eta} left) {msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            shown.set_message("");
+        }
+        RenameEvent::Progress { done, total } => {
+            shown.set_length(total);
+            shown.set_position(done);
+        }
+        RenameEvent::Retrying { items } => shown.set_message(format!("resending {items}")),
+        RenameEvent::Closed { .. } => shown.set_message("releasing locks"),
+        RenameEvent::Journaled { .. } | RenameEvent::Released => {}
+    });
+    Progress {
+        sink: Some(sink),
+        bar: Some(bar),
+    }
+}
+
+fn lines() -> Progress {
+    let started = Instant::now();
+    let last = Mutex::new(started);
+    let sink = Arc::new(move |event: RenameEvent| match event {
+        // The first refusal says why the job is not moving; later ones would only repeat it.
+        RenameEvent::Waiting {
+            blocker,
+            attempts: 1,
+        } => {
+            eprintln!("fsrename: waiting for locks: blocked by the {blocker}");
+        }
+        RenameEvent::Progress { done, total } => {
+            let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+            if last.elapsed() >= LINE_EVERY {
+                *last = Instant::now();
+                eprintln!(
+                    "fsrename: {done} of {total} documents moved ({:.0} s)",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        }
+        _ => {}
+    });
+    Progress {
+        sink: Some(sink),
+        bar: None,
+    }
+}
