@@ -2,13 +2,15 @@
 //! osmem-server over HTTP, prints a table, checks the targets, and writes
 //! `docs/benchmarks.md` with SVG plots.
 //!
-//! `cargo run --release -p fs-bench -- [--quick] [--max-docs N] [--out docs]`
+//! `cargo run --release -p fs-bench -- [--quick] [--max-docs N] [--rtt 2ms] [--out docs]`
+//! `cargo run --release -p fs-bench -- --profile-rename 100000` (one rename, for a profiler)
 
 mod book;
 mod measure;
 mod plot;
 mod report;
 
+use anyhow::Context as _;
 use clap::Parser;
 
 /// Measures lock costs by depth, rename throughput against the raw bulk rewrite, concurrent
@@ -28,22 +30,74 @@ struct Args {
     /// Where to write benchmarks.md and the plots; `-` writes nothing.
     #[arg(long, default_value = "docs")]
     out: String,
+    /// The round trip of the `remote` backend (the embedded store behind a network).
+    #[arg(long, default_value = "2ms", value_parser = humantime::parse_duration)]
+    rtt: std::time::Duration,
+    /// Runs only renames of a directory of this many documents on the embedded store, four
+    /// times back and forth, and prints their times: the run to profile (`perf record -g target/release/fsrename-bench
+    /// --profile-rename 100000`).
+    #[arg(long, value_name = "DOCS")]
+    profile_rename: Option<usize>,
+    /// How the embedded store is opened: `file` (a database file with the default options,
+    /// what fsrename runs), `memory`, or `near-real-time` (the tests' mode).
+    #[arg(long, value_enum, default_value = "file")]
+    embedded: measure::Embedded,
+    /// Runs only these measurements (comma-separated). Default: all four.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<measure::Measurement>,
+    /// Runs only on these backends (comma-separated: embedded, osmem, remote). Default: all.
+    #[arg(long, value_delimiter = ',', value_parser = ["embedded", "osmem", "remote"])]
+    backends: Vec<String>,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let plan = measure::Plan::new(args.quick, args.max_docs, args.full);
+    if let Some(docs) = args.profile_rename {
+        let seconds = measure::profile_rename(docs, 4, args.embedded).await?;
+        println!(
+            "renamed {docs} documents in {seconds:.3} s (median of 4; {:.0} documents/s)",
+            docs as f64 / seconds
+        );
+        return Ok(());
+    }
+    let mut plan = measure::Plan::new(
+        args.quick,
+        args.max_docs,
+        args.full,
+        args.rtt,
+        args.embedded,
+    );
+    if !args.only.is_empty() {
+        plan.only = args.only;
+    }
+    if !args.backends.is_empty() {
+        plan.backends = args.backends;
+    }
     let results = measure::run_all(&plan).await?;
     let text = report::markdown(&results, &plan, &command_line());
     println!("{text}");
     if args.out != "-" {
         let dir = std::path::Path::new(&args.out);
         std::fs::create_dir_all(dir)?;
-        std::fs::write(dir.join("benchmarks.md"), &text)?;
-        plot::rename_throughput(&results, &dir.join("bench-rename.svg"))?;
-        plot::concurrency(&results, &dir.join("bench-concurrency.svg"))?;
-        eprintln!("wrote {}/benchmarks.md and two SVG plots", dir.display());
+        let md = dir.join("benchmarks.md");
+        std::fs::write(&md, &text).with_context(|| format!("writing {}", md.display()))?;
+        let mut wrote = vec![md];
+        // A plot is written only from a run that measured it, so that a partial run
+        // (`--only`, `--backends`) does not replace a full one's plot with an empty one.
+        let measured = |f: fn(&measure::BackendResults) -> bool| results.iter().any(f);
+        if measured(|r| !r.renames.is_empty()) {
+            let svg = dir.join("bench-rename.svg");
+            plot::rename_throughput(&results, &svg)?;
+            wrote.push(svg);
+        }
+        if measured(|r| !r.concurrency.is_empty()) {
+            let svg = dir.join("bench-concurrency.svg");
+            plot::concurrency(&results, &svg)?;
+            wrote.push(svg);
+        }
+        let wrote: Vec<String> = wrote.iter().map(|p| p.display().to_string()).collect();
+        eprintln!("wrote {}", wrote.join(", "));
     }
     let missed = report::targets(&results).iter().filter(|t| !t.met).count();
     if missed > 0 {

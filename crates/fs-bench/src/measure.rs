@@ -7,7 +7,7 @@ use fs_locks::LockClient;
 use fs_model::{FsDoc, FsPath};
 use fs_rename::{FsTree, Renamer, Strategy};
 use fs_store::{BulkOp, Scope, SearchRequest, SharedStore};
-use fs_testkit::Backend;
+use fs_testkit::{Backend, LatencyStore};
 
 /// What to run.
 pub struct Plan {
@@ -19,10 +19,65 @@ pub struct Plan {
     pub concurrent_docs: usize,
     pub concurrent_secs: f64,
     pub affected: Vec<usize>,
+    /// Runs of each rename and raw rewrite, alternating; the medians are compared.
+    pub rename_repeat: usize,
+    /// The round trip of the `remote` backend.
+    pub rtt: Duration,
+    /// How the embedded store is opened.
+    pub embedded: Embedded,
+    /// The measurements to run (all by default).
+    pub only: Vec<Measurement>,
+    /// The backends to run them on (all by default).
+    pub backends: Vec<String>,
+}
+
+/// The four measurements of issue 9.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Measurement {
+    /// 1: lock + unlock by depth.
+    Locks,
+    /// 2: directory renames against the raw bulk rewrite.
+    Renames,
+    /// 3: K concurrent renames per locking scheme.
+    Concurrency,
+    /// 4: locking cost by affected documents.
+    Affected,
+}
+
+/// How the embedded store is opened for a benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Embedded {
+    /// A database file with the default options, in a temporary directory: what `fsrename`
+    /// runs.
+    File,
+    /// In memory, realtime search.
+    Memory,
+    /// In memory, near-real-time (the tests' mode: searches see only refreshed writes, at the
+    /// cost of copying every written document at each refresh).
+    NearRealTime,
+}
+
+/// Opens the embedded store `kind`; the directory, if any, lives as long as the guard.
+pub fn embedded(kind: Embedded) -> anyhow::Result<(SharedStore, Option<tempfile::TempDir>)> {
+    Ok(match kind {
+        Embedded::File => {
+            let dir = tempfile::tempdir()?;
+            let store = fs_store::SqliteStore::open(dir.path().join("bench.db"))?;
+            (Arc::new(store), Some(dir))
+        }
+        Embedded::Memory => (Arc::new(fs_store::SqliteStore::in_memory()?), None),
+        Embedded::NearRealTime => (Backend::Embedded.store(), None),
+    })
 }
 
 impl Plan {
-    pub fn new(quick: bool, max_docs: usize, full: bool) -> Plan {
+    pub fn new(
+        quick: bool,
+        max_docs: usize,
+        full: bool,
+        rtt: Duration,
+        embedded: Embedded,
+    ) -> Plan {
         let sizes: Vec<usize> = [1_000, 10_000, 100_000]
             .into_iter()
             .filter(|n| *n <= max_docs)
@@ -40,6 +95,16 @@ impl Plan {
             } else {
                 vec![10, 100, 1_000, 10_000]
             },
+            rename_repeat: if quick { 1 } else { 5 },
+            rtt,
+            embedded,
+            only: vec![
+                Measurement::Locks,
+                Measurement::Renames,
+                Measurement::Concurrency,
+                Measurement::Affected,
+            ],
+            backends: vec!["embedded".into(), "osmem".into(), "remote".into()],
         }
     }
 }
@@ -75,6 +140,10 @@ pub struct ConcurrencyRow {
     pub k: usize,
     pub strategy: Strategy,
     pub per_sec: f64,
+    /// Store round trips per rename, locks included.
+    pub round_trips: f64,
+    /// Milliseconds per rename spent taking and releasing locks (waiting included).
+    pub lock_ms: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -88,28 +157,83 @@ pub struct AffectedRow {
 #[derive(Debug, Clone)]
 pub struct BackendResults {
     pub name: &'static str,
+    /// What the backend is, for the report.
+    pub about: String,
     pub locks: Vec<LockRow>,
     pub renames: Vec<RenameRow>,
     pub concurrency: Vec<ConcurrencyRow>,
     pub affected: Vec<AffectedRow>,
 }
 
+/// The backends measured: the embedded store, osmem over HTTP, and the embedded store behind a
+/// network round trip (`remote`): a store whose cost is latency, not the client's CPU.
+fn backends(plan: &Plan, embedded: SharedStore) -> Vec<(&'static str, String, SharedStore, usize)> {
+    let memory: SharedStore =
+        Arc::new(fs_store::SqliteStore::in_memory().expect("in-memory store"));
+    let remote: SharedStore = Arc::new(LatencyStore::new(memory, plan.rtt));
+    let about = match plan.embedded {
+        Embedded::File => "a SQLite database file with the default options, as `fsrename` opens it",
+        Embedded::Memory => "SQLite in memory, realtime search",
+        Embedded::NearRealTime => "SQLite in memory in near-real-time mode (the tests' mode)",
+    };
+    vec![
+        (
+            "embedded",
+            format!("{about}; in process, so every call runs on the client's cores, one at a time"),
+            embedded,
+            usize::MAX,
+        ),
+        (
+            "osmem",
+            "osmem-server 0.1.6 over HTTP on loopback, on the same cores".to_owned(),
+            Backend::Osmem.store(),
+            plan.osmem_max_docs,
+        ),
+        (
+            "remote",
+            format!(
+                "SQLite in memory behind {} ms per call, waited without CPU: a store whose \
+                 capacity is its own, as a real Elasticsearch cluster's is",
+                plan.rtt.as_secs_f64() * 1e3
+            ),
+            remote,
+            usize::MAX,
+        ),
+    ]
+}
+
 pub async fn run_all(plan: &Plan) -> anyhow::Result<Vec<BackendResults>> {
     let mut out = Vec::new();
-    for (name, backend) in [("embedded", Backend::Embedded), ("osmem", Backend::Osmem)] {
-        eprintln!("== {name}");
-        let store = backend.store();
-        let max = if backend == Backend::Osmem {
-            plan.osmem_max_docs
-        } else {
-            usize::MAX
-        };
+    let (embedded, _dir) = embedded(plan.embedded)?;
+    for (name, about, store, max) in backends(plan, embedded) {
+        if !plan.backends.iter().any(|b| b == name) {
+            continue;
+        }
+        eprintln!("== {name}: {about}");
+        let run = |m: Measurement| plan.only.contains(&m);
         out.push(BackendResults {
             name,
-            locks: locks(&store, plan).await?,
-            renames: renames(&store, plan, max).await?,
-            concurrency: concurrency(&store, plan).await?,
-            affected: affected(&store, plan).await?,
+            about,
+            locks: if run(Measurement::Locks) {
+                locks(&store, plan).await?
+            } else {
+                Vec::new()
+            },
+            renames: if run(Measurement::Renames) {
+                renames(&store, plan, max).await?
+            } else {
+                Vec::new()
+            },
+            concurrency: if run(Measurement::Concurrency) {
+                concurrency(&store, plan).await?
+            } else {
+                Vec::new()
+            },
+            affected: if run(Measurement::Affected) {
+                affected(&store, plan).await?
+            } else {
+                Vec::new()
+            },
         });
     }
     Ok(out)
@@ -223,26 +347,33 @@ async fn renames(store: &SharedStore, plan: &Plan, max: usize) -> anyhow::Result
     let mut rows = Vec::new();
     for &docs in plan.sizes.iter().filter(|n| **n <= max) {
         let tree = big_tree(store, docs, "/big").await?;
-        let (big, moved, back) = (
-            FsPath::parse("/big")?,
-            FsPath::parse("/moved")?,
-            FsPath::parse("/big")?,
-        );
-        // Alternate which runs first, twice each, and keep the best of each.
+        let (big, moved) = (FsPath::parse("/big")?, FsPath::parse("/moved")?);
+        // The two alternate, both ways round (rename there, raw back, raw there, rename
+        // back), so that both see the same store (sizes, caches) and the same directions of
+        // travel through the path index; the medians are compared.
         let renamer = Renamer::builder(Arc::clone(store), tree.index()).build();
-        let mut rename_s = f64::MAX;
-        let mut raw_s = f64::MAX;
+        let (mut renames, mut raws) = (Vec::new(), Vec::new());
         let mut round_trips = 0;
-        for _ in 0..2 {
-            let started = Instant::now();
-            let report = renamer.rename(&big, &moved).await?;
-            rename_s = rename_s.min(started.elapsed().as_secs_f64());
-            round_trips = report.round_trips;
-            let started = Instant::now();
-            let n = raw_rewrite(&tree, &moved, &back).await?;
-            raw_s = raw_s.min(started.elapsed().as_secs_f64());
-            anyhow::ensure!(n == docs, "raw rewrite moved {n} of {docs}");
+        for _ in 0..plan.rename_repeat {
+            for step in 0..4 {
+                let (from, to) = if step % 2 == 0 {
+                    (&big, &moved)
+                } else {
+                    (&moved, &big)
+                };
+                let started = Instant::now();
+                if step == 0 || step == 3 {
+                    let report = renamer.rename(from, to).await?;
+                    renames.push(started.elapsed().as_secs_f64());
+                    round_trips = report.round_trips;
+                } else {
+                    let n = raw_rewrite(&tree, from, to).await?;
+                    raws.push(started.elapsed().as_secs_f64());
+                    anyhow::ensure!(n == docs, "raw rewrite moved {n} of {docs}");
+                }
+            }
         }
+        let (rename_s, raw_s) = (median(&mut renames), median(&mut raws));
         store.delete_index(tree.index()).await?;
         let row = RenameRow {
             docs,
@@ -264,7 +395,14 @@ async fn renames(store: &SharedStore, plan: &Plan, max: usize) -> anyhow::Result
 /// time; renames per second for each scheme.
 async fn concurrency(store: &SharedStore, plan: &Plan) -> anyhow::Result<Vec<ConcurrencyRow>> {
     let mut rows = Vec::new();
-    for strategy in [Strategy::Tree, Strategy::Document, Strategy::Global] {
+    // `None` is the store's own ceiling: the same renames with no lock at all (safe here, the
+    // subtrees are disjoint).
+    for strategy in [
+        Strategy::Tree,
+        Strategy::Document,
+        Strategy::Global,
+        Strategy::None,
+    ] {
         for &k in &plan.ks {
             let tree = FsTree::new(Arc::clone(store), fs_testkit::unique_name("bench-k"));
             tree.ensure_indices().await?;
@@ -285,25 +423,36 @@ async fn concurrency(store: &SharedStore, plan: &Plan) -> anyhow::Result<Vec<Con
                         FsPath::parse(&format!("/p/s{i}"))?,
                         FsPath::parse(&format!("/p/t{i}"))?,
                     );
-                    let mut done = 0u64;
+                    let (mut done, mut trips, mut locking) = (0u64, 0u64, Duration::ZERO);
                     while Instant::now() < deadline {
                         let (from, to) = if done % 2 == 0 { (&a, &b) } else { (&b, &a) };
-                        renamer.rename(from, to).await?;
+                        let report = renamer.rename(from, to).await?;
+                        trips += report.round_trips;
+                        locking += report.phases.locking + report.phases.releasing;
                         done += 1;
                     }
-                    anyhow::Ok(done)
+                    anyhow::Ok((done, trips, locking))
                 })
             });
-            let mut done = 0u64;
+            let (mut done, mut trips, mut locking) = (0u64, 0u64, Duration::ZERO);
             for finished in futures::future::join_all(tasks).await {
-                done += finished??;
+                let (d, t, l) = finished??;
+                done += d;
+                trips += t;
+                locking += l;
             }
             let per_sec = done as f64 / started.elapsed().as_secs_f64();
-            eprintln!("{strategy} K={k}: {per_sec:.1} renames/s");
+            let per = done.max(1) as f64;
+            let (round_trips, lock_ms) = (trips as f64 / per, ms(locking) / per);
+            eprintln!(
+                "{strategy} K={k}: {per_sec:.1} renames/s, {round_trips:.1} round trips and {lock_ms:.1} ms locking per rename"
+            );
             rows.push(ConcurrencyRow {
                 k,
                 strategy,
                 per_sec,
+                round_trips,
+                lock_ms,
             });
             store.delete_index(tree.index()).await?;
         }
@@ -346,6 +495,44 @@ async fn affected(store: &SharedStore, plan: &Plan) -> anyhow::Result<Vec<Affect
         store.delete_index(tree.index()).await?;
     }
     Ok(rows)
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Renames of a directory of `docs` documents on the embedded store, back and forth
+/// `times` times, for a profiler (the tree is built once, so the renames dominate the
+/// profile). Prints each rename's phases; returns the median seconds per rename.
+pub async fn profile_rename(docs: usize, times: usize, kind: Embedded) -> anyhow::Result<f64> {
+    let (store, _dir) = embedded(kind)?;
+    let tree = big_tree(&store, docs, "/big").await?;
+    let renamer = Renamer::builder(Arc::clone(&store), tree.index()).build();
+    let (a, b) = (FsPath::parse("/big")?, FsPath::parse("/moved")?);
+    let mut seconds = Vec::new();
+    for i in 0..times {
+        let (from, to) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let started = Instant::now();
+        let report = renamer.rename(from, to).await?;
+        let took = started.elapsed().as_secs_f64();
+        anyhow::ensure!(
+            report.rewritten as usize == docs,
+            "moved {}",
+            report.rewritten
+        );
+        let p = report.phases;
+        eprintln!(
+            "rename {from} -> {to}: {took:.3} s; locking {:.1} ms, checking {:.1} ms, rewriting {:.1} ms, releasing {:.1} ms; {} round trips",
+            ms(p.locking),
+            ms(p.checking),
+            ms(p.rewriting),
+            ms(p.releasing),
+            report.round_trips
+        );
+        seconds.push(took);
+    }
+    Ok(median(&mut seconds))
 }
 
 fn ms(d: Duration) -> f64 {

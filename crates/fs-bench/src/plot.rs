@@ -37,27 +37,40 @@ pub fn rename_throughput(results: &[BackendResults], path: &Path) -> anyhow::Res
     )
 }
 
-/// Renames per second against K, per locking scheme and backend.
+/// Renames per second against K, one panel per backend, one line per locking scheme (the
+/// same colour in every panel).
 pub fn concurrency(results: &[BackendResults], path: &Path) -> anyhow::Result<()> {
-    let mut series = Vec::new();
-    for r in results {
-        for st in [Strategy::Tree, Strategy::Document, Strategy::Global] {
+    let root = SVGBackend::new(path, (420 * results.len().max(1) as u32, 460)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let panels = root.split_evenly((1, results.len().max(1)));
+    for (r, area) in results.iter().zip(panels.iter()) {
+        let series: Vec<(String, Vec<(f64, f64)>)> = [
+            Strategy::Tree,
+            Strategy::Document,
+            Strategy::Global,
+            Strategy::None,
+        ]
+        .into_iter()
+        .map(|st| {
             let points = r
                 .concurrency
                 .iter()
                 .filter(|c| c.strategy == st)
                 .map(|c| (c.k as f64, c.per_sec))
                 .collect();
-            series.push((format!("{} {st}", r.name), points));
-        }
+            let name = if st == Strategy::None {
+                "no locks (the store's ceiling)".to_owned()
+            } else {
+                format!("{st} locks")
+            };
+            (name, points)
+        })
+        .collect();
+        let title = format!("{}: K concurrent disjoint renames", r.name);
+        draw_on(area, &title, "concurrent jobs (K)", "renames / s", &series)?;
     }
-    draw(
-        path,
-        "K concurrent disjoint renames",
-        "concurrent jobs (K)",
-        "renames / s",
-        &series,
-    )
+    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
 }
 
 fn draw(
@@ -67,6 +80,24 @@ fn draw(
     y: &str,
     series: &[(String, Vec<(f64, f64)>)],
 ) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    draw_on(&root, title, x, y, series)?;
+    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// Draws `series` on log-log axes in `area`.
+fn draw_on<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    title: &str,
+    x: &str,
+    y: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
     let points = series.iter().flat_map(|(_, p)| p.iter());
     let (mut x_max, mut y_max) = (1.0f64, 1.0f64);
     let (mut x_min, mut y_min) = (f64::MAX, f64::MAX);
@@ -76,10 +107,8 @@ fn draw(
         x_min = x_min.min(px);
         y_min = y_min.min(py.max(1e-3));
     }
-    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 22))
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
@@ -109,10 +138,10 @@ fn draw(
     }
     chart
         .configure_series_labels()
+        .position(SeriesLabelPosition::LowerLeft)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(())
 }

@@ -174,6 +174,26 @@ pub async fn index_writes_and_conditions(store: SharedStore) {
         Err(StoreError::Conflict { current, .. }) => assert_eq!(current, Some(v2)),
         other => panic!("write conditional on a stale version should conflict, got {other:?}"),
     }
+    let other_term = Version {
+        primary_term: v2.primary_term + 1,
+        ..v2
+    };
+    let wrong_term = store.index(&index, "a", file("/c"), Some(other_term)).await;
+    assert!(
+        matches!(wrong_term, Err(StoreError::Conflict { current: Some(c), .. }) if c == v2),
+        "a write conditional on another primary term should conflict, got {wrong_term:?}"
+    );
+    let deleted = store.delete(&index, "a", Some(other_term)).await;
+    assert!(
+        matches!(deleted, Err(StoreError::Conflict { .. })),
+        "a delete conditional on another primary term should conflict, got {deleted:?}"
+    );
+    let got = store.get(&index, "a").await.expect("get").expect("found");
+    assert_eq!(
+        (got.version, got.source),
+        (v2, file("/b")),
+        "refused writes change nothing"
+    );
     let v3 = store
         .index(&index, "a", file("/d"), Some(v2))
         .await

@@ -7,6 +7,7 @@
 //! - [`unique_name`]: index names no other test uses, so tests can share one server.
 //! - [`FaultyStore`]: injects transient failures, lost answers, failed bulk items, process
 //!   freezes and process death, from a seed.
+//! - [`LatencyStore`]: makes every call wait a fixed round trip, as a remote cluster would.
 //!
 //! osmem-server comes from PyPI (`pip install osmem-server==0.1.6`, which `.ci/run` does). The
 //! binary is found through `FSRENAME_OSMEM_BIN`, else through the installed Python package.
@@ -14,6 +15,7 @@
 #![allow(clippy::expect_used)]
 
 mod faulty;
+mod latency;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -21,6 +23,7 @@ use std::sync::{Arc, OnceLock};
 
 pub use faulty::{faulty, FaultPlan, FaultyStore};
 use fs_store::{ElasticConfig, ElasticStore, SharedStore, SqliteOptions, SqliteStore};
+pub use latency::LatencyStore;
 
 /// The backends a shared test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,8 +2,8 @@
 //! moments, then `fsrename recover`. On the embedded store (a database file) and on osmem.
 //!
 //! Each round builds `/src` (two directories, 200 files), starts `mv /src /dst` with a short
-//! lease, pages of 5 and `--progress json`, and kills it: half the rounds after a random delay
-//! (uniform over 0 to 1 times an uninterrupted run), the other half the moment it reports a
+//! lease, pages of 5 and `--progress json`, and kills it: four rounds in ten after a random delay
+//! (uniform over 0 to 1 times an uninterrupted run), the other six the moment it reports a
 //! chosen event (locks held, journaled, the n-th page rewritten, journal closed), so that
 //! kills before, during and after lock acquisition, mid-bulk and before the release all
 //! happen, the narrow windows included. Then it classifies what the kill left, waits for the
