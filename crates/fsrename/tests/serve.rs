@@ -545,10 +545,12 @@ impl fs_rename::RenameHooks for DieAtSecondPage {
 }
 
 async fn the_service_finishes_what_a_dead_job_left(backend: Backend) {
-    // Not much shorter: the other tests of this binary load the same osmem-server, and a
-    // renewal that takes longer than the lease lets recovery take over the job before the
-    // hook kills it.
+    // The service's own lease is short; the dying job's is longer, because the other tests
+    // of this binary load the same osmem-server: a renewal that takes longer than the lease
+    // lets the job lose its locks (and stop) before the hook kills it. (1 s was not enough
+    // under `.ci/run` on 2 cores.) Recovery goes by the expiry the job wrote in its locks.
     let lease = Duration::from_secs(1);
+    let job_lease = Duration::from_secs(3);
     let service = Service::start(backend, |c| {
         c.lease = lease;
         c.recover_every = Some(Duration::from_millis(200));
@@ -561,13 +563,13 @@ async fn the_service_finishes_what_a_dead_job_left(backend: Backend) {
         store: Arc::clone(&store),
     });
     let job = fs_rename::Renamer::builder(store.clone(), service.index.clone())
-        .lease(lease)
+        .lease(job_lease)
         .page_size(5)
         .hooks(hooks)
         .build();
     let dying = tokio::spawn(async move { job.rename(&p("/t000"), &p("/moved")).await });
     let journal = fs_rename::Journal::new(Arc::clone(&service.store), &service.index);
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(30);
     while !store.is_dead() {
         assert!(Instant::now() < deadline, "the job never died");
         if dying.is_finished() {
