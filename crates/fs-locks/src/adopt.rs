@@ -190,6 +190,7 @@ impl LockClient {
             }
         }
         let grant = Grant {
+            races: 0,
             round_trips,
             attempts,
             waited: started.elapsed(),

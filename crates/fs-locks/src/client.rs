@@ -425,6 +425,7 @@ impl LockClient {
         let deadline = started + self.inner.wait;
         let mut backoff = Backoff::new(self.inner.backoff_base, self.inner.backoff_max);
         let mut round_trips = 0;
+        let mut races = 0;
         let mut attempts = 0;
         let mut cancel = self.inner.cancel.clone();
         loop {
@@ -432,12 +433,14 @@ impl LockClient {
                 return Err(LockError::Cancelled { wanted });
             }
             attempts += 1;
-            let (outcome, trips) = self.attempt(&items).await;
+            let (outcome, trips, raced) = self.attempt(&items).await;
             round_trips += trips;
+            races += raced;
             let blocker = match outcome {
                 Ok(None) => {
                     let grant = Grant {
                         round_trips,
+                        races,
                         attempts,
                         waited: started.elapsed(),
                     };
@@ -479,8 +482,9 @@ impl LockClient {
         }
     }
 
-    /// One attempt; returns the blocker if refused, and the round trips spent.
-    async fn attempt(&self, items: &[LockItem]) -> (Result<Option<Blocker>>, u32) {
+    /// One attempt; returns the blocker if refused, the round trips spent and the races lost
+    /// and sent again.
+    async fn attempt(&self, items: &[LockItem]) -> (Result<Option<Blocker>>, u32, u32) {
         let inner = &self.inner;
         let mut held = inner.held.lock().await;
         let mut needed = Vec::new();
@@ -489,7 +493,7 @@ impl LockClient {
                 Some(h)
                     if h.taken.item.mode == LockMode::Exclusive
                         || item.mode == LockMode::Shared => {}
-                Some(_) => return (Err(LockError::Upgrade { path: item.label() }), 0),
+                Some(_) => return (Err(LockError::Upgrade { path: item.label() }), 0, 0),
                 None => needed.push(item.clone()),
             }
         }
@@ -517,8 +521,10 @@ impl LockClient {
                         );
                     }
                 }
-                Ok(Attempt::Refused(blocker)) => return (Ok(Some(blocker)), calls.round_trips),
-                Err(e) => return (Err(e), calls.round_trips),
+                Ok(Attempt::Refused(blocker)) => {
+                    return (Ok(Some(blocker)), calls.round_trips, calls.races)
+                }
+                Err(e) => return (Err(e), calls.round_trips, calls.races),
             }
         }
         for item in items {
@@ -528,7 +534,7 @@ impl LockClient {
         }
         drop(held);
         self.start_renewer();
-        (Ok(None), calls.round_trips)
+        (Ok(None), calls.round_trips, calls.races)
     }
 
     /// Gives up one hold on each of `ids`; releases in the store those no guard holds any more.
@@ -561,6 +567,7 @@ impl LockClient {
         }
         Ok(ReleaseReport {
             round_trips: calls.round_trips,
+            races: calls.races,
         })
     }
 

@@ -46,6 +46,8 @@ pub(crate) struct Calls<'a> {
     store: &'a dyn DocStore,
     index: &'a str,
     pub(crate) round_trips: u32,
+    /// Scripted updates sent again because they lost a race with another update.
+    pub(crate) races: u32,
 }
 
 impl<'a> Calls<'a> {
@@ -54,6 +56,7 @@ impl<'a> Calls<'a> {
             store,
             index,
             round_trips: 0,
+            races: 0,
         }
     }
 

@@ -10,6 +10,10 @@ use crate::error::Result;
 pub struct Grant {
     /// Store round trips, over all attempts (including undoing refused ones).
     pub round_trips: u32,
+    /// Scripted updates sent again because they lost a race with another update of the same
+    /// lock document (Elasticsearch's 409 between two scripted updates); 0 with
+    /// compare-and-set, whose conflicts are rounds of their own.
+    pub races: u32,
     /// Attempts made; 1 when nothing was in the way.
     pub attempts: u32,
     /// Time from the first attempt to the grant.
@@ -21,6 +25,8 @@ pub struct Grant {
 pub struct ReleaseReport {
     /// Store round trips.
     pub round_trips: u32,
+    /// Release items sent again because they lost a race (see [`Grant::races`]).
+    pub races: u32,
 }
 
 /// A set of held locks. Release it with [`LockGuard::release`]; a guard dropped without that

@@ -71,11 +71,16 @@ pub(crate) async fn renew(inner: &Inner) -> Result<u32> {
                         h.expires_at = expires_at;
                     }
                 }
-                Err(e) if e.is_conflict() || e.is_not_found() => {
+                // The script said the lock is no longer ours, or the document is gone. A 409 is
+                // only a race with another holder's update: the next round renews it.
+                Err(e) if e.is_refusal() || e.is_not_found() => {
                     if let Some(h) = held.get_mut(id) {
                         h.lost = true;
                         labels.push(h.taken.item.label());
                     }
+                }
+                Err(e) if e.is_conflict() => {
+                    tracing::debug!(lock = %id, "a renewal lost a race; the next round renews it")
                 }
                 Err(e) => tracing::warn!(lock = %id, error = %e, "renewing a lock failed"),
             }
@@ -384,6 +389,7 @@ impl LockClient {
         drop(held);
         self.start_renewer();
         let grant = Grant {
+            races: 0,
             round_trips: calls.round_trips,
             attempts: 1,
             waited: Duration::ZERO,

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use fs_model::lock_scripts::{self, LockScript};
 use fs_store::DocStore;
 
 use crate::error::{LockError, Result};
@@ -46,73 +47,17 @@ impl std::str::FromStr for LockProtocol {
     }
 }
 
-/// The stored scripts, by id. Painless; `Debug.explain` is how painless says the book's
-/// `assert false` (the update fails, and the caller reads the failure as a refusal).
-pub(crate) const SCRIPTS: [(&str, &str); 5] = [
-    (SHARED_ACQUIRE, SHARED_ACQUIRE_SOURCE),
-    (EXCLUSIVE_ACQUIRE, EXCLUSIVE_ACQUIRE_SOURCE),
-    (SHARED_RELEASE, SHARED_RELEASE_SOURCE),
-    (EXCLUSIVE_RELEASE, EXCLUSIVE_RELEASE_SOURCE),
-    (RENEW, RENEW_SOURCE),
-];
+/// The stored scripts. Their painless sources sit in [`fs_model::lock_scripts`], each beside
+/// the same logic in Rust (which stores and test servers without painless run instead).
+/// `Debug.explain` is how painless says the book's `assert false` (the update fails with
+/// `painless_explain_error`, which the caller reads as a refusal, never as a race).
+pub(crate) const SCRIPTS: [LockScript; 5] = lock_scripts::LOCK_SCRIPTS;
 
-pub(crate) const SHARED_ACQUIRE: &str = "fsrename-shared-acquire";
-pub(crate) const EXCLUSIVE_ACQUIRE: &str = "fsrename-exclusive-acquire";
-pub(crate) const SHARED_RELEASE: &str = "fsrename-shared-release";
-pub(crate) const EXCLUSIVE_RELEASE: &str = "fsrename-exclusive-release";
-pub(crate) const RENEW: &str = "fsrename-renew";
-
-/// The book's shared-lock script (refuse an exclusive lock, else `lock_count++`), plus one
-/// holder entry per process so that applying it twice counts once. The upsert document is the
-/// first holder's share.
-const SHARED_ACQUIRE_SOURCE: &str = "\
-if (ctx._source.lock_type != 'shared') {
-  if (ctx._source.process_id == params.process_id) { ctx.op = 'noop'; return; }
-  Debug.explain('fsrename: refused by an exclusive lock');
-}
-if (ctx._source.holders == null) { ctx._source.holders = new HashMap(); }
-if (ctx._source.holders.containsKey(params.process_id)) { ctx.op = 'noop'; return; }
-ctx._source.holders.put(params.process_id, params.entry);
-ctx._source.lock_count = (ctx._source.lock_count == null ? 0 : ctx._source.lock_count) + 1;
-if (ctx._source.path == null) { ctx._source.path = params.path; }
-def expires = params.entry.get('expires_at');
-if (ctx._source.expires_at == null || ctx._source.expires_at < expires) { ctx._source.expires_at = expires; }";
-
-/// The book's document-lock script: refuse unless ours, and change nothing (reentrant).
-const EXCLUSIVE_ACQUIRE_SOURCE: &str = "\
-if (ctx._source.process_id != params.process_id) { Debug.explain('fsrename: refused'); }
-ctx.op = 'noop';";
-
-/// The book's shared release (`if (--ctx._source.lock_count == 0) { ctx.op = 'delete' }`),
-/// removing only this process's entry, and never below the entries still listed.
-const SHARED_RELEASE_SOURCE: &str = "\
-def holders = ctx._source.holders;
-if (holders == null || !holders.containsKey(params.process_id)) { ctx.op = 'noop'; return; }
-holders.remove(params.process_id);
-int count = (ctx._source.lock_count == null ? 1 : ctx._source.lock_count) - 1;
-if (count < holders.size()) { count = holders.size(); }
-if (count <= 0) { ctx.op = 'delete'; return; }
-ctx._source.lock_count = count;
-long latest = 0;
-for (def h : holders.values()) { def e = h.get('expires_at'); if (e != null && e > latest) { latest = e; } }
-if (latest > 0) { ctx._source.expires_at = latest; } else { ctx._source.remove('expires_at'); }";
-
-/// Deletes an exclusive lock if it is still this process's.
-const EXCLUSIVE_RELEASE_SOURCE: &str = "\
-if (ctx._source.process_id == params.process_id) { ctx.op = 'delete'; } else { ctx.op = 'noop'; }";
-
-/// Pushes this process's expiry forward; refuses if the lock is no longer its.
-const RENEW_SOURCE: &str = "\
-if (ctx._source.lock_type == 'shared') {
-  def holders = ctx._source.holders;
-  if (holders == null || !holders.containsKey(params.process_id)) { Debug.explain('fsrename: lost'); }
-  holders.get(params.process_id).put('expires_at', params.expires_at);
-  if (ctx._source.expires_at == null || ctx._source.expires_at < params.expires_at) { ctx._source.expires_at = params.expires_at; }
-} else if (ctx._source.process_id == params.process_id) {
-  ctx._source.expires_at = params.expires_at;
-} else {
-  Debug.explain('fsrename: lost');
-}";
+pub(crate) const SHARED_ACQUIRE: &str = lock_scripts::SHARED_ACQUIRE.id;
+pub(crate) const EXCLUSIVE_ACQUIRE: &str = lock_scripts::EXCLUSIVE_ACQUIRE.id;
+pub(crate) const SHARED_RELEASE: &str = lock_scripts::SHARED_RELEASE.id;
+pub(crate) const EXCLUSIVE_RELEASE: &str = lock_scripts::EXCLUSIVE_RELEASE.id;
+pub(crate) const RENEW: &str = lock_scripts::RENEW.id;
 
 /// Decides the protocol: `Auto` stores the scripts and picks scripted if the store took them.
 pub(crate) async fn resolve(wanted: LockProtocol, store: &dyn DocStore) -> Result<LockProtocol> {
@@ -120,9 +65,9 @@ pub(crate) async fn resolve(wanted: LockProtocol, store: &dyn DocStore) -> Resul
         let Some(scripted) = store.scripted() else {
             return Ok(false);
         };
-        for (id, source) in SCRIPTS {
+        for LockScript { id, painless, .. } in SCRIPTS {
             let stored = scripted
-                .put_script(id, source)
+                .put_script(id, painless)
                 .await
                 .map_err(LockError::store(format!("storing lock script `{id}`")))?;
             if !stored {

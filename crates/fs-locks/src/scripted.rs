@@ -96,7 +96,13 @@ pub(crate) fn renew_items(ids: &[String], owner: &Owner, expires_at: i64) -> Vec
         .collect()
 }
 
-/// Makes one scripted attempt at `items`. Never waits.
+/// How many rounds an attempt or a release resends the items that lost a race (a 409 from two
+/// updates of one document at once, after the server's own `retry_on_conflict` ran out) before
+/// an attempt counts as refused. A race is not a refusal: the document's state did not say no.
+const RACE_ROUNDS: usize = 8;
+
+/// Makes one scripted attempt at `items`. Never waits for a holder; resends items that lost a
+/// race with another update of the same document.
 pub(crate) async fn attempt(
     calls: &mut Calls<'_>,
     items: &[LockItem],
@@ -106,29 +112,51 @@ pub(crate) async fn attempt(
 ) -> Result<Attempt> {
     let expires_at = crate::clock::lease_end(now, lease);
     let updates = acquire_items(items, owner, now, expires_at);
-    let results = calls.bulk_update(updates.clone()).await?;
     let mut taken = Vec::with_capacity(items.len());
     let mut refused = None;
     let mut failure = None;
-    for ((item, update), result) in items.iter().zip(&updates).zip(results) {
-        match result {
-            Ok(outcome) => {
-                let source = update.upsert.clone().unwrap_or_default();
-                taken.push(Taken {
-                    item: item.clone(),
+    let mut pending: Vec<usize> = (0..items.len()).collect();
+    let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(50));
+    for round in 0..RACE_ROUNDS {
+        let batch = pending.iter().map(|&i| updates[i].clone()).collect();
+        let results = calls.bulk_update(batch).await?;
+        let mut raced = Vec::new();
+        for (i, result) in pending.iter().copied().zip(results) {
+            match result {
+                Ok(outcome) => taken.push(Taken {
+                    item: items[i].clone(),
                     version: outcome.version.unwrap_or(UNKNOWN),
-                    source,
-                });
-            }
-            Err(e) if e.is_conflict() => {
-                refused.get_or_insert(item.clone());
-            }
-            Err(e) => {
-                failure.get_or_insert((item.clone(), e));
+                    source: updates[i].upsert.clone().unwrap_or_default(),
+                }),
+                Err(e) if e.is_refusal() => {
+                    refused.get_or_insert(items[i].clone());
+                }
+                // Our scripts are safe to send again: a share already listing us, or an
+                // exclusive lock already ours, is left as it is.
+                Err(e) if e.is_conflict() && round + 1 < RACE_ROUNDS => raced.push(i),
+                // Still racing after every round: as busy as a refusal, and as harmless.
+                Err(e) if e.is_conflict() => {
+                    refused.get_or_insert(items[i].clone());
+                }
+                Err(e) => {
+                    failure.get_or_insert((items[i].clone(), e));
+                }
             }
         }
+        calls.races += u32::try_from(raced.len()).unwrap_or(u32::MAX);
+        if raced.is_empty() || refused.is_some() || failure.is_some() {
+            break;
+        }
+        tracing::debug!(
+            items = raced.len(),
+            "scripted lock updates lost a race; sending them again"
+        );
+        tokio::time::sleep(backoff.next_pause()).await;
+        pending = raced;
     }
     if refused.is_none() && failure.is_none() {
+        // Plan order, as the caller expects.
+        taken.sort_by_key(|t| items.iter().position(|i| i.id == t.item.id));
         return Ok(Attempt::Granted(taken));
     }
     if let Err(e) = release(calls, taken, owner, Duration::from_secs(5)).await {
@@ -219,7 +247,15 @@ pub(crate) async fn release(
                 Ok(o) if o.result == UpdateResult::Noop => released.lost.push(labels[i].clone()),
                 Ok(_) => {}
                 Err(StoreError::NotFound { .. }) => released.lost.push(labels[i].clone()),
-                Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
+                // A race with another update of the same document (two releases of one share,
+                // say) is not a failure: our release script is safe to send again.
+                Err(e)
+                    if (e.is_retryable() || e.is_conflict())
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    if e.is_conflict() {
+                        calls.races += 1;
+                    }
                     again.push(i)
                 }
                 Err(e) => {

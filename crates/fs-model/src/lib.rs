@@ -7,6 +7,8 @@
 //! - [`tree_index_body`] and [`lock_index_body`]: how the two indices are created.
 //! - [`tree_lock_id`]: where the lock for a path lives in the lock index.
 //! - [`entropy`]: where ids and jitter come from; seedable per thread for replays.
+//! - [`lock_scripts`]: the lock protocol's stored painless scripts, each beside the same logic
+//!   in Rust, for stores and test servers that run no painless.
 //!
 //! ```
 //! use fs_model::{FsDoc, FsPath};
@@ -25,6 +27,7 @@ mod doc;
 pub mod entropy;
 mod error;
 mod lock_id;
+pub mod lock_scripts;
 mod mapping;
 mod path;
 

@@ -5,7 +5,8 @@ use crate::types::Version;
 /// Why a store call failed.
 ///
 /// Retry logic asks [`StoreError::is_retryable`] instead of matching messages; lock and rename
-/// logic asks [`StoreError::is_conflict`] to tell "someone else got there first" from a fault.
+/// logic asks [`StoreError::is_conflict`] to tell "someone else got there first" from a fault,
+/// and [`StoreError::is_refusal`] to tell a script's "no" from a race.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     /// The document exists (create), or its version is not the one the write was conditional on
@@ -21,6 +22,19 @@ pub enum StoreError {
         /// The document's current version, when the store said (Elasticsearch does not for a
         /// create that found the document).
         current: Option<Version>,
+    },
+    /// A stored script refused the update on purpose (painless `Debug.explain`, the book's
+    /// `assert false`): Elasticsearch answers 400 with `painless_explain_error`. Unlike a
+    /// [`StoreError::Conflict`], which is a race with another writer and may pass when sent
+    /// again, this is the document's state saying no.
+    #[error("update of `{index}/{id}` refused by its script: {reason}")]
+    Refused {
+        /// The index.
+        index: String,
+        /// The document id.
+        id: String,
+        /// What the script said.
+        reason: String,
     },
     /// The document does not exist (unconditional delete). Elasticsearch answers 404.
     #[error("document `{index}/{id}` not found")]
@@ -85,6 +99,11 @@ impl StoreError {
     /// Returns true for a version conflict (including create on an existing id).
     pub fn is_conflict(&self) -> bool {
         matches!(self, StoreError::Conflict { .. })
+    }
+
+    /// Returns true for a script's deliberate refusal ([`StoreError::Refused`]).
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, StoreError::Refused { .. })
     }
 
     /// Returns true if the document does not exist.

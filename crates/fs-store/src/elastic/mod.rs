@@ -50,6 +50,9 @@ use crate::types::{
 /// How long a point in time or scroll stays open between two pages.
 const KEEP_ALIVE: &str = "2m";
 
+/// How often the server itself re-runs a scripted update that lost a race (`retry_on_conflict`).
+const RETRY_ON_CONFLICT: u32 = 3;
+
 /// Whether a request may be sent again when its outcome is unknown.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Retry {
@@ -902,7 +905,11 @@ impl ScriptedUpdates for ElasticStore {
         let context = format!("scripted bulk update of {} items in `{index}`", items.len());
         let mut lines = Vec::with_capacity(items.len() * 2);
         for item in &items {
-            lines.push(json!({ "update": { "_id": item.id } }));
+            // The server retries a script that lost a race with another update of the same
+            // document; a 409 that still comes back is a race, never a refusal.
+            lines.push(
+                json!({ "update": { "_id": item.id, "retry_on_conflict": RETRY_ON_CONFLICT } }),
+            );
             let mut body = json!({ "script": { "id": item.script, "params": item.params } });
             if let Some(upsert) = &item.upsert {
                 body["upsert"] = upsert.clone();

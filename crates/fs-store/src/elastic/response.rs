@@ -29,14 +29,13 @@ pub(crate) fn error_of(
         .map(str::to_owned)
         .or_else(|| body["error"].as_str().map(str::to_owned))
         .unwrap_or_else(|| body.to_string());
-    if refused_by_script(error) {
+    if let Some(explained) = refused_by_script(error) {
         // The book's `assert false` (painless: `Debug.explain`): the document's state refused
-        // the update, which is what a conflict means to the caller.
-        return StoreError::Conflict {
+        // the update. A 409 is something else: a race between two updates of one document.
+        return StoreError::Refused {
             index: index.to_owned(),
             id: id.to_owned(),
-            exists: true,
-            current: None,
+            reason: explained,
         };
     }
     match (status, kind) {
@@ -76,16 +75,26 @@ pub(crate) fn error_of(
     }
 }
 
-/// Returns true if the error, or one of its causes, is a script's deliberate refusal.
-fn refused_by_script(error: &Value) -> bool {
+/// Returns what the script said if the error, or one of its causes, is a script's deliberate
+/// refusal.
+fn refused_by_script(error: &Value) -> Option<String> {
     let mut cause = Some(error);
+    let mut said = None;
     while let Some(e) = cause {
+        if e["type"] == "script_exception" {
+            // Elasticsearch puts the explained value in the script exception's `to_string`;
+            // the explain error's own reason is null.
+            said = e["to_string"].as_str().map(str::to_owned);
+        }
         if e["type"] == "painless_explain_error" {
-            return true;
+            return Some(
+                said.or_else(|| e["reason"].as_str().map(str::to_owned))
+                    .unwrap_or_else(|| "refused".to_owned()),
+            );
         }
         cause = e.get("caused_by");
     }
-    false
+    None
 }
 
 /// Finds "current document has seqNo [S] and primary term [T]" in a conflict reason.
@@ -181,13 +190,22 @@ mod tests {
     }
 
     #[test]
-    fn a_scripts_refusal_is_a_conflict() {
+    fn a_scripts_refusal_is_not_a_race() {
         // The answer the source texts show for a refused document lock.
         let body = json!({"error": {"root_cause": [{"type": "remote_transport_exception"}],
             "type": "illegal_argument_exception", "reason": "failed to execute script",
             "caused_by": {"type": "script_exception", "reason": "runtime error",
                 "caused_by": {"type": "painless_explain_error", "reason": null}}}, "status": 400});
-        assert!(error_of("c", "i", "d", 400, &body).is_conflict());
+        let refused = error_of("c", "i", "d", 400, &body);
+        assert!(
+            refused.is_refusal() && !refused.is_conflict(),
+            "{refused:?}"
+        );
+        let race = json!({"error": {"type": "version_conflict_engine_exception",
+            "reason": "[d]: version conflict, required seqNo [4], primary term [1]. current document has seqNo [5] and primary term [1]"},
+            "status": 409});
+        let race = error_of("c", "i", "d", 409, &race);
+        assert!(race.is_conflict() && !race.is_refusal(), "{race:?}");
     }
 
     #[test]
