@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use fs_locks::LockClient;
 use fs_model::{FsDoc, FsPath};
 use fs_rename::{FsTree, Renamer, Strategy};
-use fs_store::{BulkOp, Scope, SearchRequest, SharedStore};
+use fs_store::{BulkOp, Scan, Scope, SharedStore};
 use fs_testkit::{Backend, LatencyStore};
 
 /// What to run.
@@ -313,31 +313,31 @@ async fn insert_dir(tree: &FsTree, docs: usize, top: &str) -> anyhow::Result<()>
 /// check and no version condition.
 async fn raw_rewrite(tree: &FsTree, from: &FsPath, to: &FsPath) -> anyhow::Result<usize> {
     let store = tree.store();
-    let mut request = SearchRequest::first(Scope::Subtree(from.clone()), 1_000);
-    let mut n = 0;
-    loop {
-        let page = store.search(tree.index(), request.clone()).await?;
-        let mut ops = Vec::with_capacity(page.docs.len());
-        for d in page.docs {
-            let doc: FsDoc = serde_json::from_value(d.source)?;
-            let moved = doc.renamed(from, to)?;
-            ops.push(BulkOp::Index {
-                id: d.id,
-                source: serde_json::to_value(&moved)?,
-                if_version: None,
-            });
-        }
-        n += ops.len();
-        if !ops.is_empty() {
+    let scope = Scope::Subtree(from.clone());
+    let mut scan = Scan::new(Arc::clone(store), tree.index(), scope, 1_000);
+    let rewritten = async {
+        let mut n = 0;
+        while let Some(docs) = scan.next_page().await? {
+            let mut ops = Vec::with_capacity(docs.len());
+            for d in docs {
+                let doc: FsDoc = serde_json::from_value(d.source)?;
+                let moved = doc.renamed(from, to)?;
+                ops.push(BulkOp::Index {
+                    id: d.id,
+                    source: serde_json::to_value(&moved)?,
+                    if_version: None,
+                });
+            }
+            n += ops.len();
             for r in store.bulk(tree.index(), ops).await? {
                 r?;
             }
         }
-        match page.next {
-            Some(cursor) => request.after = Some(cursor),
-            None => break,
-        }
+        anyhow::Ok(n)
     }
+    .await;
+    scan.close().await;
+    let n = rewritten?;
     store.refresh(tree.index()).await?;
     Ok(n)
 }

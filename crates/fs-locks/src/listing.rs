@@ -1,6 +1,8 @@
 //! Reading the lock index as a whole: listing locks, and the book's release by query.
 
-use fs_store::{BulkOp, Scope, SearchRequest};
+use std::sync::Arc;
+
+use fs_store::{BulkOp, Scan, Scope};
 
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
@@ -35,30 +37,23 @@ impl LockClient {
             .refresh(index)
             .await
             .map_err(LockError::store(context.clone()))?;
-        let mut out = Vec::new();
-        let mut request = SearchRequest::first(Scope::All, PAGE);
-        loop {
-            let page = store
-                .search(index, request.clone())
-                .await
-                .map_err(LockError::store(context.clone()))?;
-            for doc in page.docs {
-                out.push(LockInfo {
-                    path: doc
-                        .source
-                        .get("path")
-                        .and_then(|p| p.as_str())
-                        .map(str::to_owned),
-                    expires_at: doc.source.get("expires_at").and_then(|e| e.as_i64()),
-                    observed: Observed::from_source(&doc.source),
-                    id: doc.id,
-                });
-            }
-            match page.next {
-                Some(cursor) => request.after = Some(cursor),
-                None => return Ok(out),
-            }
-        }
+        let docs = Scan::new(Arc::clone(&self.inner.store), index, Scope::All, PAGE)
+            .read_all()
+            .await
+            .map_err(LockError::store(context))?;
+        Ok(docs
+            .into_iter()
+            .map(|doc| LockInfo {
+                path: doc
+                    .source
+                    .get("path")
+                    .and_then(|p| p.as_str())
+                    .map(str::to_owned),
+                expires_at: doc.source.get("expires_at").and_then(|e| e.as_i64()),
+                observed: Observed::from_source(&doc.source),
+                id: doc.id,
+            })
+            .collect())
     }
 
     /// Deletes every exclusive lock document (tree, global or document lock) that carries this
@@ -81,28 +76,26 @@ impl LockClient {
             .refresh(&index)
             .await
             .map_err(LockError::store(context.clone()))?;
-        let mut request = SearchRequest::first(Scope::All, PAGE);
-        loop {
-            let page = store
-                .search(&index, request.clone())
-                .await
-                .map_err(LockError::store(context.clone()))?;
-            for doc in page.docs {
-                let mine = matches!(Observed::from_source(&doc.source),
-                    Observed::Exclusive { process_id: Some(ref p), .. } if *p == pid);
-                if mine {
-                    ids.push(doc.id.clone());
-                    ops.push(BulkOp::Delete {
-                        id: doc.id,
-                        if_version: Some(doc.version),
-                    });
+        let mut scan = Scan::new(Arc::clone(&self.inner.store), &index, Scope::All, PAGE);
+        let scanned = async {
+            while let Some(docs) = scan.next_page().await? {
+                for doc in docs {
+                    let mine = matches!(Observed::from_source(&doc.source),
+                        Observed::Exclusive { process_id: Some(ref p), .. } if *p == pid);
+                    if mine {
+                        ids.push(doc.id.clone());
+                        ops.push(BulkOp::Delete {
+                            id: doc.id,
+                            if_version: Some(doc.version),
+                        });
+                    }
                 }
             }
-            match page.next {
-                Some(cursor) => request.after = Some(cursor),
-                None => break,
-            }
+            Ok::<_, fs_store::StoreError>(())
         }
+        .await;
+        scan.close().await;
+        scanned.map_err(LockError::store(context.clone()))?;
         if ops.is_empty() {
             return Ok(0);
         }

@@ -366,17 +366,30 @@ async fn round_trips_by_depth(env: Env) {
     assert_eq!(lock_count(&env).await, 0);
 }
 
-/// Stores that run no scripts (the embedded store, osmem) get compare-and-set; a real
-/// Elasticsearch gets the scripts.
+/// Stores that run no scripts (the embedded store) get compare-and-set; servers that run them
+/// get the scripts when asked for, and compare-and-set when that is asked for.
 async fn the_protocol_follows_the_store(env: Env) {
     let chosen = client(&env, "a").protocol().await.expect("protocol");
-    // Automatic choice on the embedded store and osmem (which refuses to store scripts) is
-    // compare-and-set; the real-Elasticsearch variant asks for scripts and gets them.
     let expected = match env.protocol {
         LockProtocol::Scripted => LockProtocol::Scripted,
         _ => LockProtocol::Cas,
     };
     assert_eq!(chosen, expected);
+}
+
+/// The automatic choice: scripts where the server stores and runs them (the proxy in front of
+/// osmem, like Elasticsearch), compare-and-set where it does not (osmem itself).
+#[tokio::test]
+async fn automatic_protocol_is_scripted_where_scripts_run() {
+    let proxied = Env::new(fs_testkit::Backend::Osmem).await;
+    let chosen = client(&proxied, "a").protocol().await.expect("protocol");
+    assert_eq!(chosen, LockProtocol::Scripted);
+    let raw = Env {
+        store: std::sync::Arc::new(fs_testkit::raw_osmem_store()),
+        ..proxied
+    };
+    let chosen = client(&raw, "a").protocol().await.expect("protocol");
+    assert_eq!(chosen, LockProtocol::Cas);
 }
 
 /// Round trips of an uncontended acquisition: scripted, one bulk; compare-and-set, one mget
@@ -391,8 +404,13 @@ fn acquisition_round_trips(env: &Env, takes_shared: bool) -> u32 {
 
 #[tokio::test]
 async fn asking_for_scripts_where_none_run_is_a_clear_error() {
-    for backend in [fs_testkit::Backend::Embedded, fs_testkit::Backend::Osmem] {
-        let env = Env::new(backend).await;
+    let embedded = Env::new(fs_testkit::Backend::Embedded).await;
+    let proxied = Env::new(fs_testkit::Backend::Osmem).await;
+    let raw_osmem = Env {
+        store: std::sync::Arc::new(fs_testkit::raw_osmem_store()),
+        ..proxied
+    };
+    for env in [embedded, raw_osmem] {
         let scripted = client_builder(&env, "a")
             .protocol(LockProtocol::Scripted)
             .build();

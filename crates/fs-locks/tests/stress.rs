@@ -65,6 +65,9 @@ async fn tree_locks_never_overlap(env: Env) {
         .and_then(|s| s.parse().ok())
         .unwrap_or(10);
     println!("stress seed {seed} (replay with FSRENAME_STRESS_SEED={seed}), {secs} s");
+    let proxied = env.backend == fs_testkit::Backend::Osmem;
+    let scripted_on_proxy = proxied && env.protocol == fs_locks::LockProtocol::Scripted;
+    let proxy_before = scripted_on_proxy.then(|| fs_testkit::es_proxy().stats());
     let registry: Registry = Arc::new(Mutex::new(Vec::new()));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
     let mut tasks = tokio::task::JoinSet::new();
@@ -75,7 +78,7 @@ async fn tree_locks_never_overlap(env: Env) {
             let client = client_builder(&env, &format!("task-{task}"))
                 .wait(Duration::from_millis(200))
                 .build();
-            let (mut granted, mut timed_out) = (0u64, 0u64);
+            let (mut granted, mut timed_out, mut races) = (0u64, 0u64, 0u64);
             while tokio::time::Instant::now() < deadline {
                 let from = random_path(&mut rng);
                 let rename_to = rng.random_bool(0.25).then(|| random_path(&mut rng));
@@ -92,26 +95,40 @@ async fn tree_locks_never_overlap(env: Env) {
                     }
                     Err(e) => panic!("seed {seed}: task {task}: {e}"),
                 };
+                races += u64::from(guard.grant().races);
                 let mine: Vec<FsPath> = std::iter::once(from).chain(rename_to).collect();
                 check_and_register(&registry, task, &mine, seed);
                 granted += 1;
                 tokio::time::sleep(Duration::from_micros(rng.random_range(0..2_000))).await;
                 unregister(&registry, task);
-                guard
+                let released = guard
                     .release()
                     .await
                     .unwrap_or_else(|e| panic!("seed {seed}: release: {e}"));
+                races += u64::from(released.races);
             }
-            (granted, timed_out)
+            (granted, timed_out, races)
         });
     }
-    let (mut granted, mut timed_out) = (0, 0);
+    let (mut granted, mut timed_out, mut races) = (0, 0, 0);
     while let Some(done) = tasks.join_next().await {
-        let (g, t) = done.expect("stress task");
+        let (g, t, r) = done.expect("stress task");
         granted += g;
         timed_out += t;
+        races += r;
     }
-    println!("{granted} acquisitions granted, {timed_out} timed out");
+    println!("{granted} acquisitions granted, {timed_out} timed out, {races} lost races sent again by fsrename");
+    if let Some(proxy_before) = proxy_before {
+        let stats = fs_testkit::es_proxy().stats();
+        println!(
+            "proxy (with the tests running beside this one): {} scripted updates, {} races ({} retried inside the update, {} answered 409), {} refusals",
+            stats.updates - proxy_before.updates,
+            stats.races - proxy_before.races,
+            stats.races_retried - proxy_before.races_retried,
+            stats.conflicts_returned - proxy_before.conflicts_returned,
+            stats.refusals - proxy_before.refusals,
+        );
+    }
     assert!(
         granted > TASKS,
         "seed {seed}: too little progress ({granted} grants)"

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use fs_locks::{LockClient, LockInfo, Observed};
 use fs_model::{DocKind, FsDoc, FsPath};
-use fs_store::{Scope, SearchRequest, SharedStore, StoreError};
+use fs_store::{Scan, Scope, SharedStore, StoreError};
 use serde::Serialize;
 
 use crate::error::{RenameError, Result};
@@ -99,14 +99,20 @@ pub async fn fsck(store: SharedStore, index: &str, scope: &FsPath) -> Result<Fsc
     };
     let mut problems = Vec::new();
     let mut kinds: HashMap<FsPath, DocKind> = HashMap::new();
-    let mut request = SearchRequest::first(Scope::Subtree(scope.clone()), PAGE);
-    loop {
-        let context = format!("checking under `{scope}`");
-        let page = store
-            .search(index, request.clone())
-            .await
-            .map_err(RenameError::store(context))?;
-        for hit in page.docs {
+    let mut scan = Scan::new(
+        Arc::clone(&store),
+        index,
+        Scope::Subtree(scope.clone()),
+        PAGE,
+    );
+    // Nothing in the loop stops the scan early: a failed page ends it, closed.
+    let context = || format!("checking under `{scope}`");
+    while let Some(hits) = scan
+        .next_page()
+        .await
+        .map_err(RenameError::store(context()))?
+    {
+        for hit in hits {
             report.documents += 1;
             let doc: FsDoc = match serde_json::from_value(hit.source) {
                 Ok(doc) => doc,
@@ -135,11 +141,8 @@ pub async fn fsck(store: SharedStore, index: &str, scope: &FsPath) -> Result<Fsc
                 ));
             }
         }
-        match page.next {
-            Some(cursor) => request.after = Some(cursor),
-            None => break,
-        }
     }
+    scan.close().await;
     if kinds.get(&FsPath::root()) == Some(&DocKind::File) {
         problems.push("the root `/` is stored as a file".to_owned());
     }

@@ -13,6 +13,11 @@
 //! every write is conditional on the version it read, so a job paused past its lease (a
 //! zombie) stops at its first write instead of damaging the tree.
 //!
+//! A rename whose entry is closed has happened, so a release that fails afterwards does not
+//! make it fail: it is reported done, with the locks it left in
+//! [`RenameReport::locks_left`] and a warning; they expire with their lease and the recovery
+//! sweep deletes them.
+//!
 //! The entry's id is chosen before the first lock and written into every lock, so that a
 //! recovery clearing the job's expired locks fences the id first. A job paused past its lease
 //! before journaling therefore either stops at its own lease check or meets the fence when it
@@ -23,9 +28,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fs_locks::{LockClient, LockEvent, LockGuard, LockProtocol};
+use fs_locks::{LockClient, LockError, LockEvent, LockGuard, LockItem, LockProtocol, Observed};
 use fs_model::{tree_lock_id, FsPath};
-use fs_store::{BulkOp, CountingStore, Scope, SearchRequest, SharedStore, StoreError};
+use fs_store::{BulkOp, CountingStore, Scan, Scope, SharedStore, StoreError};
 use tokio::time::Instant;
 
 use crate::error::{RenameError, Result};
@@ -45,6 +50,9 @@ const JOURNAL_RETRIES: u32 = 4;
 
 /// How many times document locking re-scans for documents added under the source meanwhile.
 const DOCUMENT_LOCK_ROUNDS: usize = 8;
+
+/// How many lock documents one read asks for when a failed release checks what it left.
+const LEFT_CHECK_CHUNK: usize = 1_000;
 
 /// Builds a [`Renamer`].
 #[derive(Clone)]
@@ -251,33 +259,122 @@ impl Renamer {
                     .locked_work(&tree, &locks, &mut guards, (from, to), &job_id, report)
                     .await;
                 let started = Instant::now();
-                let mut released = Ok(());
-                let held_locks = !guards.is_empty();
-                let abandon = matches!(result, Err(RenameError::Unfinished { .. }));
-                for guard in guards.into_iter().rev() {
-                    if abandon {
-                        guard.abandon().await;
-                    } else if let Err(e) = guard.release().await {
-                        released = Err(RenameError::Lock(e));
-                    }
-                }
+                let result = self
+                    .end(&tree, &locks, guards, result, &job_id, report)
+                    .await;
                 report.phases.releasing += started.elapsed();
-                if held_locks && !abandon {
-                    self.emit(RenameEvent::Released);
-                }
-                match (result, released) {
-                    (Err(e), Err(release)) => {
-                        tracing::warn!(error = %release, "releasing after a failed rename also failed");
-                        Err(e)
-                    }
-                    (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
-                    (Ok(()), Ok(())) => Ok(()),
-                }
+                result
             }
             Err(e) => Err(e),
         };
         report.round_trips += counted.round_trips();
         result
+    }
+
+    /// Ends a run that took `guards`, given how its locked work ended: an unfinished rename
+    /// abandons its locks to expire (recovery takes them over and finishes it); any other end
+    /// releases them.
+    ///
+    /// A release that fails after a complete rename does not make the rename fail. `Ok` from
+    /// the locked work means every document was rewritten and the journal entry is closed:
+    /// the rename has happened, and recovery will neither redo nor undo it. Reporting it
+    /// failed would send clients to retry a rename whose source is already gone. So it is
+    /// reported done, with the locks it left ([`RenameReport::locks_left`]) and a warning:
+    /// they are no longer renewed, so they expire with their lease, and the recovery sweep
+    /// then fences the (closed) journal id and deletes them.
+    async fn end(
+        &self,
+        tree: &FsTree,
+        locks: &LockClient,
+        guards: Vec<LockGuard>,
+        result: Result<()>,
+        job_id: &str,
+        report: &mut RenameReport,
+    ) -> Result<()> {
+        if matches!(result, Err(RenameError::Unfinished { .. })) {
+            for guard in guards.into_iter().rev() {
+                guard.abandon().await;
+            }
+            return result;
+        }
+        if guards.is_empty() {
+            return result;
+        }
+        // Read before the release, which forgets the locks whether it succeeds or not.
+        let held = locks.held_items().await;
+        let mut released = Ok(());
+        for guard in guards.into_iter().rev() {
+            // Every guard is released even after one failed: each holds its own locks.
+            if let Err(e) = guard.release().await {
+                if released.is_ok() {
+                    released = Err(e);
+                }
+            }
+        }
+        match (result, released) {
+            (result, Ok(())) => {
+                self.emit(RenameEvent::Released);
+                result
+            }
+            (Err(e), Err(release)) => {
+                tracing::warn!(error = %release, "releasing after a failed rename also failed; the leases expire what is left");
+                Err(e)
+            }
+            (Ok(()), Err(release)) => {
+                self.left_to_expire(tree, locks, &held, job_id, &release, report)
+                    .await;
+                Ok(())
+            }
+        }
+    }
+
+    /// Records in `report` the locks of `held` that a complete rename could not release: those
+    /// whose documents still name this job's owner, or all of them if the lock index cannot
+    /// be read (the store that failed the release may fail this read too).
+    async fn left_to_expire(
+        &self,
+        tree: &FsTree,
+        locks: &LockClient,
+        held: &[LockItem],
+        job_id: &str,
+        error: &LockError,
+        report: &mut RenameReport,
+    ) {
+        let owner = locks.owner().process_id.as_str();
+        let lock_index = tree.lock_index();
+        let mut left = Vec::new();
+        for chunk in held.chunks(LEFT_CHECK_CHUNK) {
+            let ids: Vec<String> = chunk.iter().map(|item| item.id.clone()).collect();
+            match tree.store().mget(&lock_index, &ids).await {
+                Ok(docs) => left.extend(
+                    chunk
+                        .iter()
+                        .zip(docs)
+                        .filter(|(_, doc)| doc.as_ref().is_some_and(|d| names(&d.source, owner)))
+                        .map(|(item, _)| item.label()),
+                ),
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot tell which locks the failed release left; reporting them all");
+                    left.extend(chunk.iter().map(LockItem::label));
+                }
+            }
+        }
+        let lease = self.config.lease;
+        let warning = if left.is_empty() {
+            format!(
+                "the rename is complete; releasing its locks failed ({error}), but none of them is left in the store"
+            )
+        } else {
+            let listed: Vec<String> = left.iter().map(|l| format!("`{l}`")).collect();
+            format!(
+                "the rename is complete, but releasing its locks failed ({error}): {} left locked until the lease ({lease:?}) runs out; then `fsrename recover` (or a running `fsrename serve`) deletes them (journal id {job_id})",
+                listed.join(", ")
+            )
+        };
+        tracing::warn!(job = %job_id, locks = ?left, ?lease, error = %error,
+            "rename complete, but its locks were not released: they expire with their lease and `fsrename recover` clears them");
+        report.locks_left = left;
+        report.warnings.push(warning);
     }
 
     fn emit(&self, event: RenameEvent) {
@@ -572,56 +669,57 @@ impl Renamer {
         // Under locks the count cannot grow, so a subtree that fits in one page needs no
         // point in time on Elasticsearch (opening one costs more than a small scan).
         let locked = self.config.strategy != Strategy::None;
-        let mut request = if locked && total < self.config.page_size as u64 {
-            SearchRequest::single_page(scope, self.config.page_size)
+        let page_size = self.config.page_size;
+        let mut scan = if locked && total < page_size as u64 {
+            Scan::single_page(Arc::clone(store), index, scope, page_size)
         } else {
-            SearchRequest::first(scope, self.config.page_size)
+            Scan::new(Arc::clone(store), index, scope, page_size)
         };
-        loop {
-            let context = format!("scanning under `{from}`");
-            let page = store
-                .search(index, request.clone())
+        let rewritten = async {
+            let context = || format!("scanning under `{from}`");
+            while let Some(docs) = scan
+                .next_page()
                 .await
-                .map_err(RenameError::store(context))?;
-            let entries = page
-                .docs
-                .into_iter()
-                .map(|d| Entry::from_stored(index, d))
-                .collect::<Result<Vec<_>>>()?;
-            if entries.is_empty() {
-                return Ok(());
-            }
-            report.found += entries.len() as u64;
-            if let Some(hooks) = &self.config.hooks {
-                hooks.before_write(&entries).await;
-            }
-            if self.config.cancel.as_ref().is_some_and(|c| *c.borrow()) {
-                return Err(RenameError::Cancelled {
-                    rewritten: report.rewritten,
-                    found: report.found,
+                .map_err(RenameError::store(context()))?
+            {
+                let entries = docs
+                    .into_iter()
+                    .map(|d| Entry::from_stored(index, d))
+                    .collect::<Result<Vec<_>>>()?;
+                report.found += entries.len() as u64;
+                if let Some(hooks) = &self.config.hooks {
+                    hooks.before_write(&entries).await;
+                }
+                if self.config.cancel.as_ref().is_some_and(|c| *c.borrow()) {
+                    return Err(RenameError::Cancelled {
+                        rewritten: report.rewritten,
+                        found: report.found,
+                    });
+                }
+                if let Some(path) = lost.borrow().first() {
+                    return Err(fs_locks::LockError::LeaseLost { path: path.clone() }.into());
+                }
+                // The page was read while the locks were ours only if they still are now: past
+                // this point a recoverer may have taken over, and what was read may be stale.
+                if locks.lease_left().await.is_some_and(|left| left.is_zero()) {
+                    return Err(fs_locks::LockError::LeaseLost {
+                        path: from.to_string(),
+                    }
+                    .into());
+                }
+                self.write_page(tree, &entries, from, to, report).await?;
+                self.emit(RenameEvent::Progress {
+                    done: report.rewritten,
+                    total: total.max(report.found),
                 });
             }
-            if let Some(path) = lost.borrow().first() {
-                return Err(fs_locks::LockError::LeaseLost { path: path.clone() }.into());
-            }
-            // The page was read while the locks were ours only if they still are now: past
-            // this point a recoverer may have taken over, and what was read may be stale.
-            if locks.lease_left().await.is_some_and(|left| left.is_zero()) {
-                return Err(fs_locks::LockError::LeaseLost {
-                    path: from.to_string(),
-                }
-                .into());
-            }
-            self.write_page(tree, &entries, from, to, report).await?;
-            self.emit(RenameEvent::Progress {
-                done: report.rewritten,
-                total: total.max(report.found),
-            });
-            match page.next {
-                Some(cursor) => request.after = Some(cursor),
-                None => return Ok(()),
-            }
+            Ok(())
         }
+        .await;
+        // However the rewrite ended (the last page, a failure, a cancellation, a lost lease),
+        // what the store keeps open for the scan is closed before the locks are released.
+        scan.close().await;
+        rewritten
     }
 
     /// Rewrites one page in one bulk request; resends transiently failed items with backoff.
@@ -732,6 +830,17 @@ async fn check(tree: &FsTree, from: &FsPath, to: &FsPath) -> Result<()> {
         None => Err(RenameError::DestinationParentMissing { path: parent }),
         Some(fs_model::DocKind::File) => Err(RenameError::DestinationParentNotDir { path: parent }),
         Some(fs_model::DocKind::Dir) => Ok(()),
+    }
+}
+
+/// Returns true if the lock document `source` still names `process_id` as its owner or as one
+/// of its holders.
+fn names(source: &serde_json::Value, process_id: &str) -> bool {
+    match Observed::from_source(source) {
+        Observed::Exclusive {
+            process_id: owner, ..
+        } => owner.as_deref() == Some(process_id),
+        Observed::Shared { holders, .. } => holders.contains_key(process_id),
     }
 }
 

@@ -17,9 +17,11 @@
 //! cleared and taken by someone else, and recovery would later roll it forward into a tree
 //! that had changed under it. Tombstones are removed by recovery after a retention period.
 
+use std::sync::Arc;
+
 use fs_locks::{LockItem, LockMode};
 use fs_model::{journal_index_body, journal_index_name, FsPath};
-use fs_store::{Scope, SearchRequest, SharedStore, StoreError, Version};
+use fs_store::{Scan, Scope, SharedStore, StoreError, Version};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -366,24 +368,26 @@ impl Journal {
             other => other.map_err(RenameError::store(format!("refreshing `{}`", self.index)))?,
         }
         let (mut entries, mut fences) = (Vec::new(), Vec::new());
-        let mut request = SearchRequest::first(Scope::All, 1_000);
-        loop {
-            let page = self
-                .store
-                .search(&self.index, request.clone())
+        let mut scan = Scan::new(Arc::clone(&self.store), &self.index, Scope::All, 1_000);
+        let scanned: Result<()> = async {
+            let context = || format!("listing `{}`", self.index);
+            while let Some(docs) = scan
+                .next_page()
                 .await
-                .map_err(RenameError::store(format!("listing `{}`", self.index)))?;
-            for doc in page.docs {
-                match parse_doc(&self.index, &doc.id, doc.source)? {
-                    JournalDoc::Entry(entry) => entries.push((entry, doc.version)),
-                    JournalDoc::Fence(fence) => fences.push((fence, doc.version)),
+                .map_err(RenameError::store(context()))?
+            {
+                for doc in docs {
+                    match parse_doc(&self.index, &doc.id, doc.source)? {
+                        JournalDoc::Entry(entry) => entries.push((entry, doc.version)),
+                        JournalDoc::Fence(fence) => fences.push((fence, doc.version)),
+                    }
                 }
             }
-            match page.next {
-                Some(cursor) => request.after = Some(cursor),
-                None => break,
-            }
+            Ok(())
         }
+        .await;
+        scan.close().await;
+        scanned?;
         entries.sort_by_key(|(e, _)| e.started_at);
         fences.sort_by_key(|(f, _): &(JournalFence, Version)| f.fenced_at);
         Ok((entries, fences))

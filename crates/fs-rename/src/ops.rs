@@ -10,7 +10,7 @@ use std::future::Future;
 
 use fs_locks::{LockClient, LockGuard, LockProtocol};
 use fs_model::{DocKind, FsDoc, FsPath};
-use fs_store::{BulkOp, Scope, SearchRequest, SharedStore};
+use fs_store::{BulkOp, Scan, Scope, SharedStore};
 use serde_json::Value;
 
 use crate::error::{RenameError, Result};
@@ -258,23 +258,26 @@ where
     } else {
         Scope::Children(dir.clone())
     };
-    let mut request = SearchRequest::first(scope, 1_000);
-    loop {
-        let context = format!("listing `{dir}`");
-        let page = store
-            .search(index, request.clone())
+    let mut scan = Scan::new(Arc::clone(store), index, scope, 1_000);
+    let listed = async {
+        let context = || format!("listing `{dir}`");
+        while let Some(hits) = scan
+            .next_page()
             .await
-            .map_err(RenameError::store(context))?;
-        for hit in page.docs {
-            let entry = Entry::from_stored(index, hit)?;
-            if recursive && entry.doc.path == *dir {
-                continue;
+            .map_err(RenameError::store(context()))?
+        {
+            for hit in hits {
+                let entry = Entry::from_stored(index, hit)?;
+                if recursive && entry.doc.path == *dir {
+                    continue;
+                }
+                // A reader that goes away (`ls | head`) stops the listing here.
+                each(&entry)?;
             }
-            each(&entry)?;
         }
-        match page.next {
-            Some(cursor) => request.after = Some(cursor),
-            None => return Ok(()),
-        }
+        Ok(())
     }
+    .await;
+    scan.close().await;
+    listed
 }

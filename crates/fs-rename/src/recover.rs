@@ -12,7 +12,10 @@
 //!    half-done rename until it is finished). A lock that names a rename (`job`) is cleared
 //!    only after that rename's journal id is fenced ([`Journal::fence`]): if the job has
 //!    journaled meanwhile, its locks are left for the next run to recover; if not, it never
-//!    will, so a job that was only paused cannot journal a rename whose locks are gone.
+//!    will, so a job that was only paused cannot journal a rename whose locks are gone. The
+//!    same goes for the locks of a job that finished, closed its entry and then failed to
+//!    release them: no entry protects them, so the fence (a harmless tombstone, since the job
+//!    never journals again) is followed by their deletion.
 //! 3. Remove fences older than the retention (24 h by default).
 //!
 //! Nothing here acts on a lock before its lease has ended by this machine's clock, and every
@@ -87,8 +90,10 @@ pub struct RecoveryReport {
     pub locks_released: usize,
     /// Expired shares removed from shared locks by the sweep.
     pub shares_reaped: usize,
-    /// Jobs fenced off by the sweep: their locks expired before they journaled, so they may
-    /// never journal now (see [`Journal::fence`]).
+    /// Journal ids the sweep fenced before clearing the expired locks that named them (see
+    /// [`Journal::fence`]): jobs whose locks expired before they journaled, which may never
+    /// journal now, and jobs that finished and closed their entry but could not release their
+    /// locks, for which the fence is only a tombstone.
     pub fenced: usize,
     /// Fences removed after the retention.
     pub fences_removed: usize,
@@ -138,7 +143,7 @@ impl std::fmt::Display for RecoveryReport {
         if self.fenced > 0 {
             write!(
                 f,
-                "; fenced off {} job(s) whose locks expired before they journaled",
+                "; fenced {} journal id(s) whose expired locks were cleared outside an open entry",
                 self.fenced
             )?;
         }
@@ -454,7 +459,7 @@ impl Recovery {
                             Ok(FenceOutcome::Fenced { new }) => {
                                 if new {
                                     report.fenced += 1;
-                                    tracing::info!(job = %job, holder = %holder.process_id, "fenced off a job whose locks expired before it journaled");
+                                    tracing::info!(job = %job, holder = %holder.process_id, "fenced a journal id before clearing its expired locks (its job died before journaling, or finished without releasing them)");
                                 }
                                 true
                             }

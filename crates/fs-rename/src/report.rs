@@ -57,7 +57,8 @@ pub enum RenameEvent {
         /// How many.
         items: usize,
     },
-    /// The locks were released.
+    /// The locks were released. Not sent when the release failed after a complete rename:
+    /// the report's [`RenameReport::locks_left`] says what was left to expire.
     Released,
 }
 
@@ -120,6 +121,16 @@ pub struct RenameReport {
     pub restarts: u32,
     /// Time per phase.
     pub phases: PhaseTimes,
+    /// The locks (paths, or lock document ids for global and document locks) that the job
+    /// could not release after its rename was complete, as far as a read after the failed
+    /// release could tell (all of them when it could not). They are no longer renewed: they
+    /// expire with their lease, and recovery (`fsrename recover`, or a running
+    /// `fsrename serve`) deletes them then. Empty when the release succeeded, and on a failed
+    /// rename (its error says what happened to its locks).
+    pub locks_left: Vec<String>,
+    /// Things that went wrong without making the rename fail, one sentence each: a release
+    /// that failed after the rename was complete, and what becomes of the locks it left.
+    pub warnings: Vec<String>,
 }
 
 impl RenameReport {
@@ -135,6 +146,8 @@ impl RenameReport {
             retries: 0,
             restarts: 0,
             phases: PhaseTimes::default(),
+            locks_left: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 

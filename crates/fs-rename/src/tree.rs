@@ -1,7 +1,9 @@
 //! [`FsTree`]: the tree index as a set of paths: setting it up, finding a path, adding entries.
 
+use std::sync::Arc;
+
 use fs_model::{lock_index_name, tree_index_body, DocKind, FsDoc, FsPath};
-use fs_store::{BulkOp, Scope, SearchRequest, SharedStore, StoredDoc, Version};
+use fs_store::{BulkOp, Scan, Scope, SearchRequest, SharedStore, StoredDoc, Version};
 
 use crate::error::{RenameError, Result};
 
@@ -106,13 +108,13 @@ impl FsTree {
     /// Returns the entry at `path`, as of the last refresh; `None` if there is none. The root
     /// has an entry only if one was written.
     ///
-    /// Reads one page of an exact-path search; more than one hit means a broken tree, which
-    /// `fsck` reports, and the first is returned.
+    /// Reads one page of an exact-path search, which keeps nothing open on the store; more
+    /// than one hit means a broken tree, which `fsck` reports, and the first is returned.
     ///
     /// # Errors
     /// [`RenameError::Store`], [`RenameError::BadDocument`].
     pub async fn find(&self, path: &FsPath) -> Result<Option<Entry>> {
-        let request = SearchRequest::first(Scope::Subtree(path.clone()), 1);
+        let request = SearchRequest::single_page(Scope::Exact(path.clone()), 1);
         let context = format!("looking up `{path}`");
         let page = self
             .store
@@ -184,7 +186,8 @@ impl FsTree {
     }
 
     /// Pages through every document at or under `path` (the whole tree for the root), `size`
-    /// at a time, calling `each` with every page.
+    /// at a time, calling `each` with every page (none if there is nothing). Closes what the
+    /// store keeps open for the scan however it ends, `each` failing included.
     ///
     /// # Errors
     /// [`RenameError::Store`], [`RenameError::BadDocument`], or whatever `each` returns.
@@ -192,24 +195,25 @@ impl FsTree {
     where
         F: FnMut(Vec<Entry>) -> Result<()>,
     {
-        let mut request = SearchRequest::first(Scope::Subtree(path.clone()), size);
-        loop {
-            let context = format!("scanning under `{path}`");
-            let page = self
-                .store
-                .search(&self.index, request.clone())
+        let scope = Scope::Subtree(path.clone());
+        let mut scan = Scan::new(Arc::clone(&self.store), &self.index, scope, size);
+        let scanned = async {
+            let context = || format!("scanning under `{path}`");
+            while let Some(docs) = scan
+                .next_page()
                 .await
-                .map_err(RenameError::store(context))?;
-            let entries = page
-                .docs
-                .into_iter()
-                .map(|d| Entry::from_stored(&self.index, d))
-                .collect::<Result<Vec<_>>>()?;
-            each(entries)?;
-            match page.next {
-                Some(cursor) => request.after = Some(cursor),
-                None => return Ok(()),
+                .map_err(RenameError::store(context()))?
+            {
+                let entries = docs
+                    .into_iter()
+                    .map(|d| Entry::from_stored(&self.index, d))
+                    .collect::<Result<Vec<_>>>()?;
+                each(entries)?;
             }
+            Ok(())
         }
+        .await;
+        scan.close().await;
+        scanned
     }
 }

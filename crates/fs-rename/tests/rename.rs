@@ -337,6 +337,81 @@ async fn fsck_reports_locks_without_failing(env: Env) {
     guard.release().await.expect("release");
 }
 
+/// Issue 14: on Elasticsearch 7.2.1 every rename left a scroll context open until, after a few
+/// hundred renames, the server's limit was reached and every search failed. Through the
+/// Elasticsearch-behaviour proxy with a limit of 50, 1 000 paged renames (scroll paging, as on
+/// 7.2.1) must all succeed and leave nothing open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_renames_leave_no_search_context_open() {
+    let proxy = fs_testkit::start_es_proxy(fs_testkit::EsProxyOptions {
+        max_open_contexts: 50,
+        ..fs_testkit::EsProxyOptions::default()
+    });
+    let config = fs_store::ElasticConfig::new(proxy.url())
+        .expect("url")
+        .paging(fs_store::Paging::Scroll);
+    let store: SharedStore = Arc::new(fs_store::ElasticStore::connect(config).expect("client"));
+    let env = Env {
+        store,
+        index: fs_testkit::unique_name("fs"),
+        backend: fs_testkit::Backend::Osmem,
+    };
+    let mut entries = vec![("/d".to_owned(), true)];
+    entries.extend((0..20).map(|f| (format!("/d/f{f:02}"), false)));
+    let entries: Vec<(&str, bool)> = entries.iter().map(|(p, d)| (p.as_str(), *d)).collect();
+    tree_with(&env, &entries).await;
+    // Pages of 8: every rename scans its 21 documents in three pages through one scroll.
+    let renamer = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+        .page_size(8)
+        .build();
+    let (mut here, mut there) = (p("/d"), p("/e"));
+    for n in 0..1_000 {
+        let report = renamer
+            .rename(&here, &there)
+            .await
+            .unwrap_or_else(|e| panic!("rename {n}: {e}"));
+        assert_eq!(report.rewritten, 21, "rename {n}");
+        std::mem::swap(&mut here, &mut there);
+    }
+    let stats = proxy.stats();
+    println!("1 000 renames: {stats:?}");
+    assert_eq!(stats.contexts_refused, 0);
+    assert!(stats.contexts_opened >= 1_000, "{stats:?}");
+    let open = proxy.open_contexts();
+    assert!(open.is_empty(), "left open: {open:?}");
+}
+
+/// The same on a real Elasticsearch (7.2.1 pages with scroll): after 100 paged renames the
+/// server has no more scroll contexts open than before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real Elasticsearch: set FSRENAME_TEST_ES_URL"]
+async fn real_elasticsearch_renames_close_their_scroll_contexts() {
+    let url = std::env::var(fs_testkit::REAL_ES_VAR).expect("FSRENAME_TEST_ES_URL");
+    let env = Env::new(fs_testkit::Backend::RealElastic);
+    let mut entries = vec![("/d".to_owned(), true)];
+    entries.extend((0..20).map(|f| (format!("/d/f{f:02}"), false)));
+    let entries: Vec<(&str, bool)> = entries.iter().map(|(p, d)| (p.as_str(), *d)).collect();
+    tree_with(&env, &entries).await;
+    let before = fs_testkit::scroll_contexts_open(&url).await;
+    let renamer = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+        .page_size(8)
+        .build();
+    let (mut here, mut there) = (p("/d"), p("/e"));
+    for n in 0..100 {
+        renamer
+            .rename(&here, &there)
+            .await
+            .unwrap_or_else(|e| panic!("rename {n}: {e}"));
+        std::mem::swap(&mut here, &mut there);
+    }
+    let after = fs_testkit::scroll_contexts_open(&url).await;
+    println!("scroll contexts open: {before} before, {after} after 100 renames");
+    assert!(
+        after <= before,
+        "{before} before, {after} after: renames leak scroll contexts"
+    );
+}
+
 on_every_backend!(
     a_directory_moves_with_everything_under_it,
     a_file_rename_moves_one_document,

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use fs_model::{DocKind, FsDoc, FsPath};
 use serde_json::{json, Value};
 
-use crate::{BulkOp, DocStore, Scope, SearchRequest, SharedStore, StoreError, Version};
+use crate::{BulkOp, DocStore, Scan, Scope, SearchRequest, SharedStore, StoreError, Version};
 
 /// Returns a fresh index name `prefix-<random>`, created with `path` and `parent` as keywords
 /// (as in both of fsrename's indices) and other fields free, since the cases write free-form
@@ -518,6 +518,38 @@ pub async fn search_all_pages_everything(store: SharedStore) {
     assert_eq!(count, TREE.len() as u64 + 1);
 }
 
+/// A paged search stopped before its last page can be closed, twice without harm; a [`Scan`]
+/// reads everything, or stops and closes.
+pub async fn a_search_stopped_early_is_closed(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-close").await;
+    put_paths(&*store, &index, TREE).await;
+    let scope = Scope::Subtree(FsPath::root());
+    let first = store
+        .search(&index, SearchRequest::first(scope.clone(), 2))
+        .await
+        .expect("search");
+    let cursor = first.next.expect("more than one page");
+    store
+        .close_cursor(&index, cursor.clone())
+        .await
+        .expect("close");
+    store
+        .close_cursor(&index, cursor)
+        .await
+        .expect("closing twice is harmless");
+    let mut scan = Scan::new(Arc::clone(&store), &index, scope.clone(), 2);
+    let page = scan.next_page().await.expect("page").expect("documents");
+    assert_eq!(page.len(), 2);
+    scan.close().await;
+    scan.close().await;
+    assert_eq!(scan.next_page().await.expect("closed"), None);
+    let all = Scan::new(Arc::clone(&store), &index, scope, 2)
+        .read_all()
+        .await
+        .expect("scan");
+    assert_eq!(all.len(), TREE.len());
+}
+
 pub async fn count_agrees_with_search(store: SharedStore) {
     let index = fresh_index(&*store, "conf-count").await;
     put_paths(&*store, &index, TREE).await;
@@ -733,7 +765,7 @@ macro_rules! conformance_suite {
             index_lifecycle, create_then_get, ids_may_contain_slashes_and_unicode,
             index_writes_and_conditions, delete_and_conditions, mget_keeps_order,
             bulk_items_are_independent, search_subtree_is_component_wise, search_exact_path, search_children,
-            search_all_pages_everything, count_agrees_with_search, search_hits_carry_versions,
+            search_all_pages_everything, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
             refresh_makes_writes_searchable, sources_must_be_objects, cas_increments_are_exact,
             create_race_has_one_winner);
     };

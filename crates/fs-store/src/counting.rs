@@ -9,7 +9,9 @@ use serde_json::Value;
 use crate::error::{Result, StoreError};
 use crate::scripted::{ScriptedUpdate, ScriptedUpdates, UpdateItemResult};
 use crate::store::{DocStore, SharedStore};
-use crate::types::{BulkItemResult, BulkOp, Page, Scope, SearchRequest, StoredDoc, Version};
+use crate::types::{
+    BulkItemResult, BulkOp, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
+};
 
 /// Wraps a store and counts every call made through it: one call, one round trip.
 ///
@@ -95,6 +97,11 @@ impl DocStore for CountingStore {
     async fn search(&self, index: &str, request: SearchRequest) -> Result<Page> {
         self.count();
         self.inner.search(index, request).await
+    }
+
+    async fn close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
+        self.count();
+        self.inner.close_cursor(index, cursor).await
     }
 
     async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {

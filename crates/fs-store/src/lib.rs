@@ -5,13 +5,16 @@
 //!   [`create`](DocStore::create), conditional [`index`](DocStore::index) and
 //!   [`delete`](DocStore::delete), [`bulk`](DocStore::bulk) with a result per item, paged
 //!   [`search`](DocStore::search) by path, [`count`](DocStore::count) and
-//!   [`refresh`](DocStore::refresh). One call is one round trip.
+//!   [`refresh`](DocStore::refresh). One call is one round trip. A caller that stops paging
+//!   early closes the search with [`close_cursor`](DocStore::close_cursor).
 //! - [`StoreError`]: conflict, not found, transient, rejected; [`StoreError::is_retryable`]
 //!   answers "may a retry help?".
 //! - [`SqliteStore`]: the embedded implementation, a database file shared safely by several
 //!   processes, or in memory; optionally near-real-time, like Elasticsearch's search.
 //! - [`ElasticStore`]: the same trait on Elasticsearch 7.x/8.x or OpenSearch over HTTP, through
 //!   the official client; [`ElasticConfig`] says where and how.
+//! - [`Scan`]: reads a paged search page by page and closes what the store keeps open for it
+//!   (a point in time or a scroll) on every way out.
 //! - [`CountingStore`]: counts the round trips made through it.
 //!
 //! ```
@@ -36,6 +39,7 @@ mod counting;
 mod elastic;
 mod error;
 mod index_name;
+mod scan;
 mod scripted;
 mod sqlite;
 mod store;
@@ -45,6 +49,7 @@ pub use counting::CountingStore;
 pub use elastic::{Auth, ElasticConfig, ElasticStore, Paging};
 pub use error::{Result, StoreError};
 pub use index_name::validate_index_name;
+pub use scan::Scan;
 pub use scripted::{
     ScriptedUpdate, ScriptedUpdates, UpdateItemResult, UpdateOutcome, UpdateResult,
 };

@@ -8,7 +8,9 @@ use serde_json::Value;
 
 use crate::error::Result;
 use crate::scripted::ScriptedUpdates;
-use crate::types::{BulkItemResult, BulkOp, Page, Scope, SearchRequest, StoredDoc, Version};
+use crate::types::{
+    BulkItemResult, BulkOp, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
+};
 
 /// A document store with Elasticsearch's guarantees: each document is read and written
 /// atomically, and nothing spans documents (a bulk request is many independent writes).
@@ -96,6 +98,25 @@ pub trait DocStore: Send + Sync + Debug {
     /// [`StoreError::Rejected`](crate::StoreError::Rejected) for a cursor this store did not
     /// make; transient and backend failures.
     async fn search(&self, index: &str, request: SearchRequest) -> Result<Page>;
+
+    /// Closes what the store keeps open to page on from `cursor` (on Elasticsearch, a point
+    /// in time or a scroll), for a caller that stops before the last page. Does nothing by
+    /// default: a store whose cursors are plain positions keeps nothing open.
+    ///
+    /// A paged search holds its context from its first page until its last page (one without
+    /// [`Page::next`]) or a failed page, which close it; a caller that stops earlier, on an
+    /// error of its own or a cancellation, calls this, or the context stays on the server
+    /// until its keep-alive runs out. Closing twice is harmless.
+    /// [`Scan`](crate::Scan) does all this for its caller. A store that wraps another
+    /// forwards this call, or what the wrapped store keeps open leaks.
+    ///
+    /// # Errors
+    /// [`StoreError::Rejected`](crate::StoreError::Rejected) for a cursor this store did not
+    /// make; transient and backend failures (what was not closed then expires).
+    async fn close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
+        let _ = (index, cursor);
+        Ok(())
+    }
 
     /// Returns how many documents `scope` holds (what a search would see).
     ///

@@ -104,7 +104,8 @@ pub struct SearchRequest {
 }
 
 impl SearchRequest {
-    /// Returns a request for the first page of `scope`, `size` documents at most.
+    /// Returns a request for the first page of `scope`, `size` documents at most. Callers
+    /// that page read through [`Scan`](crate::Scan), which closes what the search keeps open.
     pub fn first(scope: Scope, size: usize) -> SearchRequest {
         SearchRequest {
             scope,
@@ -136,6 +137,8 @@ impl SearchRequest {
 pub struct Page {
     /// The documents, with their versions.
     pub docs: Vec<StoredDoc>,
-    /// Where the next page starts; `None` when this page was the last.
+    /// Where the next page starts; `None` when this page was the last (and the store has
+    /// closed whatever it kept open for the search). A caller that does not go on passes it to
+    /// [`DocStore::close_cursor`](crate::DocStore::close_cursor).
     pub next: Option<Cursor>,
 }

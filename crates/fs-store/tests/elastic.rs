@@ -1,5 +1,6 @@
-//! The store conformance suite over real HTTP against osmem-server, in each paging mode, and
-//! what the HTTP store does when the server is away.
+//! The store conformance suite over real HTTP against osmem-server behind the
+//! Elasticsearch-behaviour proxy (near-real-time search, capped search contexts), in each paging
+//! mode, and what the HTTP store does when the server is away.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,7 +8,7 @@ use std::time::Duration;
 use fs_store::{DocStore, ElasticConfig, ElasticStore, Paging, SharedStore};
 
 fn with_paging(paging: Paging) -> SharedStore {
-    let config = ElasticConfig::new(fs_testkit::osmem_url())
+    let config = ElasticConfig::new(fs_testkit::es_proxy().url())
         .expect("url")
         .paging(paging);
     Arc::new(ElasticStore::connect(config).expect("client"))
@@ -20,7 +21,7 @@ mod osmem {
         fs_testkit::Backend::Osmem.store()
     }
 
-    fs_store::conformance_suite!(store);
+    fs_store::conformance_suite!(store, near_real_time);
 }
 
 mod osmem_scroll {
@@ -30,7 +31,7 @@ mod osmem_scroll {
         with_paging(Paging::Scroll)
     }
 
-    fs_store::conformance_suite!(store);
+    fs_store::conformance_suite!(store, near_real_time);
 }
 
 mod osmem_pit_by_id {
@@ -40,7 +41,7 @@ mod osmem_pit_by_id {
         with_paging(Paging::PitId)
     }
 
-    fs_store::conformance_suite!(store);
+    fs_store::conformance_suite!(store, near_real_time);
 }
 
 #[tokio::test]
@@ -99,3 +100,6 @@ async fn replicas_setting_is_applied() {
         .await
         .expect("again"));
 }
+
+#[path = "elastic/contexts.rs"]
+mod contexts;

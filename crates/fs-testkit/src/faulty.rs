@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use fs_store::{
-    BulkItemResult, BulkOp, DocStore, Page, Result, Scope, SearchRequest, SharedStore, StoreError,
-    StoredDoc, Version,
+    BulkItemResult, BulkOp, Cursor, DocStore, Page, Result, Scope, ScriptedUpdate, ScriptedUpdates,
+    SearchRequest, SharedStore, StoreError, StoredDoc, UpdateItemResult, Version,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -267,6 +267,16 @@ impl DocStore for FaultyStore {
         let result = self.inner.search(index, request).await;
         self.after(fate, result).await
     }
+    /// Forwarded without a fate of its own: a close frees what the server holds and decides
+    /// nothing, and drawing for it would move every later call's fault in a seeded schedule.
+    /// A dead process closes nothing; a frozen one closes when it thaws.
+    async fn close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
+        self.while_paused().await;
+        if self.is_dead() {
+            return std::future::pending().await;
+        }
+        self.inner.close_cursor(index, cursor).await
+    }
     async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {
         let fate = self.gate(false).await?;
         let result = self.inner.count(index, scope).await;
@@ -276,5 +286,63 @@ impl DocStore for FaultyStore {
         let fate = self.gate(false).await?;
         let result = self.inner.refresh(index).await;
         self.after(fate, result).await
+    }
+    fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
+        self.inner.scripted().map(|_| self as &dyn ScriptedUpdates)
+    }
+}
+
+/// Scripted updates suffer the faults of a bulk request: the whole call may fail before it is
+/// sent or lose its answer after it landed, and each item may fail on its own.
+#[async_trait]
+impl ScriptedUpdates for FaultyStore {
+    async fn put_script(&self, id: &str, source: &str) -> Result<bool> {
+        let fate = self.gate(true).await?;
+        let result = match self.inner.scripted() {
+            Some(scripted) => scripted.put_script(id, source).await,
+            None => Ok(false),
+        };
+        self.after(fate, result).await
+    }
+
+    async fn bulk_update(
+        &self,
+        index: &str,
+        items: Vec<ScriptedUpdate>,
+    ) -> Result<Vec<UpdateItemResult>> {
+        let Some(scripted) = self.inner.scripted() else {
+            return Err(StoreError::Rejected {
+                context: format!("scripted update of `{index}`"),
+                status: None,
+                message: "the store runs no scripts".into(),
+            });
+        };
+        let fate = self.gate(true).await?;
+        let failing: Vec<bool> = {
+            let mut state = self.state();
+            items
+                .iter()
+                .map(|_| state.rng.random::<f64>() < self.plan.item_fail)
+                .collect()
+        };
+        let sent: Vec<ScriptedUpdate> = items
+            .iter()
+            .zip(&failing)
+            .filter(|(_, fail)| !**fail)
+            .map(|(item, _)| item.clone())
+            .collect();
+        let answered = if sent.is_empty() {
+            Ok(Vec::new())
+        } else {
+            scripted.bulk_update(index, sent).await
+        };
+        let mut answers = self.after(fate, answered).await?.into_iter();
+        Ok(failing
+            .into_iter()
+            .map(|fail| match (fail, answers.next()) {
+                (true, _) | (false, None) => Err(injected("to this update item")),
+                (false, Some(answer)) => answer,
+            })
+            .collect())
     }
 }

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fs_store::{
-    BulkItemResult, BulkOp, DocStore, Page, Result, Scope, SearchRequest, SharedStore, StoredDoc,
-    Version,
+    BulkItemResult, BulkOp, Cursor, DocStore, Page, Result, Scope, SearchRequest, SharedStore,
+    StoredDoc, Version,
 };
 use serde_json::Value;
 
@@ -84,6 +84,10 @@ impl DocStore for LatencyStore {
     async fn search(&self, index: &str, request: SearchRequest) -> Result<Page> {
         self.wait().await;
         self.inner.search(index, request).await
+    }
+    async fn close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
+        self.wait().await;
+        self.inner.close_cursor(index, cursor).await
     }
     async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {
         self.wait().await;

@@ -1,36 +1,51 @@
 //! Test support shared by the workspace's test binaries.
 //!
 //! - [`Backend`]: the stores every test runs on: the embedded store (in memory, in
-//!   near-real-time mode, so a forgotten refresh fails) and osmem-server over HTTP.
+//!   near-real-time mode, so a forgotten refresh fails) and osmem-server over HTTP behind the
+//!   Elasticsearch-behaviour proxy.
 //! - [`osmem_url`]: starts one osmem-server per test binary, on `127.0.0.1:0`; it exits with
 //!   the test process.
+//! - [`EsProxy`]: a loopback proxy in front of osmem that adds what osmem forgives and
+//!   Elasticsearch does not: scripted updates that race (and the lock scripts run, so the
+//!   scripted protocol is tested), counted and capped scroll contexts and points in time, and
+//!   near-real-time search. [`es_proxy`] is the one every HTTP test of a binary shares;
+//!   [`assert_no_open_contexts`] checks at a test's end that it closed what it opened.
 //! - [`unique_name`]: index names no other test uses, so tests can share one server.
 //! - [`FaultyStore`]: injects transient failures, lost answers, failed bulk items, process
 //!   freezes and process death, from a seed.
 //! - [`LatencyStore`]: makes every call wait a fixed round trip, as a remote cluster would.
+//! - [`ScriptingStore`]: runs the lock scripts on any store with Elasticsearch's update
+//!   semantics ([`scripted_update`], which the proxy uses too), for the scripted protocol in
+//!   the deterministic simulation.
 //!
 //! osmem-server comes from PyPI (`pip install osmem-server==0.1.6`, which `.ci/run` does). The
 //! binary is found through `FSRENAME_OSMEM_BIN`, else through the installed Python package.
 #![deny(missing_docs)]
 #![allow(clippy::expect_used)]
 
+mod es_proxy;
 mod faulty;
 mod latency;
+mod scripting;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 
+pub use es_proxy::{ContextKind, EsProxy, EsProxyOptions, OpenContext, ProxyStats};
 pub use faulty::{faulty, FaultPlan, FaultyStore};
 use fs_store::{ElasticConfig, ElasticStore, SharedStore, SqliteOptions, SqliteStore};
 pub use latency::LatencyStore;
+pub use scripting::{scripted_update, ScriptingStore, UpdateRaces, RETRY_ON_CONFLICT};
 
 /// The backends a shared test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     /// The embedded SQLite store, in memory, near-real-time.
     Embedded,
-    /// osmem-server over HTTP, through the Elasticsearch client.
+    /// osmem-server over HTTP, through the Elasticsearch client, behind the
+    /// Elasticsearch-behaviour proxy ([`es_proxy`]): scripts run and race, search contexts are
+    /// capped, search is near-real-time.
     Osmem,
     /// A real Elasticsearch at `FSRENAME_TEST_ES_URL`, for the tests only it can run (stored
     /// scripts). Those tests are ignored unless asked for: `cargo test -- --ignored`.
@@ -72,10 +87,78 @@ pub fn real_elastic_store() -> ElasticStore {
     ElasticStore::connect(config).expect("Elasticsearch client")
 }
 
-/// Returns a client of this test binary's osmem-server.
+/// Returns a client of this test binary's osmem-server, behind its Elasticsearch-behaviour
+/// proxy ([`es_proxy`]).
 pub fn osmem_store() -> ElasticStore {
-    let config = ElasticConfig::new(osmem_url()).expect("osmem URL");
-    ElasticStore::connect(config).expect("osmem client")
+    elastic_store(es_proxy().url())
+}
+
+/// Returns a client of osmem-server itself, with no proxy in front: a server that runs no
+/// scripts, keeps no count of search contexts and searches in real time.
+pub fn raw_osmem_store() -> ElasticStore {
+    elastic_store(osmem_url())
+}
+
+/// Returns a client of the server at `url` (a proxy of this binary, say).
+pub fn elastic_store(url: &str) -> ElasticStore {
+    let config = ElasticConfig::new(url).expect("a loopback URL");
+    ElasticStore::connect(config).expect("Elasticsearch client")
+}
+
+/// Returns the Elasticsearch-behaviour proxy this test binary's HTTP tests share, in front of
+/// its osmem-server, started on first use with [`EsProxyOptions::default`].
+pub fn es_proxy() -> &'static EsProxy {
+    static PROXY: OnceLock<EsProxy> = OnceLock::new();
+    PROXY.get_or_init(|| EsProxy::start(osmem_url(), EsProxyOptions::default()))
+}
+
+/// Starts a proxy of its own in front of this binary's osmem-server, for a test that needs
+/// other options (a lower context limit, say). It stops when dropped.
+pub fn start_es_proxy(options: EsProxyOptions) -> EsProxy {
+    EsProxy::start(osmem_url(), options)
+}
+
+/// Returns how many scroll contexts the server at `url` has open now, over all its nodes
+/// (`GET _nodes/stats/indices/search`, `scroll_current`): on a real Elasticsearch, to check that
+/// what fsrename opened it also closed.
+///
+/// # Panics
+/// If the server cannot be asked: the test that asks needs the answer.
+pub async fn scroll_contexts_open(url: &str) -> u64 {
+    let stats: serde_json::Value = reqwest::Client::new()
+        .get(format!(
+            "{}/_nodes/stats/indices/search",
+            url.trim_end_matches('/')
+        ))
+        .send()
+        .await
+        .expect("GET _nodes/stats")
+        .json()
+        .await
+        .expect("node stats are JSON");
+    stats["nodes"]
+        .as_object()
+        .expect("node stats name the nodes")
+        .values()
+        .map(|node| {
+            node["indices"]["search"]["scroll_current"]
+                .as_u64()
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// Asserts that no scroll context or point in time opened on `indices` through the shared
+/// proxy is still open. Tests share the proxy, so each asks about its own indices.
+///
+/// # Panics
+/// If one is open, naming it: something paged and did not close what it opened.
+pub fn assert_no_open_contexts(indices: &[&str]) {
+    let open = es_proxy().open_contexts_on(indices);
+    assert!(
+        open.is_empty(),
+        "search contexts left open on {indices:?}: {open:?}"
+    );
 }
 
 /// Returns `prefix-<random>`: an index name no other test uses.

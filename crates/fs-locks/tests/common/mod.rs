@@ -16,6 +16,7 @@ pub struct Env {
     pub store: SharedStore,
     pub locks: String,
     pub protocol: LockProtocol,
+    pub backend: Backend,
 }
 
 impl Env {
@@ -31,6 +32,7 @@ impl Env {
             store: backend.store(),
             locks: fs_testkit::unique_name("fs-lock"),
             protocol,
+            backend,
         };
         client(&env, "setup")
             .ensure_index()
@@ -40,7 +42,20 @@ impl Env {
     }
 }
 
-/// Expands each listed `async fn(Env)` into one test per backend.
+impl Env {
+    /// Checks what every test must leave behind: on the proxied HTTP backend, no search
+    /// context open on this test's lock index.
+    pub fn finish(&self) {
+        if self.backend == Backend::Osmem {
+            fs_testkit::assert_no_open_contexts(&[&self.locks]);
+        }
+    }
+}
+
+/// Expands each listed `async fn(Env)` into one test per backend and protocol: the embedded
+/// store (compare-and-set: it runs no scripts), osmem behind the Elasticsearch-behaviour proxy
+/// with each protocol (the proxy runs the lock scripts with Elasticsearch's races), and a real
+/// Elasticsearch with the scripts, when asked for.
 #[macro_export]
 macro_rules! on_every_backend {
     ($($case:ident),+ $(,)?) => {
@@ -48,15 +63,37 @@ macro_rules! on_every_backend {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
-                    super::$case(super::common::Env::new(fs_testkit::Backend::Embedded).await).await
+                    let env = super::common::Env::new(fs_testkit::Backend::Embedded).await;
+                    super::$case(env.clone()).await;
+                    env.finish();
                 }
             )+
         }
-        mod osmem {
+        mod osmem_cas {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
-                    super::$case(super::common::Env::new(fs_testkit::Backend::Osmem).await).await
+                    let env = super::common::Env::with_protocol(
+                        fs_testkit::Backend::Osmem,
+                        fs_locks::LockProtocol::Cas,
+                    )
+                    .await;
+                    super::$case(env.clone()).await;
+                    env.finish();
+                }
+            )+
+        }
+        mod osmem_scripted {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let env = super::common::Env::with_protocol(
+                        fs_testkit::Backend::Osmem,
+                        fs_locks::LockProtocol::Scripted,
+                    )
+                    .await;
+                    super::$case(env.clone()).await;
+                    env.finish();
                 }
             )+
         }

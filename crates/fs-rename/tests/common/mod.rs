@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use fs_model::{DocKind, FsDoc, FsPath};
 use fs_rename::FsTree;
 use fs_store::{
-    BulkItemResult, BulkOp, DocStore, Page, Scope, SearchRequest, SharedStore, StoreError,
+    BulkItemResult, BulkOp, DocStore, Page, Scan, Scope, SearchRequest, SharedStore, StoreError,
     StoredDoc, Version,
 };
 use fs_testkit::Backend;
@@ -20,6 +20,7 @@ use serde_json::Value;
 pub struct Env {
     pub store: SharedStore,
     pub index: String,
+    pub backend: Backend,
 }
 
 impl Env {
@@ -29,6 +30,7 @@ impl Env {
         Env {
             store: backend.store(),
             index: fs_testkit::unique_name("fs"),
+            backend,
         }
     }
 
@@ -37,6 +39,7 @@ impl Env {
         Env {
             store,
             index: self.index.clone(),
+            backend: self.backend,
         }
     }
 
@@ -46,6 +49,15 @@ impl Env {
 
     pub fn lock_index(&self) -> String {
         format!("{}-lock", self.index)
+    }
+
+    /// Checks what every test must leave behind: on the proxied HTTP backend, no search
+    /// context open on this test's indices.
+    pub fn finish(&self) {
+        if self.backend == Backend::Osmem {
+            let (locks, journal) = (self.lock_index(), fs_model::journal_index_name(&self.index));
+            fs_testkit::assert_no_open_contexts(&[&self.index, &locks, &journal]);
+        }
     }
 }
 
@@ -57,7 +69,9 @@ macro_rules! on_every_backend {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
-                    super::$case(super::common::Env::new(fs_testkit::Backend::Embedded)).await
+                    let env = super::common::Env::new(fs_testkit::Backend::Embedded);
+                    super::$case(env.clone()).await;
+                    env.finish();
                 }
             )+
         }
@@ -65,7 +79,9 @@ macro_rules! on_every_backend {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
-                    super::$case(super::common::Env::new(fs_testkit::Backend::Osmem)).await
+                    let env = super::common::Env::new(fs_testkit::Backend::Osmem);
+                    super::$case(env.clone()).await;
+                    env.finish();
                 }
             )+
         }
@@ -100,18 +116,16 @@ pub async fn tree_with(env: &Env, entries: &[(&str, bool)]) -> FsTree {
 pub async fn paths_by_id(env: &Env) -> BTreeMap<String, String> {
     let (store, index) = (&env.store, env.index.as_str());
     store.refresh(index).await.expect("refresh");
-    let mut out = BTreeMap::new();
-    let mut request = SearchRequest::first(Scope::All, 1_000);
-    loop {
-        let page = store.search(index, request.clone()).await.expect("search");
-        for d in page.docs {
-            out.insert(d.id, d.source["path"].as_str().expect("path").to_owned());
-        }
-        match page.next {
-            Some(c) => request.after = Some(c),
-            None => return out,
-        }
-    }
+    Scan::new(Arc::clone(store), index, Scope::All, 1_000)
+        .read_all()
+        .await
+        .expect("search")
+        .into_iter()
+        .map(|d| {
+            let path = d.source["path"].as_str().expect("path").to_owned();
+            (d.id, path)
+        })
+        .collect()
 }
 
 /// Returns how many lock documents exist.
@@ -210,6 +224,9 @@ impl DocStore for Flaky {
     }
     async fn search(&self, index: &str, r: SearchRequest) -> fs_store::Result<Page> {
         self.inner.search(index, r).await
+    }
+    async fn close_cursor(&self, index: &str, cursor: fs_store::Cursor) -> fs_store::Result<()> {
+        self.inner.close_cursor(index, cursor).await
     }
     async fn count(&self, index: &str, s: &Scope) -> fs_store::Result<u64> {
         self.inner.count(index, s).await

@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use fs_model::FsPath;
 use fs_rename::RenameHooks;
 use fs_store::{
-    BulkItemResult, BulkOp, DocStore, Page, Result, Scope, SearchRequest, SqliteStore, StoredDoc,
-    Version,
+    BulkItemResult, BulkOp, Cursor, DocStore, Page, Result, Scope, SearchRequest, SqliteStore,
+    StoredDoc, Version,
 };
 use serde_json::Value;
 
@@ -209,6 +209,12 @@ impl DocStore for Watched {
         let shown = self.0.trace.is_some().then(|| format!("{request:?}"));
         let result = self.0.raw.search(index, request).await;
         self.read(|| format!("search {index} {shown:?}"), result)
+            .await
+    }
+    async fn close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
+        let shown = self.0.trace.is_some().then(|| format!("{cursor:?}"));
+        let result = self.0.raw.close_cursor(index, cursor).await;
+        self.read(|| format!("close_cursor {index} {shown:?}"), result)
             .await
     }
     async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {

@@ -54,9 +54,18 @@ pub struct ElasticConfig {
     pub(crate) request_timeout: Duration,
     pub(crate) retry_deadline: Duration,
     pub(crate) paging: Paging,
+    pub(crate) keep_alive: Duration,
 }
 
 impl ElasticConfig {
+    /// How long a point in time or a scroll stays open between two pages, unless set otherwise.
+    ///
+    /// A paged caller works between two pages for as long as one bulk request of a page's
+    /// documents takes (a rename rewrites ~1000 documents at a time): a few seconds at worst.
+    /// A minute is plenty, and what a caller that dies without closing leaves behind is gone
+    /// within a minute, well before it can add up to `search.max_open_scroll_context` (500).
+    pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(60);
+
     /// Starts a configuration for the server at `url` (`http(s)://host:port`). Credentials in
     /// the URL (`https://user:password@host`) become basic authentication and are removed from
     /// the URL, so they never show in messages.
@@ -102,6 +111,7 @@ impl ElasticConfig {
             request_timeout: Duration::from_secs(30),
             retry_deadline: Duration::from_secs(30),
             paging: Paging::Auto,
+            keep_alive: ElasticConfig::DEFAULT_KEEP_ALIVE,
         })
     }
 
@@ -166,6 +176,27 @@ impl ElasticConfig {
         self
     }
 
+    /// Sets how long the server keeps a paged search's point in time or scroll open between
+    /// two pages (each page renews it). Every paged search closes what it opened after its
+    /// last page, or when its caller stops early; the keep-alive only bounds what a caller
+    /// that dies leaves behind. At least one second. Default: [`ElasticConfig::DEFAULT_KEEP_ALIVE`] (1 min).
+    pub fn keep_alive(mut self, keep_alive: Duration) -> ElasticConfig {
+        self.keep_alive = keep_alive.max(Duration::from_secs(1));
+        self
+    }
+
+    /// Returns the keep-alive as Elasticsearch's time unit: `1m`, `90s`, `1500ms`.
+    pub(crate) fn keep_alive_param(&self) -> String {
+        let ms = self.keep_alive.as_millis();
+        if ms % 60_000 == 0 {
+            format!("{}m", ms / 60_000)
+        } else if ms % 1_000 == 0 {
+            format!("{}s", ms / 1_000)
+        } else {
+            format!("{ms}ms")
+        }
+    }
+
     /// Returns the URL without credentials.
     pub fn url(&self) -> &str {
         &self.url
@@ -199,6 +230,31 @@ mod tests {
         );
         assert!(!format!("{config:?}").contains("s3cret"));
         assert_eq!(redact("http://u:p@h:1"), "http://<credentials>@h:1");
+    }
+
+    #[test]
+    fn keep_alive_is_written_in_elasticsearch_units() {
+        let config = ElasticConfig::new("http://h:1").expect("url");
+        assert_eq!(config.keep_alive_param(), "1m");
+        assert_eq!(
+            config
+                .clone()
+                .keep_alive(Duration::from_secs(90))
+                .keep_alive_param(),
+            "90s"
+        );
+        assert_eq!(
+            config
+                .clone()
+                .keep_alive(Duration::from_millis(1_500))
+                .keep_alive_param(),
+            "1500ms"
+        );
+        assert_eq!(
+            config.keep_alive(Duration::ZERO).keep_alive_param(),
+            "1s",
+            "a context must outlive the request that opens it"
+        );
     }
 
     #[test]

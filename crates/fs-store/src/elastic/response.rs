@@ -24,11 +24,17 @@ pub(crate) fn error_of(
         body
     };
     let kind = error["type"].as_str().unwrap_or("");
-    let reason = error["reason"]
+    let mut reason = error["reason"]
         .as_str()
         .map(str::to_owned)
         .or_else(|| body["error"].as_str().map(str::to_owned))
         .unwrap_or_else(|| body.to_string());
+    // "all shards failed" says nothing by itself: the first root cause says why.
+    if let Some(root) = error["root_cause"][0]["reason"].as_str() {
+        if root != reason {
+            reason = format!("{reason}: {root}");
+        }
+    }
     if let Some(explained) = refused_by_script(error) {
         // The book's `assert false` (painless: `Debug.explain`): the document's state refused
         // the update. A 409 is something else: a race between two updates of one document.

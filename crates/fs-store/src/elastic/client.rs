@@ -1,0 +1,106 @@
+//! Building a handle: the HTTP client (TLS, credentials), and what the server is.
+
+use std::sync::Arc;
+
+use elasticsearch::auth::Credentials;
+use elasticsearch::cert::{Certificate, CertificateValidation};
+use elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
+use elasticsearch::http::Url;
+use elasticsearch::Elasticsearch;
+use tokio::sync::OnceCell;
+
+use super::config::{Auth, ElasticConfig, Paging};
+use super::cursor::OpenContexts;
+use super::request::Retry;
+use super::server::ServerInfo;
+use super::{ElasticStore, Inner};
+use crate::error::{Result, StoreError};
+
+impl ElasticStore {
+    /// Builds a store for the server in `config`. Nothing is sent until the first call.
+    ///
+    /// # Errors
+    /// [`StoreError::Rejected`] for an unusable URL or CA file.
+    pub fn connect(config: ElasticConfig) -> Result<ElasticStore> {
+        let context = format!("connecting to {}", config.url);
+        let url =
+            Url::parse(&config.url).map_err(|e| StoreError::rejected(&context, e.to_string()))?;
+        let mut builder = TransportBuilder::new(SingleNodeConnectionPool::new(url))
+            .timeout(config.request_timeout)
+            .disable_proxy();
+        match &config.auth {
+            Some(Auth::Basic { user, password }) => {
+                builder = builder.auth(Credentials::Basic(user.clone(), password.clone()))
+            }
+            Some(Auth::ApiKey(key)) => {
+                builder = builder.auth(Credentials::EncodedApiKey(key.clone()))
+            }
+            None => {}
+        }
+        if let Some(path) = &config.ca_cert {
+            let pem = std::fs::read(path).map_err(|e| {
+                StoreError::rejected(
+                    &context,
+                    format!("cannot read CA file `{}`: {e}", path.display()),
+                )
+            })?;
+            let cert = Certificate::from_pem(&pem).map_err(|e| {
+                StoreError::rejected(
+                    &context,
+                    format!("CA file `{}` is not PEM: {e}", path.display()),
+                )
+            })?;
+            builder = builder.cert_validation(CertificateValidation::Full(cert));
+        }
+        let transport = builder
+            .build()
+            .map_err(|e| StoreError::rejected(&context, e.to_string()))?;
+        Ok(ElasticStore {
+            inner: Arc::new(Inner {
+                client: Elasticsearch::new(transport),
+                config,
+                server: OnceCell::new(),
+                contexts: OpenContexts::new(),
+                scripts: std::sync::Mutex::default(),
+                scripts_refused: std::sync::atomic::AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Returns the official client, for requests the trait does not cover.
+    pub fn client(&self) -> &Elasticsearch {
+        &self.inner.client
+    }
+
+    /// Returns the server's flavour and version, e.g. `OpenSearch 3.8`, asking once.
+    ///
+    /// # Errors
+    /// As any call when the server cannot be reached.
+    pub async fn server_description(&self) -> Result<String> {
+        Ok(self.server().await?.describe())
+    }
+
+    pub(super) async fn server(&self) -> Result<&ServerInfo> {
+        self.inner
+            .server
+            .get_or_try_init(|| async {
+                let (_, body) = self
+                    .send("asking the server's version", Retry::Always, || {
+                        self.inner.client.info().send()
+                    })
+                    .await?;
+                let info = ServerInfo::from_root(&body);
+                tracing::info!(server = %info.describe(), paging = ?info.paging(), "connected");
+                Ok(info)
+            })
+            .await
+    }
+
+    /// Returns the paging configured, or the best the server supports.
+    pub(super) async fn paging(&self) -> Result<Paging> {
+        match self.inner.config.paging {
+            Paging::Auto => Ok(self.server().await?.paging()),
+            chosen => Ok(chosen),
+        }
+    }
+}

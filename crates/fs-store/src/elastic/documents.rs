@@ -1,0 +1,253 @@
+//! Reading and writing documents: get, mget, create, index, delete, and bulk requests.
+//!
+//! Writes are sent again only when they certainly were not carried out ([`Retry::IfNotCarriedOut`]);
+//! a write whose outcome is unknown comes back as transient, for the caller to resolve by
+//! reading. A `200` answer to `_bulk` says nothing about its items: each is judged on its own.
+
+use elasticsearch::http::request::JsonBody;
+use elasticsearch::{BulkParts, CreateParts, DeleteParts, GetParts, IndexParts, MgetParts};
+use serde_json::{json, Value};
+
+use super::request::Retry;
+use super::response::{doc_of, error_of, shorten, version_of};
+use super::ElasticStore;
+use crate::error::{Result, StoreError};
+use crate::types::{BulkItemResult, BulkOp, StoredDoc, Version};
+
+impl ElasticStore {
+    pub(super) async fn get_doc(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
+        let context = format!("getting `{index}/{id}`");
+        let client = &self.inner.client;
+        let (status, body) = self
+            .send(&context, Retry::Always, || {
+                client.get(GetParts::IndexId(index, id)).send()
+            })
+            .await?;
+        match status {
+            200 => doc_of(&context, &body).map(Some),
+            404 if body["found"] == json!(false) => Ok(None),
+            _ => Err(error_of(&context, index, id, status, &body)),
+        }
+    }
+
+    pub(super) async fn mget_docs(
+        &self,
+        index: &str,
+        ids: &[String],
+    ) -> Result<Vec<Option<StoredDoc>>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let context = format!("getting {} documents from `{index}`", ids.len());
+        let client = &self.inner.client;
+        let body = self
+            .ok(&context, index, "", Retry::Always, || {
+                client
+                    .mget(MgetParts::Index(index))
+                    .body(json!({ "ids": ids }))
+                    .send()
+            })
+            .await?;
+        let docs = body["docs"]
+            .as_array()
+            .filter(|d| d.len() == ids.len())
+            .ok_or_else(|| StoreError::Backend {
+                context: context.clone(),
+                message: format!("expected {} docs in {}", ids.len(), shorten(&body)),
+            })?;
+        docs.iter()
+            .zip(ids)
+            .map(|(doc, id)| {
+                if doc["found"] == json!(true) {
+                    doc_of(&context, doc).map(Some)
+                } else if doc.get("error").is_some() {
+                    Err(error_of(&context, index, id, 404, doc))
+                } else {
+                    Ok(None)
+                }
+            })
+            .collect()
+    }
+
+    pub(super) async fn create_doc(&self, index: &str, id: &str, source: Value) -> Result<Version> {
+        let context = format!("creating `{index}/{id}`");
+        let client = &self.inner.client;
+        let body = self
+            .ok(&context, index, id, Retry::IfNotCarriedOut, || {
+                client
+                    .create(CreateParts::IndexId(index, id))
+                    .body(source.clone())
+                    .send()
+            })
+            .await?;
+        written_version(context, &body)
+    }
+
+    pub(super) async fn index_doc(
+        &self,
+        index: &str,
+        id: &str,
+        source: Value,
+        if_version: Option<Version>,
+    ) -> Result<Version> {
+        let context = format!("writing `{index}/{id}`");
+        let client = &self.inner.client;
+        let body = self
+            .ok(&context, index, id, Retry::IfNotCarriedOut, || {
+                let request = client
+                    .index(IndexParts::IndexId(index, id))
+                    .body(source.clone());
+                match if_version {
+                    Some(v) => request
+                        .if_seq_no(v.seq_no)
+                        .if_primary_term(v.primary_term)
+                        .send(),
+                    None => request.send(),
+                }
+            })
+            .await?;
+        written_version(context, &body)
+    }
+
+    pub(super) async fn delete_doc(
+        &self,
+        index: &str,
+        id: &str,
+        if_version: Option<Version>,
+    ) -> Result<Version> {
+        let context = format!("deleting `{index}/{id}`");
+        let client = &self.inner.client;
+        let (status, body) = self
+            .send(&context, Retry::IfNotCarriedOut, || {
+                let request = client.delete(DeleteParts::IndexId(index, id));
+                match if_version {
+                    Some(v) => request
+                        .if_seq_no(v.seq_no)
+                        .if_primary_term(v.primary_term)
+                        .send(),
+                    None => request.send(),
+                }
+            })
+            .await?;
+        match status {
+            200..=299 => written_version(context, &body),
+            _ => Err(error_of(&context, index, id, status, &body)),
+        }
+    }
+
+    pub(super) async fn bulk_docs(
+        &self,
+        index: &str,
+        ops: Vec<BulkOp>,
+    ) -> Result<Vec<BulkItemResult>> {
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        let context = format!("bulk request of {} items to `{index}`", ops.len());
+        let answers = self
+            .send_bulk(&context, index, bulk_lines(&ops), ops.len())
+            .await?;
+        Ok(answers
+            .into_iter()
+            .zip(&ops)
+            .map(|((status, result), op)| {
+                if (200..300).contains(&status) {
+                    version_of(&result).ok_or_else(|| StoreError::Backend {
+                        context: context.clone(),
+                        message: format!("item without a version: {}", shorten(&result)),
+                    })
+                } else {
+                    let context = format!("writing `{index}/{}`", op.id());
+                    Err(error_of(&context, index, op.id(), status, &result))
+                }
+            })
+            .collect())
+    }
+
+    /// Sends a `_bulk` request of `lines` (action and source lines) and returns each item's
+    /// status and answer. A 200 answer says nothing about the items: callers judge each one.
+    pub(super) async fn send_bulk(
+        &self,
+        context: &str,
+        index: &str,
+        lines: Vec<Value>,
+        expected: usize,
+    ) -> Result<Vec<(u16, Value)>> {
+        let client = &self.inner.client;
+        let body = self
+            .ok(context, index, "", Retry::IfNotCarriedOut, || {
+                let lines: Vec<JsonBody<Value>> =
+                    lines.iter().cloned().map(JsonBody::new).collect();
+                client.bulk(BulkParts::Index(index)).body(lines).send()
+            })
+            .await?;
+        let items = body["items"]
+            .as_array()
+            .filter(|items| items.len() == expected)
+            .ok_or_else(|| StoreError::Backend {
+                context: context.to_owned(),
+                message: format!("expected {expected} items in {}", shorten(&body)),
+            })?;
+        Ok(items
+            .iter()
+            .map(|item| {
+                // Each item is `{"<action>": {...}}`.
+                let result = item
+                    .as_object()
+                    .and_then(|o| o.values().next())
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                (
+                    result["status"]
+                        .as_u64()
+                        .and_then(|s| u16::try_from(s).ok())
+                        .unwrap_or(0),
+                    result,
+                )
+            })
+            .collect())
+    }
+}
+
+/// Returns the version a successful write answer reports.
+fn written_version(context: String, body: &Value) -> Result<Version> {
+    version_of(body).ok_or_else(|| StoreError::Backend {
+        context,
+        message: format!("the answer has no version: {}", shorten(body)),
+    })
+}
+
+/// Returns the action and source lines of a bulk request.
+fn bulk_lines(ops: &[BulkOp]) -> Vec<Value> {
+    let mut lines = Vec::with_capacity(ops.len() * 2);
+    for op in ops {
+        let condition = |meta: &mut Value, if_version: &Option<Version>| {
+            if let Some(v) = if_version {
+                meta["if_seq_no"] = json!(v.seq_no);
+                meta["if_primary_term"] = json!(v.primary_term);
+            }
+        };
+        match op {
+            BulkOp::Create { id, source } => {
+                lines.push(json!({ "create": { "_id": id } }));
+                lines.push(source.clone());
+            }
+            BulkOp::Index {
+                id,
+                source,
+                if_version,
+            } => {
+                let mut meta = json!({ "_id": id });
+                condition(&mut meta, if_version);
+                lines.push(json!({ "index": meta }));
+                lines.push(source.clone());
+            }
+            BulkOp::Delete { id, if_version } => {
+                let mut meta = json!({ "_id": id });
+                condition(&mut meta, if_version);
+                lines.push(json!({ "delete": meta }));
+            }
+        }
+    }
+    lines
+}

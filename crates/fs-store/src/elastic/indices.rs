@@ -1,0 +1,65 @@
+//! Managing indices: creating one (with the configured replicas), deleting one, refreshing.
+
+use elasticsearch::indices::{IndicesCreateParts, IndicesDeleteParts, IndicesRefreshParts};
+use serde_json::{json, Value};
+
+use super::request::Retry;
+use super::response::error_of;
+use super::ElasticStore;
+use crate::error::Result;
+
+impl ElasticStore {
+    pub(super) async fn create_index_if_missing(&self, index: &str, body: &Value) -> Result<bool> {
+        let mut body = body.clone();
+        if let (Some(replicas), Value::Object(fields)) = (self.inner.config.replicas, &mut body) {
+            let settings = fields.entry("settings").or_insert_with(|| json!({}));
+            settings["number_of_replicas"] = json!(replicas);
+        }
+        let context = format!("creating index `{index}`");
+        let indices_api = self.inner.client.indices();
+        let (status, answer) = self
+            .send(&context, Retry::Always, || {
+                indices_api
+                    .create(IndicesCreateParts::Index(index))
+                    .body(body.clone())
+                    .send()
+            })
+            .await?;
+        match status {
+            200..=299 => Ok(true),
+            _ if answer["error"]["type"] == "resource_already_exists_exception" => Ok(false),
+            _ => Err(error_of(&context, index, "", status, &answer)),
+        }
+    }
+
+    pub(super) async fn remove_index(&self, index: &str) -> Result<bool> {
+        let context = format!("deleting index `{index}`");
+        let indices = [index];
+        let indices_api = self.inner.client.indices();
+        let (status, answer) = self
+            .send(&context, Retry::Always, || {
+                indices_api
+                    .delete(IndicesDeleteParts::Index(&indices))
+                    .send()
+            })
+            .await?;
+        match status {
+            200..=299 => Ok(true),
+            404 => Ok(false),
+            _ => Err(error_of(&context, index, "", status, &answer)),
+        }
+    }
+
+    pub(super) async fn refresh_index(&self, index: &str) -> Result<()> {
+        let context = format!("refreshing `{index}`");
+        let indices = [index];
+        let indices_api = self.inner.client.indices();
+        self.ok(&context, index, "", Retry::Always, || {
+            indices_api
+                .refresh(IndicesRefreshParts::Index(&indices))
+                .send()
+        })
+        .await
+        .map(|_| ())
+    }
+}

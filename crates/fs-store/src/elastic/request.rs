@@ -1,0 +1,126 @@
+//! Sending one request: retries of what may be sent again, and reading the answer.
+//!
+//! 429 and 503 mean the request was not carried out, and a refused connection means it never
+//! arrived, so those are retried for every call, with jittered exponential backoff, until the
+//! retry deadline. 502, 504, timeouts and dropped connections leave the outcome unknown: only
+//! requests marked [`Retry::Always`] are sent again.
+
+use std::future::Future;
+use std::time::Duration;
+
+use elasticsearch::http::response::Response;
+use serde_json::Value;
+
+use super::response::{error_of, shorten};
+use super::ElasticStore;
+use crate::error::{Result, StoreError};
+
+/// Whether a request may be sent again when its outcome is unknown.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Retry {
+    /// Reads, refreshes, index creation, closing a search context: sending again changes
+    /// nothing.
+    Always,
+    /// Writes: sent again only when they certainly were not carried out.
+    IfNotCarriedOut,
+}
+
+impl ElasticStore {
+    /// Sends the request `make` builds (again, if it may be retried); returns the status and
+    /// the body. Statuses are not judged here, except the retryable ones.
+    pub(super) async fn send<F, Fut>(
+        &self,
+        context: &str,
+        retry: Retry,
+        make: F,
+    ) -> Result<(u16, Value)>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = std::result::Result<Response, elasticsearch::Error>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.inner.config.retry_deadline;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let failure = match make().await {
+                Ok(response) => {
+                    let status = response.status_code().as_u16();
+                    let again = matches!(status, 429 | 503)
+                        || (retry == Retry::Always && matches!(status, 502 | 504));
+                    match response.text().await {
+                        Ok(text) if !again => {
+                            let body = if text.trim().is_empty() {
+                                Value::Null
+                            } else {
+                                serde_json::from_str(&text).map_err(|e| StoreError::Backend {
+                                    context: context.to_owned(),
+                                    message: format!(
+                                        "HTTP {status} with a body that is not JSON ({e}): {}",
+                                        cut(&text)
+                                    ),
+                                })?
+                            };
+                            return Ok((status, body));
+                        }
+                        Ok(text) => (true, format!("HTTP {status}: {}", cut(&text))),
+                        Err(e) => (
+                            retry == Retry::Always,
+                            format!("reading the answer failed: {e}"),
+                        ),
+                    }
+                }
+                Err(e) => (retry == Retry::Always || never_arrived(&e), e.to_string()),
+            };
+            let (may_retry, message) = failure;
+            let now = tokio::time::Instant::now();
+            if !may_retry || now + pause > deadline {
+                return Err(StoreError::Transient {
+                    context: context.to_owned(),
+                    message,
+                });
+            }
+            tracing::debug!(%context, %message, "transient failure; retrying");
+            let half = u64::try_from((pause / 2).as_micros()).unwrap_or(u64::MAX);
+            let jittered = pause / 2 + Duration::from_micros(fs_model::entropy::up_to(half));
+            tokio::time::sleep(jittered).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    /// Sends and returns the body of a 2xx answer; anything else becomes its error.
+    pub(super) async fn ok<F, Fut>(
+        &self,
+        context: &str,
+        index: &str,
+        id: &str,
+        retry: Retry,
+        make: F,
+    ) -> Result<Value>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = std::result::Result<Response, elasticsearch::Error>>,
+    {
+        let (status, body) = self.send(context, retry, make).await?;
+        if (200..300).contains(&status) {
+            Ok(body)
+        } else {
+            Err(error_of(context, index, id, status, &body))
+        }
+    }
+}
+
+fn cut(text: &str) -> String {
+    shorten(&Value::String(text.to_owned()))
+}
+
+/// Returns true if the error shows the request never reached the server (a refused
+/// connection), so sending it again cannot apply it twice.
+fn never_arrived(error: &elasticsearch::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::ConnectionRefused;
+        }
+        source = e.source();
+    }
+    false
+}

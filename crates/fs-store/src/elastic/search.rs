@@ -1,0 +1,272 @@
+//! Searching and counting: the query of each scope, one-page searches, and paged searches
+//! over a point in time or a scroll.
+//!
+//! A one-page search ([`SearchRequest::single_page`], [`Scope::Exact`]) is one request and
+//! opens nothing. A paged search opens its context with its first page and renews it with
+//! every page for the configured keep-alive; the last page (short or empty) closes it before
+//! it returns, and so does a page that fails. A caller that stops earlier closes it with
+//! [`DocStore::close_cursor`](crate::DocStore::close_cursor).
+
+use elasticsearch::{CountParts, ScrollParts, SearchParts};
+use serde_json::{json, Value};
+
+use super::config::Paging;
+use super::cursor::{Context, PageCursor};
+use super::request::Retry;
+use super::response::{doc_of, shorten};
+use super::ElasticStore;
+use crate::error::{Result, StoreError};
+use crate::types::{Page, Scope, SearchRequest, StoredDoc};
+
+impl ElasticStore {
+    pub(super) async fn search_page(&self, index: &str, request: SearchRequest) -> Result<Page> {
+        let context = format!("searching `{index}`");
+        if request.single_page || matches!(request.scope, Scope::Exact(_)) {
+            return self.search_once(&context, index, &request).await;
+        }
+        let paging = self.paging().await?;
+        let cursor = match &request.after {
+            Some(cursor) => PageCursor::from_cursor(&context, cursor)?,
+            None if paging == Paging::Scroll => {
+                return self.first_scroll_page(&context, index, &request).await
+            }
+            None => self.open_pit(index).await?,
+        };
+        match self
+            .next_page(&context, index, &request, paging, &cursor)
+            .await
+        {
+            Ok(page) => Ok(page),
+            Err(e) => {
+                // Nobody can page on from a failed page: free its context now. (A continuation
+                // refused because the context expired finds nothing to close.)
+                self.close_quietly(index, &cursor).await;
+                Err(e)
+            }
+        }
+    }
+
+    pub(super) async fn count_scope(&self, index: &str, scope: &Scope) -> Result<u64> {
+        let context = format!("counting `{index}`");
+        let indices = [index];
+        let client = &self.inner.client;
+        let body = json!({ "query": scope_query(scope) });
+        let answer = self
+            .ok(&context, index, "", Retry::Always, || {
+                client
+                    .count(CountParts::Index(&indices))
+                    .body(body.clone())
+                    .send()
+            })
+            .await?;
+        answer["count"].as_u64().ok_or_else(|| StoreError::Backend {
+            context,
+            message: shorten(&answer),
+        })
+    }
+
+    /// One page, nothing kept open.
+    async fn search_once(
+        &self,
+        context: &str,
+        index: &str,
+        request: &SearchRequest,
+    ) -> Result<Page> {
+        let indices = [index];
+        let sort = if matches!(request.scope, Scope::All) {
+            json!(["_doc"])
+        } else {
+            json!([{ "path": "asc" }])
+        };
+        let body = json!({ "size": request.size, "query": scope_query(&request.scope), "sort": sort,
+                           "seq_no_primary_term": true, "track_total_hits": false });
+        let client = &self.inner.client;
+        let answer = self
+            .ok(context, index, "", Retry::Always, || {
+                client
+                    .search(SearchParts::Index(&indices))
+                    .body(body.clone())
+                    .send()
+            })
+            .await?;
+        let docs = docs_of(context, &answer)?;
+        Ok(Page { docs, next: None })
+    }
+
+    /// The first page of a scroll, which opens the scroll.
+    async fn first_scroll_page(
+        &self,
+        context: &str,
+        index: &str,
+        request: &SearchRequest,
+    ) -> Result<Page> {
+        let indices = [index];
+        let body = json!({ "size": request.size, "query": scope_query(&request.scope),
+                           "sort": scope_sort(&request.scope, Paging::Scroll),
+                           "seq_no_primary_term": true });
+        let keep_alive = self.inner.config.keep_alive_param();
+        let client = &self.inner.client;
+        let answer = self
+            .ok(context, index, "", Retry::Always, || {
+                client
+                    .search(SearchParts::Index(&indices))
+                    .scroll(&keep_alive)
+                    .body(body.clone())
+                    .send()
+            })
+            .await?;
+        match answer["_scroll_id"].as_str() {
+            Some(id) => {
+                let cursor = self.opened(index, Context::Scroll { id: id.to_owned() });
+                self.finish_page(context, index, &answer, request.size, cursor)
+                    .await
+            }
+            // Nothing was opened, so there is nothing to page on with.
+            None => Ok(Page {
+                docs: docs_of(context, &answer)?,
+                next: None,
+            }),
+        }
+    }
+
+    /// A page after the first of a scroll, or any page of a point in time.
+    async fn next_page(
+        &self,
+        context: &str,
+        index: &str,
+        request: &SearchRequest,
+        paging: Paging,
+        cursor: &PageCursor,
+    ) -> Result<Page> {
+        let keep_alive = self.inner.config.keep_alive_param();
+        let client = &self.inner.client;
+        let mut next = cursor.clone();
+        let answer = match &cursor.context {
+            Context::Scroll { id } => {
+                let body = json!({ "scroll": keep_alive, "scroll_id": id });
+                let answer = self
+                    .ok(context, index, "", Retry::Always, || {
+                        client.scroll(ScrollParts::None).body(body.clone()).send()
+                    })
+                    .await?;
+                if let Some(id) = answer["_scroll_id"].as_str() {
+                    next.context = Context::Scroll { id: id.to_owned() };
+                }
+                answer
+            }
+            Context::Pit { id, opensearch } => {
+                let mut body = json!({ "size": request.size, "query": scope_query(&request.scope),
+                                       "sort": scope_sort(&request.scope, paging),
+                                       "pit": { "id": id, "keep_alive": keep_alive },
+                                       "seq_no_primary_term": true, "track_total_hits": false });
+                if let Some(after) = &cursor.after {
+                    body["search_after"] = after.clone();
+                }
+                let answer = self
+                    .ok(context, index, "", Retry::Always, || {
+                        client.search(SearchParts::None).body(body.clone()).send()
+                    })
+                    .await?;
+                if let Some(id) = answer["pit_id"].as_str() {
+                    next.context = Context::Pit {
+                        id: id.to_owned(),
+                        opensearch: *opensearch,
+                    };
+                }
+                answer
+            }
+        };
+        self.finish_page(context, index, &answer, request.size, next)
+            .await
+    }
+
+    /// Turns a search answer into a page whose context is `cursor` (with the latest id the
+    /// server gave). A full page returns the cursor for the next; a short or empty one is the
+    /// last, and closes the context before returning, as does an answer that cannot be read.
+    async fn finish_page(
+        &self,
+        context: &str,
+        index: &str,
+        answer: &Value,
+        size: usize,
+        mut cursor: PageCursor,
+    ) -> Result<Page> {
+        let docs = match docs_of(context, answer) {
+            Ok(docs) => docs,
+            Err(e) => {
+                self.close_quietly(index, &cursor).await;
+                return Err(e);
+            }
+        };
+        if docs.len() < size || size == 0 {
+            self.close_quietly(index, &cursor).await;
+            return Ok(Page { docs, next: None });
+        }
+        if let Context::Pit { .. } = cursor.context {
+            let last = answer["hits"]["hits"].as_array().and_then(|h| h.last());
+            match last.and_then(|hit| hit.get("sort")) {
+                Some(sort) => cursor.after = Some(sort.clone()),
+                None => {
+                    // Without the last hit's sort values the next page would start over.
+                    self.close_quietly(index, &cursor).await;
+                    return Err(StoreError::Backend {
+                        context: context.to_owned(),
+                        message: format!("a hit without sort values in {}", shorten(answer)),
+                    });
+                }
+            }
+        }
+        match cursor.to_cursor(context) {
+            Ok(next) => Ok(Page {
+                docs,
+                next: Some(next),
+            }),
+            Err(e) => {
+                self.close_quietly(index, &cursor).await;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The query selecting a scope.
+fn scope_query(scope: &Scope) -> Value {
+    match scope {
+        Scope::All => json!({ "match_all": {} }),
+        Scope::Exact(p) => json!({ "term": { "path": p.as_str() } }),
+        Scope::Subtree(p) if p.is_root() => json!({ "prefix": { "path": "/" } }),
+        Scope::Subtree(p) => json!({ "bool": {
+            "should": [ { "term": { "path": p.as_str() } }, { "prefix": { "path": format!("{p}/") } } ],
+            "minimum_should_match": 1
+        } }),
+        Scope::Children(p) => json!({ "term": { "parent": p.as_str() } }),
+    }
+}
+
+/// The sort of a scope under a paging method: by path for path scopes, then a tiebreaker.
+fn scope_sort(scope: &Scope, paging: Paging) -> Value {
+    let mut sort = Vec::new();
+    if !matches!(scope, Scope::All) {
+        sort.push(json!({ "path": "asc" }));
+    }
+    match paging {
+        Paging::PitShardDoc | Paging::Auto => sort.push(json!({ "_shard_doc": "asc" })),
+        Paging::PitId => sort.push(json!({ "_id": "asc" })),
+        Paging::Scroll if sort.is_empty() => sort.push(json!("_doc")),
+        Paging::Scroll => {}
+    }
+    Value::Array(sort)
+}
+
+/// Reads the documents of a search answer.
+fn docs_of(context: &str, answer: &Value) -> Result<Vec<StoredDoc>> {
+    answer["hits"]["hits"]
+        .as_array()
+        .ok_or_else(|| StoreError::Backend {
+            context: context.to_owned(),
+            message: format!("no hits in {}", shorten(answer)),
+        })?
+        .iter()
+        .map(|hit| doc_of(context, hit))
+        .collect()
+}

@@ -1,0 +1,355 @@
+//! [`Scan`]: a paged search read page by page, which closes what the store keeps open for it
+//! on every way out.
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::store::SharedStore;
+use crate::types::{Cursor, Scope, SearchRequest, StoredDoc};
+
+/// Reads the documents of a scope a page at a time, and closes what the store keeps open
+/// for the search (a point in time or a scroll on Elasticsearch) however the reading ends.
+///
+/// Reading to the end, or a failed page, closes it by itself. A caller that stops earlier
+/// calls [`Scan::close`], on every path, errors included: run the loop in an inner block,
+/// then close, then return the loop's result. A scan dropped open (its task was cancelled)
+/// closes in a task spawned on the current runtime, as a last resort: in a process that
+/// exits next, that task never runs.
+///
+/// ```
+/// use std::sync::Arc;
+/// use fs_store::{DocStore, Scan, Scope, SharedStore, SqliteStore, StoreError};
+/// use serde_json::json;
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let store: SharedStore = Arc::new(SqliteStore::in_memory()?);
+/// store.create_index("fs-lock", &json!({})).await?;
+/// for path in ["/a", "/b", "/c"] {
+///     store.create("fs-lock", path, json!({"path": path})).await?;
+/// }
+/// let mut scan = Scan::new(Arc::clone(&store), "fs-lock", Scope::All, 2);
+/// let first = async {
+///     // Stops after the first page, however many there are.
+///     Ok::<_, StoreError>(scan.next_page().await?.unwrap_or_default().len())
+/// }
+/// .await;
+/// scan.close().await;
+/// assert_eq!(first?, 2);
+/// # Ok::<(), StoreError>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug)]
+pub struct Scan {
+    store: SharedStore,
+    index: String,
+    request: SearchRequest,
+    /// The cursor of the next page: what the store may keep open for this scan.
+    open: Option<Cursor>,
+    /// The last page was read, or a page failed, or the scan was closed.
+    done: bool,
+}
+
+impl Scan {
+    /// Starts a scan of `scope` in `index`, `page_size` documents a page. Nothing is sent
+    /// before the first [`Scan::next_page`].
+    pub fn new(
+        store: SharedStore,
+        index: impl Into<String>,
+        scope: Scope,
+        page_size: usize,
+    ) -> Scan {
+        Scan::with_request(store, index, SearchRequest::first(scope, page_size))
+    }
+
+    /// Starts a scan of one page of up to `size` documents of `scope`, for a caller that knows
+    /// the scope holds fewer: the store keeps nothing open for it.
+    pub fn single_page(
+        store: SharedStore,
+        index: impl Into<String>,
+        scope: Scope,
+        size: usize,
+    ) -> Scan {
+        Scan::with_request(store, index, SearchRequest::single_page(scope, size))
+    }
+
+    fn with_request(store: SharedStore, index: impl Into<String>, request: SearchRequest) -> Scan {
+        Scan {
+            store,
+            index: index.into(),
+            request,
+            open: None,
+            done: false,
+        }
+    }
+
+    /// Returns the next page's documents, or `None` once there are no more (never an empty
+    /// page). The last page, and a failed one, close what the store kept open.
+    ///
+    /// # Errors
+    /// The store's: [`StoreError::Transient`](crate::StoreError::Transient) and backend
+    /// failures, [`StoreError::IndexNotFound`](crate::StoreError::IndexNotFound). After an
+    /// error the scan is over.
+    pub async fn next_page(&mut self) -> Result<Option<Vec<StoredDoc>>> {
+        if self.done {
+            return Ok(None);
+        }
+        let mut request = self.request.clone();
+        request.after = self.open.take();
+        let sent = request.after.clone();
+        match self.store.search(&self.index, request).await {
+            Ok(page) => {
+                self.open = page.next;
+                if self.open.is_none() || page.docs.is_empty() || self.request.single_page {
+                    self.close().await;
+                }
+                Ok((!page.docs.is_empty()).then_some(page.docs))
+            }
+            Err(e) => {
+                // A store closes what a failed page was paging with, but the failure may have
+                // come from a wrapper before the store saw the request: close it here too.
+                self.open = sent;
+                self.close().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads every remaining page; returns their documents. Closes what was open, whatever
+    /// happens.
+    ///
+    /// # Errors
+    /// As [`Scan::next_page`].
+    pub async fn read_all(mut self) -> Result<Vec<StoredDoc>> {
+        let mut all = Vec::new();
+        while let Some(docs) = self.next_page().await? {
+            all.extend(docs);
+        }
+        Ok(all)
+    }
+
+    /// Returns true while the store may keep something open for this scan: between a page
+    /// that has a next one and the end of the scan.
+    pub fn is_open(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// Ends the scan: closes what the store keeps open for it, and waits for that. Does
+    /// nothing the second time, or if nothing is open. A failure to close is logged (at
+    /// debug): the server drops the context when its keep-alive runs out.
+    pub async fn close(&mut self) {
+        self.done = true;
+        if let Some(cursor) = self.open.take() {
+            if let Err(e) = self.store.close_cursor(&self.index, cursor).await {
+                tracing::debug!(index = %self.index, error = %e, "closing a scan failed; it expires with its keep-alive");
+            }
+        }
+    }
+}
+
+impl Drop for Scan {
+    fn drop(&mut self) {
+        let Some(cursor) = self.open.take() else {
+            return;
+        };
+        let index = std::mem::take(&mut self.index);
+        // Dropped open: a cancelled task, or a caller that forgot to close. Nothing can be
+        // waited for here; a spawned close is what is left (and it runs only if the runtime
+        // lives on, as the service's does).
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                tracing::debug!(%index, "a scan was dropped open; closing it in the background");
+                let store = Arc::clone(&self.store);
+                runtime.spawn(async move {
+                    if let Err(e) = store.close_cursor(&index, cursor).await {
+                        tracing::debug!(%index, error = %e, "closing a dropped scan failed; it expires with its keep-alive");
+                    }
+                });
+            }
+            Err(_) => {
+                tracing::debug!(%index, "a scan was dropped open outside a runtime; it expires with its keep-alive");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use async_trait::async_trait;
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::error::StoreError;
+    use crate::store::DocStore;
+    use crate::types::{BulkItemResult, BulkOp, Page, Version};
+    use crate::SqliteStore;
+
+    /// A store that counts the cursors it hands out and those closed, as a server counts its
+    /// contexts, over the embedded store; its search can be made to fail.
+    #[derive(Debug)]
+    struct Contexts {
+        inner: SqliteStore,
+        opened: AtomicUsize,
+        closed: AtomicUsize,
+        fail_search_at: Option<usize>,
+        searches: AtomicUsize,
+    }
+
+    impl Contexts {
+        fn open(&self) -> usize {
+            self.opened.load(Ordering::SeqCst) - self.closed.load(Ordering::SeqCst)
+        }
+    }
+
+    #[async_trait]
+    impl DocStore for Contexts {
+        fn describe(&self) -> String {
+            "contexts".into()
+        }
+        async fn create_index(&self, index: &str, body: &Value) -> Result<bool> {
+            self.inner.create_index(index, body).await
+        }
+        async fn delete_index(&self, index: &str) -> Result<bool> {
+            self.inner.delete_index(index).await
+        }
+        async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
+            self.inner.get(index, id).await
+        }
+        async fn mget(&self, index: &str, ids: &[String]) -> Result<Vec<Option<StoredDoc>>> {
+            self.inner.mget(index, ids).await
+        }
+        async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
+            self.inner.create(index, id, source).await
+        }
+        async fn index(
+            &self,
+            index: &str,
+            id: &str,
+            source: Value,
+            if_version: Option<Version>,
+        ) -> Result<Version> {
+            self.inner.index(index, id, source, if_version).await
+        }
+        async fn delete(&self, index: &str, id: &str, v: Option<Version>) -> Result<Version> {
+            self.inner.delete(index, id, v).await
+        }
+        async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
+            self.inner.bulk(index, ops).await
+        }
+        async fn search(&self, index: &str, request: SearchRequest) -> Result<Page> {
+            let n = self.searches.fetch_add(1, Ordering::SeqCst);
+            if self.fail_search_at == Some(n) {
+                // Fails before the "server" sees it: it does not close the context.
+                return Err(StoreError::Transient {
+                    context: "test".into(),
+                    message: "injected".into(),
+                });
+            }
+            let first = request.after.is_none();
+            let page = self.inner.search(index, request).await?;
+            // Opened with a first page that has a next one; closed with the last page.
+            match (first, page.next.is_some()) {
+                (true, true) => self.opened.fetch_add(1, Ordering::SeqCst),
+                (false, false) => self.closed.fetch_add(1, Ordering::SeqCst),
+                _ => 0,
+            };
+            Ok(page)
+        }
+        async fn close_cursor(&self, _index: &str, _cursor: Cursor) -> Result<()> {
+            self.closed.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+        async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {
+            self.inner.count(index, scope).await
+        }
+        async fn refresh(&self, index: &str) -> Result<()> {
+            self.inner.refresh(index).await
+        }
+    }
+
+    async fn store(docs: usize, fail_search_at: Option<usize>) -> Arc<Contexts> {
+        let inner = SqliteStore::in_memory().expect("store");
+        inner.create_index("s", &json!({})).await.expect("index");
+        for i in 0..docs {
+            inner
+                .create("s", &format!("d{i:03}"), json!({}))
+                .await
+                .expect("doc");
+        }
+        Arc::new(Contexts {
+            inner,
+            opened: AtomicUsize::new(0),
+            closed: AtomicUsize::new(0),
+            fail_search_at,
+            searches: AtomicUsize::new(0),
+        })
+    }
+
+    #[tokio::test]
+    async fn reading_to_the_end_reads_everything_once() {
+        let contexts = store(25, None).await;
+        let docs = Scan::new(contexts.clone(), "s", Scope::All, 10)
+            .read_all()
+            .await
+            .expect("scan");
+        assert_eq!(docs.len(), 25);
+        assert_eq!(contexts.open(), 0);
+        assert_eq!(contexts.searches.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn stopping_early_and_closing_closes_once() {
+        let contexts = store(25, None).await;
+        let mut scan = Scan::new(contexts.clone(), "s", Scope::All, 10);
+        assert_eq!(
+            scan.next_page().await.expect("page").map(|d| d.len()),
+            Some(10)
+        );
+        assert!(scan.is_open());
+        scan.close().await;
+        scan.close().await;
+        assert!(!scan.is_open());
+        assert_eq!(contexts.closed.load(Ordering::SeqCst), 1);
+        assert_eq!(scan.next_page().await.expect("closed"), None);
+    }
+
+    #[tokio::test]
+    async fn a_failed_page_closes_the_cursor_it_was_paging_with() {
+        let contexts = store(25, Some(1)).await;
+        let mut scan = Scan::new(contexts.clone(), "s", Scope::All, 10);
+        scan.next_page().await.expect("first page");
+        scan.next_page().await.expect_err("injected");
+        assert!(!scan.is_open());
+        assert_eq!(contexts.open(), 0);
+        assert_eq!(scan.next_page().await.expect("over"), None);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_open_scan_closes_in_the_background() {
+        let contexts = store(25, None).await;
+        let mut scan = Scan::new(contexts.clone(), "s", Scope::All, 10);
+        scan.next_page().await.expect("first page");
+        drop(scan);
+        for _ in 0..100 {
+            if contexts.open() == 0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(contexts.open(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_single_page_scan_keeps_nothing_open() {
+        let contexts = store(5, None).await;
+        let mut scan = Scan::single_page(contexts.clone(), "s", Scope::All, 10);
+        assert_eq!(
+            scan.next_page().await.expect("page").map(|d| d.len()),
+            Some(5)
+        );
+        assert!(!scan.is_open());
+        assert_eq!(scan.next_page().await.expect("one page only"), None);
+        assert_eq!(contexts.opened.load(Ordering::SeqCst), 0);
+    }
+}

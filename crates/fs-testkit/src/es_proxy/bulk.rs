@@ -1,0 +1,157 @@
+//! `_bulk`: update items run here (scripted), every other item goes to the server behind, in
+//! the order sent; every write that lands is noted for near-real-time search.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::{json, Value};
+
+use super::{answer, scripted, Proxy, Request};
+
+/// One action of a bulk request, with its source line if it has one.
+struct Item {
+    action: String,
+    meta: Value,
+    body: Option<Value>,
+}
+
+pub(crate) async fn bulk(
+    proxy: &Proxy,
+    index: Option<&str>,
+    r: &Request,
+) -> Result<Response, String> {
+    let started = Instant::now();
+    let items = match parse(&r.body) {
+        Ok(items) => items,
+        Err(reason) => {
+            return Ok(answer(
+                StatusCode::BAD_REQUEST,
+                json!({"error": {"type": "illegal_argument_exception", "reason": reason}, "status": 400}),
+            ))
+        }
+    };
+    let index_of = |item: &Item| -> Option<String> {
+        item.meta["_index"]
+            .as_str()
+            .map(str::to_owned)
+            .or(index.map(str::to_owned))
+    };
+    let mut answers: Vec<Value> = Vec::with_capacity(items.len());
+    let mut touched = BTreeSet::new();
+    let mut run: Vec<&Item> = Vec::new();
+    for item in &items {
+        if item.action != "update" {
+            run.push(item);
+            continue;
+        }
+        flush(proxy, index, &mut run, &mut answers).await?;
+        let Some(item_index) = index_of(item) else {
+            return Err("an update item without an index".into());
+        };
+        let id = item.meta["_id"].as_str().unwrap_or_default().to_owned();
+        let retries = item.meta["retry_on_conflict"]
+            .as_u64()
+            .or(item.meta["_retry_on_conflict"].as_u64())
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0);
+        let body = item.body.clone().unwrap_or(Value::Null);
+        let outcome = scripted::update(proxy, &item_index, &id, &body, retries).await?;
+        answers.push(json!({"update": outcome.item}));
+    }
+    flush(proxy, index, &mut run, &mut answers).await?;
+    let mut errors = false;
+    for (item, answered) in items.iter().zip(&answers) {
+        let result = answered
+            .as_object()
+            .and_then(|o| o.values().next())
+            .cloned()
+            .unwrap_or(Value::Null);
+        let status = result["status"].as_u64().unwrap_or(500);
+        errors |= !(200..300).contains(&status);
+        let written = (200..300).contains(&status) && result["result"] != "noop";
+        if let (true, Some(item_index), Some(id)) =
+            (written, index_of(item), result["_id"].as_str())
+        {
+            proxy.nrt.written(&item_index, id);
+            touched.insert(item_index);
+        }
+    }
+    if matches!(
+        r.param("refresh").as_deref(),
+        Some("" | "true" | "wait_for")
+    ) {
+        for index in &touched {
+            proxy.refresh(index).await?;
+        }
+    }
+    let took = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    Ok(answer(
+        StatusCode::OK,
+        json!({"took": took, "errors": errors, "items": answers}),
+    ))
+}
+
+/// Sends the pending run of non-update items to the server behind, in one request.
+async fn flush(
+    proxy: &Proxy,
+    index: Option<&str>,
+    run: &mut Vec<&Item>,
+    answers: &mut Vec<Value>,
+) -> Result<(), String> {
+    if run.is_empty() {
+        return Ok(());
+    }
+    let mut lines = Vec::with_capacity(run.len() * 2);
+    for item in run.iter() {
+        lines.push(json!({ item.action.as_str(): item.meta }));
+        if let Some(body) = &item.body {
+            lines.push(body.clone());
+        }
+    }
+    let (status, answer) = proxy.upstream.bulk(index, &lines).await?;
+    let items = answer["items"].as_array().filter(|a| a.len() == run.len());
+    match items {
+        Some(items) if (200..300).contains(&status) => answers.extend(items.iter().cloned()),
+        _ => {
+            // The whole request failed: every item of the run carries that failure.
+            for item in run.iter() {
+                let error = answer
+                    .get("error")
+                    .cloned()
+                    .unwrap_or_else(|| answer.clone());
+                answers.push(json!({ item.action.as_str(): {"_id": item.meta["_id"], "status": status, "error": error} }));
+            }
+        }
+    }
+    run.clear();
+    Ok(())
+}
+
+fn parse(body: &[u8]) -> Result<Vec<Item>, String> {
+    let text = std::str::from_utf8(body).map_err(|e| format!("the bulk body is not UTF-8: {e}"))?;
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let mut items = Vec::new();
+    while let Some(line) = lines.next() {
+        let action: Value = serde_json::from_str(line)
+            .map_err(|e| format!("malformed action line `{line}`: {e}"))?;
+        let Some((name, meta)) = action.as_object().and_then(|o| o.iter().next()) else {
+            return Err(format!("malformed action line `{line}`"));
+        };
+        let body = if name == "delete" {
+            None
+        } else {
+            let source = lines
+                .next()
+                .ok_or_else(|| format!("`{name}` without a source line"))?;
+            Some(serde_json::from_str(source).map_err(|e| format!("malformed source line: {e}"))?)
+        };
+        items.push(Item {
+            action: name.clone(),
+            meta: meta.clone(),
+            body,
+        });
+    }
+    Ok(items)
+}

@@ -1,0 +1,372 @@
+//! [`EsProxy`]: a loopback HTTP proxy in front of osmem-server that adds what osmem forgives and
+//! Elasticsearch does not, so that the HTTP backend of the tests behaves like Elasticsearch.
+//!
+//! - **Scripted updates** ([`scripted`]): the stored lock scripts run here, with
+//!   Elasticsearch's update semantics: read the document, run the script (the Rust twin of the
+//!   painless, from [`fs_model::lock_scripts`]), write conditionally on the version read. Two
+//!   updates of one document at once race: the loser is retried up to `retry_on_conflict`
+//!   times, then answered 409 `version_conflict_engine_exception`; an upsert racing an upsert
+//!   likewise. A script's refusal is 400 `painless_explain_error`, as Elasticsearch answers it.
+//! - **Search contexts** ([`contexts`]): open scrolls and points in time are counted, expire
+//!   with their keep-alive, and are capped (default 500, Elasticsearch's
+//!   `search.max_open_scroll_context`); past the cap a search that would open one fails with
+//!   HTTP 500, as on Elasticsearch.
+//! - **Near-real-time search** ([`nrt`]): a write becomes visible to search and count only after
+//!   a refresh of its index. Reads by id stay realtime.
+//!
+//! Everything else is forwarded as it is. The proxy runs on a thread of its own, with its own
+//! runtime, so that it outlives the runtime of any one test.
+#![allow(clippy::expect_used)]
+
+mod bulk;
+mod contexts;
+mod nrt;
+mod scripted;
+mod upstream;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+use contexts::Contexts;
+pub use contexts::{ContextKind, OpenContext};
+use nrt::Nrt;
+use upstream::Upstream;
+
+/// How an [`EsProxy`] behaves.
+#[derive(Debug, Clone)]
+pub struct EsProxyOptions {
+    /// The most scroll contexts and points in time open at once; default 500, as
+    /// Elasticsearch's `search.max_open_scroll_context`.
+    pub max_open_contexts: usize,
+    /// The longest pause between the read and the conditional write of a scripted update,
+    /// chosen at random per update; default 2 ms. Elasticsearch has such a window too; a
+    /// wider one makes races between concurrent updates of one document frequent.
+    pub race_window: Duration,
+    /// Whether writes are searchable only after a refresh; default true.
+    pub near_real_time: bool,
+    /// Whether stored scripts are accepted and run; default true. Off, the proxy refuses to
+    /// store them, as a server with scripting disabled does.
+    pub scripts: bool,
+}
+
+impl Default for EsProxyOptions {
+    fn default() -> EsProxyOptions {
+        EsProxyOptions {
+            max_open_contexts: 500,
+            race_window: Duration::from_millis(2),
+            near_real_time: true,
+            scripts: true,
+        }
+    }
+}
+
+/// What the proxy has seen, for tests to print and assert.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProxyStats {
+    /// Scripted updates run.
+    pub updates: u64,
+    /// Conditional writes of scripted updates that lost a race with another write.
+    pub races: u64,
+    /// Of those, the ones retried inside the update (`retry_on_conflict`).
+    pub races_retried: u64,
+    /// Updates answered 409 because they lost every race they were allowed.
+    pub conflicts_returned: u64,
+    /// Updates a script refused (`painless_explain_error`).
+    pub refusals: u64,
+    /// Scroll contexts and points in time opened.
+    pub contexts_opened: u64,
+    /// Searches refused because the context limit was reached.
+    pub contexts_refused: u64,
+    /// Contexts that ran out their keep-alive without being closed.
+    pub contexts_expired: u64,
+    /// Refreshes that made pending writes searchable.
+    pub refreshes: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    updates: AtomicU64,
+    races: AtomicU64,
+    races_retried: AtomicU64,
+    conflicts_returned: AtomicU64,
+    refusals: AtomicU64,
+    contexts_opened: AtomicU64,
+    contexts_refused: AtomicU64,
+    contexts_expired: AtomicU64,
+    refreshes: AtomicU64,
+}
+
+impl Counters {
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// The shared state of one proxy.
+struct Proxy {
+    options: EsProxyOptions,
+    upstream: Upstream,
+    /// The server behind, as a document store: scripted updates read and write through it.
+    docs: fs_store::ElasticStore,
+    /// Stored scripts, by id: the lock scripts whose painless source was stored.
+    scripts: Mutex<HashMap<String, &'static fs_model::lock_scripts::LockScript>>,
+    contexts: Contexts,
+    nrt: Nrt,
+    counters: Counters,
+}
+
+/// A running proxy. Dropping it stops it.
+pub struct EsProxy {
+    url: String,
+    proxy: Arc<Proxy>,
+    stop_tx: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl std::fmt::Debug for EsProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EsProxy")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EsProxy {
+    /// Starts a proxy on `127.0.0.1:0` in front of the server at `upstream`.
+    ///
+    /// # Panics
+    /// If it cannot bind or start its runtime: a test cannot go on without it.
+    pub fn start(upstream: &str, options: EsProxyOptions) -> EsProxy {
+        let proxy = Arc::new(Proxy {
+            options,
+            upstream: Upstream::new(upstream),
+            docs: fs_store::ElasticStore::connect(
+                fs_store::ElasticConfig::new(upstream).expect("the upstream URL"),
+            )
+            .expect("a client of the upstream server"),
+            scripts: Mutex::default(),
+            contexts: Contexts::default(),
+            nrt: Nrt::default(),
+            counters: Counters::default(),
+        });
+        let (url_tx, url_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let shared = Arc::clone(&proxy);
+        std::thread::Builder::new()
+            .name("es-proxy".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("proxy runtime");
+                runtime.block_on(async move {
+                    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                        .await
+                        .expect("proxy listener on loopback");
+                    let addr = listener.local_addr().expect("proxy address");
+                    url_tx.send(format!("http://{addr}")).expect("proxy url");
+                    let app = axum::Router::new().fallback(handle).with_state(shared);
+                    let stopped = async {
+                        let _ = stop_rx.await;
+                    };
+                    if let Err(e) = axum::serve(listener, app)
+                        .with_graceful_shutdown(stopped)
+                        .await
+                    {
+                        eprintln!("es-proxy stopped: {e}");
+                    }
+                });
+            })
+            .expect("proxy thread");
+        let url = url_rx.recv().expect("the proxy starts");
+        EsProxy {
+            url,
+            proxy,
+            stop_tx: Some(stop_tx),
+        }
+    }
+
+    /// Returns the proxy's URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Returns what the proxy has counted so far.
+    pub fn stats(&self) -> ProxyStats {
+        self.proxy.stats()
+    }
+
+    /// Returns the scroll contexts and points in time open now (expired ones are dropped
+    /// first, as the server would).
+    pub fn open_contexts(&self) -> Vec<OpenContext> {
+        self.proxy.expire_contexts();
+        self.proxy.contexts.open()
+    }
+
+    /// Returns the contexts open now on any of `indices`.
+    pub fn open_contexts_on(&self, indices: &[&str]) -> Vec<OpenContext> {
+        self.open_contexts()
+            .into_iter()
+            .filter(|c| indices.iter().any(|i| *i == c.index))
+            .collect()
+    }
+}
+
+impl Drop for EsProxy {
+    fn drop(&mut self) {
+        if let Some(stop_tx) = self.stop_tx.take() {
+            let _ = stop_tx.send(());
+        }
+    }
+}
+
+impl Proxy {
+    fn stats(&self) -> ProxyStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ProxyStats {
+            updates: get(&c.updates),
+            races: get(&c.races),
+            races_retried: get(&c.races_retried),
+            conflicts_returned: get(&c.conflicts_returned),
+            refusals: get(&c.refusals),
+            contexts_opened: get(&c.contexts_opened),
+            contexts_refused: get(&c.contexts_refused),
+            contexts_expired: get(&c.contexts_expired),
+            refreshes: get(&c.refreshes),
+        }
+    }
+
+    fn expire_contexts(&self) {
+        let expired = self.contexts.expire();
+        Counters::add(&self.counters.contexts_expired, expired as u64);
+    }
+}
+
+/// One request as the proxy sees it.
+pub(crate) struct Request {
+    method: Method,
+    /// The path, split on `/`, without empty segments (still percent-encoded).
+    segments: Vec<String>,
+    path: String,
+    query: Option<String>,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Request {
+    fn param(&self, name: &str) -> Option<String> {
+        let query = self.query.as_deref()?;
+        query.split('&').find_map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (k == name).then(|| decode(v))
+        })
+    }
+
+    fn json_body(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+
+    fn path_and_query(&self) -> String {
+        match &self.query {
+            Some(q) => format!("{}?{q}", self.path),
+            None => self.path.clone(),
+        }
+    }
+}
+
+/// Decodes a percent-encoded path segment or query value.
+pub(crate) fn decode(text: &str) -> String {
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+/// Encodes a document id for a path segment.
+pub(crate) fn encode(id: &str) -> String {
+    percent_encoding::utf8_percent_encode(id, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+async fn handle(
+    State(proxy): State<Arc<Proxy>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let request = Request {
+        segments: uri
+            .path()
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        path: uri.path().to_owned(),
+        query: uri.query().map(str::to_owned),
+        method,
+        headers,
+        body,
+    };
+    proxy.expire_contexts();
+    match route(&proxy, &request).await {
+        Ok(response) => response,
+        Err(e) => answer(
+            StatusCode::BAD_GATEWAY,
+            json!({"error": {"type": "proxy_exception", "reason": e}, "status": 502}),
+        ),
+    }
+}
+
+/// Sends each request where it belongs: the proxy's own handling, or upstream as it is.
+async fn route(proxy: &Proxy, r: &Request) -> Result<Response, String> {
+    let seg: Vec<&str> = r.segments.iter().map(String::as_str).collect();
+    let m = &r.method;
+    match seg.as_slice() {
+        ["_scripts", id] if m == Method::PUT || m == Method::POST => {
+            Ok(scripted::put_script(proxy, &decode(id), &r.json_body()))
+        }
+        [index, "_update", id] if m == Method::POST => {
+            scripted::update_one(proxy, &decode(index), &decode(id), r).await
+        }
+        [index, "_bulk"] if m == Method::POST || m == Method::PUT => {
+            bulk::bulk(proxy, Some(&decode(index)), r).await
+        }
+        ["_bulk"] if m == Method::POST || m == Method::PUT => bulk::bulk(proxy, None, r).await,
+        ["_nodes", "stats", ..] => Ok(contexts::node_stats(proxy)),
+        _ => {
+            if let Some(response) = contexts::route(proxy, r, &seg).await? {
+                return Ok(response);
+            }
+            nrt::route(proxy, r, &seg).await
+        }
+    }
+}
+
+/// A JSON answer with a status.
+pub(crate) fn answer(status: StatusCode, body: Value) -> Response {
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// An upstream answer passed on as it is.
+pub(crate) fn passed_on(status: u16, body: Bytes) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}

@@ -1,0 +1,347 @@
+//! Near-real-time search: a write is visible to search and count only after a refresh.
+//!
+//! Each index `X` has a searchable copy, `X.nrt-copy`, that only a refresh changes: the proxy notes
+//! every document id written to `X` and, on `POST X/_refresh`, copies those documents as they
+//! are now (or their absence) into `X.nrt-copy`. Searches, counts, scrolls and points in time of
+//! `X` run on `X.nrt-copy`; their hits are given back `X`'s name and the version each document had
+//! when it was refreshed (kept in two extra fields of the copy). Reads by id stay on `X`, so
+//! they are realtime, as on Elasticsearch. A write is noted after the server behind
+//! acknowledged it and before the client hears of it, so a refresh the client starts after
+//! that answer always carries it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::http::Method;
+use axum::response::Response;
+use serde_json::{json, Value};
+
+use super::{decode, encode, passed_on, Counters, Proxy, Request};
+
+/// The suffix of an index's searchable copy.
+const COPY: &str = ".nrt-copy";
+/// The fields of the copy that keep the version each document had when it was refreshed.
+const SEQ_NO: &str = "nrt_seq_no";
+const TERM: &str = "nrt_primary_term";
+/// How many documents one refresh reads and copies per request.
+const CHUNK: usize = 1_000;
+
+/// The writes not yet refreshed, by index, and the copies that exist.
+#[derive(Default)]
+pub(crate) struct Nrt {
+    pending: Mutex<HashMap<String, HashSet<String>>>,
+    copies: Mutex<HashSet<String>>,
+    /// One refresh at a time per index, so that an older read never overwrites a newer one
+    /// in the copy.
+    refreshing: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Nrt {
+    /// Notes that `index/id` was written.
+    pub(crate) fn written(&self, index: &str, id: &str) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(index.to_owned())
+            .or_default()
+            .insert(id.to_owned());
+    }
+
+    fn take(&self, index: &str) -> Vec<String> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(index)
+            .map(|ids| ids.into_iter().collect())
+            .unwrap_or_default()
+    }
+
+    fn pending_indices(&self) -> Vec<String> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    fn has_copy(&self, index: &str) -> bool {
+        self.copies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(index)
+    }
+
+    fn forget(&self, index: &str) {
+        self.copies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(index);
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(index);
+    }
+
+    fn refresh_lock(&self, index: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.refreshing.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(locks.entry(index.to_owned()).or_default())
+    }
+}
+
+impl Proxy {
+    /// Makes every write noted for `index` searchable: copies the documents as they are now.
+    pub(crate) async fn refresh(&self, index: &str) -> Result<(), String> {
+        if !self.options.near_real_time {
+            return Ok(());
+        }
+        let lock = self.nrt.refresh_lock(index);
+        let _one_at_a_time = lock.lock().await;
+        let ids = self.nrt.take(index);
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.ensure_copy(index, None).await?;
+        for chunk in ids.chunks(CHUNK) {
+            let path = format!("/{}/_mget", encode(index));
+            let (status, found) = self
+                .upstream
+                .json(Method::POST, &path, Some(&json!({ "ids": chunk })))
+                .await?;
+            if status == 404 {
+                // The index is gone: so is everything it held.
+                return Ok(());
+            }
+            let docs = found["docs"].as_array().cloned().unwrap_or_default();
+            let mut lines = Vec::with_capacity(chunk.len() * 2);
+            for doc in docs {
+                let Some(id) = doc["_id"].as_str() else {
+                    continue;
+                };
+                if doc["found"] == json!(true) {
+                    let mut source = doc["_source"].clone();
+                    source[SEQ_NO] = doc["_seq_no"].clone();
+                    source[TERM] = doc["_primary_term"].clone();
+                    lines.push(json!({"index": {"_id": id}}));
+                    lines.push(source);
+                } else {
+                    lines.push(json!({"delete": {"_id": id}}));
+                }
+            }
+            let copy = format!("{index}{COPY}");
+            let (status, answer) = self.upstream.bulk(Some(&copy), &lines).await?;
+            if !(200..300).contains(&status) {
+                return Err(format!("refreshing {index}: HTTP {status} {answer}"));
+            }
+        }
+        Counters::add(&self.counters.refreshes, 1);
+        Ok(())
+    }
+
+    /// Creates the searchable copy of `index` if the proxy has not yet, with `body`'s mappings
+    /// (those `index` was created with) and the two version fields.
+    async fn ensure_copy(&self, index: &str, body: Option<&Value>) -> Result<(), String> {
+        if self.nrt.has_copy(index) {
+            return Ok(());
+        }
+        let mut body = body.cloned().unwrap_or_else(|| json!({}));
+        if !body.is_object() {
+            body = json!({});
+        }
+        let properties = &mut body["mappings"]["properties"];
+        if !properties.is_object() {
+            *properties = json!({});
+        }
+        properties[SEQ_NO] = json!({"type": "long"});
+        properties[TERM] = json!({"type": "long"});
+        let path = format!("/{}", encode(&format!("{index}{COPY}")));
+        let (status, answer) = self.upstream.json(Method::PUT, &path, Some(&body)).await?;
+        let exists = answer["error"]["type"] == "resource_already_exists_exception";
+        if !(200..300).contains(&status) && !exists {
+            return Err(format!(
+                "creating the searchable copy of {index}: HTTP {status} {answer}"
+            ));
+        }
+        self.nrt
+            .copies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(index.to_owned());
+        Ok(())
+    }
+}
+
+/// Runs a search-like request of `index` (`rest` is what follows the index in the path) on its
+/// searchable copy; returns the status and the answer as `index` would give it.
+pub(crate) async fn search(
+    proxy: &Proxy,
+    r: &Request,
+    index: &str,
+    rest: &str,
+) -> Result<(u16, Value), String> {
+    if !proxy.options.near_real_time || !proxy.nrt.has_copy(index) {
+        if proxy.options.near_real_time && index_exists(proxy, index).await? {
+            proxy.ensure_copy(index, None).await?;
+        } else {
+            return forward_json(proxy, r).await;
+        }
+    }
+    let mut path = format!("/{}/{rest}", encode(&format!("{index}{COPY}")));
+    if let Some(query) = &r.query {
+        path = format!("{path}?{query}");
+    }
+    let (status, body) = proxy
+        .upstream
+        .send(r.method.clone(), &path, content_type(r), r.body.clone())
+        .await?;
+    Ok((status, rewritten(&body)))
+}
+
+/// Forwards a request as it came, giving hits of a copy back their index's name and version.
+pub(crate) async fn forward_json(proxy: &Proxy, r: &Request) -> Result<(u16, Value), String> {
+    let (status, body) = proxy
+        .upstream
+        .send(
+            r.method.clone(),
+            &r.path_and_query(),
+            content_type(r),
+            r.body.clone(),
+        )
+        .await?;
+    Ok((status, rewritten(&body)))
+}
+
+/// Everything that is neither scripted nor about contexts: index creation and deletion,
+/// refreshes, searches and counts, writes by id, and the rest as it is.
+pub(crate) async fn route(proxy: &Proxy, r: &Request, seg: &[&str]) -> Result<Response, String> {
+    let m = &r.method;
+    match seg {
+        [index] if m == Method::PUT && !index.starts_with('_') => {
+            let index = decode(index);
+            let (status, body) = forward(proxy, r).await?;
+            let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let exists = answer["error"]["type"] == "resource_already_exists_exception";
+            if proxy.options.near_real_time && ((200..300).contains(&status) || exists) {
+                proxy.ensure_copy(&index, Some(&r.json_body())).await?;
+            }
+            Ok(passed_on(status, body))
+        }
+        [index] if m == Method::DELETE && !index.starts_with('_') => {
+            let index = decode(index);
+            let (status, body) = forward(proxy, r).await?;
+            let copy = format!("/{}", encode(&format!("{index}{COPY}")));
+            proxy.upstream.json(Method::DELETE, &copy, None).await?;
+            proxy.nrt.forget(&index);
+            Ok(passed_on(status, body))
+        }
+        [index, "_refresh"] => {
+            proxy.refresh(&decode(index)).await?;
+            let (status, body) = forward(proxy, r).await?;
+            Ok(passed_on(status, body))
+        }
+        ["_refresh"] => {
+            for index in proxy.nrt.pending_indices() {
+                proxy.refresh(&index).await?;
+            }
+            let (status, body) = forward(proxy, r).await?;
+            Ok(passed_on(status, body))
+        }
+        [index, verb @ ("_search" | "_count")] => {
+            let (status, body) = search(proxy, r, &decode(index), verb).await?;
+            Ok(super::answer(code(status), body))
+        }
+        [index, "_doc" | "_create", id] if m != Method::GET && m != Method::HEAD => {
+            let (index, id) = (decode(index), decode(id));
+            let (status, body) = forward(proxy, r).await?;
+            if (200..300).contains(&status) {
+                proxy.nrt.written(&index, &id);
+                refresh_if_asked(proxy, r, &index).await?;
+            }
+            Ok(passed_on(status, body))
+        }
+        [index, "_doc"] if m == Method::POST => {
+            let index = decode(index);
+            let (status, body) = forward(proxy, r).await?;
+            let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            if let (true, Some(id)) = ((200..300).contains(&status), answer["_id"].as_str()) {
+                proxy.nrt.written(&index, id);
+                refresh_if_asked(proxy, r, &index).await?;
+            }
+            Ok(passed_on(status, body))
+        }
+        _ => {
+            let (status, body) = forward(proxy, r).await?;
+            Ok(passed_on(status, body))
+        }
+    }
+}
+
+async fn refresh_if_asked(proxy: &Proxy, r: &Request, index: &str) -> Result<(), String> {
+    if matches!(
+        r.param("refresh").as_deref(),
+        Some("" | "true" | "wait_for")
+    ) {
+        proxy.refresh(index).await?;
+    }
+    Ok(())
+}
+
+async fn index_exists(proxy: &Proxy, index: &str) -> Result<bool, String> {
+    let (status, _) = proxy
+        .upstream
+        .send(
+            Method::HEAD,
+            &format!("/{}", encode(index)),
+            None,
+            Bytes::new(),
+        )
+        .await?;
+    Ok(status == 200)
+}
+
+async fn forward(proxy: &Proxy, r: &Request) -> Result<(u16, Bytes), String> {
+    proxy
+        .upstream
+        .send(
+            r.method.clone(),
+            &r.path_and_query(),
+            content_type(r),
+            r.body.clone(),
+        )
+        .await
+}
+
+fn content_type(r: &Request) -> Option<&str> {
+    r.headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+}
+
+fn code(status: u16) -> axum::http::StatusCode {
+    axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::BAD_GATEWAY)
+}
+
+/// Gives an answer of a copy its index's name back, and each hit the version it had when it
+/// was refreshed.
+fn rewritten(body: &[u8]) -> Value {
+    let text = String::from_utf8_lossy(body)
+        .replace(&format!("{COPY}\""), "\"")
+        .replace(&format!("{COPY}]"), "]");
+    let mut value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    if let Some(hits) = value["hits"]["hits"].as_array_mut() {
+        for hit in hits {
+            let Some(source) = hit.get_mut("_source").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            let (seq_no, term) = (source.remove(SEQ_NO), source.remove(TERM));
+            if hit.get("_seq_no").is_some() {
+                if let (Some(seq_no), Some(term)) = (seq_no, term) {
+                    hit["_seq_no"] = seq_no;
+                    hit["_primary_term"] = term;
+                }
+            }
+        }
+    }
+    value
+}

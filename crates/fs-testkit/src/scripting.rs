@@ -1,0 +1,282 @@
+//! [`ScriptingStore`]: runs the stored lock scripts the way Elasticsearch runs a scripted
+//! update, on any store, so that the scripted protocol can be tested where no painless runs.
+//!
+//! One update is [`scripted_update`]: read the document, run the script (the Rust twin of the
+//! painless, from [`fs_model::lock_scripts`]), write conditionally on the version read (a
+//! create where the upsert goes in). A lost race is run again up to `retry_on_conflict` times,
+//! then answered [`StoreError::Conflict`]; a script's `Debug.explain` is
+//! [`StoreError::Refused`]. The Elasticsearch-behaviour proxy runs every scripted update
+//! through this same function, so the deterministic simulation and the HTTP tests test one
+//! implementation.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fs_model::lock_scripts::{self, LockScript, ScriptError, ScriptOp};
+use fs_store::{
+    BulkItemResult, BulkOp, Cursor, DocStore, Page, Result, Scope, ScriptedUpdate, ScriptedUpdates,
+    SearchRequest, SharedStore, StoreError, StoredDoc, UpdateItemResult, UpdateOutcome,
+    UpdateResult, Version,
+};
+use serde_json::Value;
+
+/// How many times [`ScriptingStore`] re-runs a raced update, as the Elasticsearch store's
+/// `retry_on_conflict` asks the server to.
+pub const RETRY_ON_CONFLICT: u32 = 3;
+
+/// What [`scripted_update`] did besides its result: the races it lost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UpdateRaces {
+    /// Conditional writes that lost a race.
+    pub lost: u64,
+    /// Of those, the ones run again.
+    pub retried: u64,
+}
+
+/// Runs `update` of `index` with `script` on `store`, as Elasticsearch runs a scripted update
+/// with an upsert. Between the read and the write it waits up to `race_window` (chosen by
+/// `pause`, so that a deterministic caller can pass a fixed or zero one), and always yields,
+/// so that concurrent updates interleave there as they do on a server.
+pub async fn scripted_update(
+    store: &dyn DocStore,
+    index: &str,
+    script: &LockScript,
+    update: &ScriptedUpdate,
+    retry_on_conflict: u32,
+    pause: Duration,
+) -> (UpdateItemResult, UpdateRaces) {
+    let mut races = UpdateRaces::default();
+    loop {
+        let current = match store.get(index, &update.id).await {
+            Ok(current) => current,
+            Err(e) => return (Err(e), races),
+        };
+        let written = match current {
+            None => match &update.upsert {
+                Some(upsert) => {
+                    between(pause).await;
+                    store
+                        .create(index, &update.id, upsert.clone())
+                        .await
+                        .map(|v| (UpdateResult::Created, v))
+                }
+                None => {
+                    let missing = StoreError::NotFound {
+                        index: index.to_owned(),
+                        id: update.id.clone(),
+                    };
+                    return (Err(missing), races);
+                }
+            },
+            Some(doc) => {
+                let Value::Object(mut source) = doc.source else {
+                    return (Err(not_an_object(index, &update.id)), races);
+                };
+                match script.run(&mut source, &update.params) {
+                    Ok(ScriptOp::Noop) => {
+                        let noop = UpdateOutcome {
+                            result: UpdateResult::Noop,
+                            version: Some(doc.version),
+                        };
+                        return (Ok(noop), races);
+                    }
+                    Ok(ScriptOp::Index) => {
+                        between(pause).await;
+                        store
+                            .index(index, &update.id, Value::Object(source), Some(doc.version))
+                            .await
+                            .map(|v| (UpdateResult::Updated, v))
+                    }
+                    Ok(ScriptOp::Delete) => {
+                        between(pause).await;
+                        store
+                            .delete(index, &update.id, Some(doc.version))
+                            .await
+                            .map(|v| (UpdateResult::Deleted, v))
+                    }
+                    Err(e) => return (Err(refusal(index, &update.id, script, e)), races),
+                }
+            }
+        };
+        match written {
+            Ok((result, version)) => {
+                let outcome = UpdateOutcome {
+                    result,
+                    version: Some(version),
+                };
+                return (Ok(outcome), races);
+            }
+            Err(e) if e.is_conflict() => {
+                races.lost += 1;
+                if races.retried < u64::from(retry_on_conflict) {
+                    races.retried += 1;
+                    continue;
+                }
+                return (Err(e), races);
+            }
+            Err(e) => return (Err(e), races),
+        }
+    }
+}
+
+async fn between(pause: Duration) {
+    if pause.is_zero() {
+        tokio::task::yield_now().await;
+    } else {
+        tokio::time::sleep(pause).await;
+    }
+}
+
+fn not_an_object(index: &str, id: &str) -> StoreError {
+    StoreError::Backend {
+        context: format!("updating `{index}/{id}` by script"),
+        message: "the document's source is not an object".into(),
+    }
+}
+
+/// A script that did not finish: a refusal, or a failure the way Elasticsearch reports one.
+fn refusal(index: &str, id: &str, script: &LockScript, error: ScriptError) -> StoreError {
+    match error {
+        ScriptError::Refused(reason) => StoreError::Refused {
+            index: index.to_owned(),
+            id: id.to_owned(),
+            reason,
+        },
+        ScriptError::Failed(what) => StoreError::Rejected {
+            context: format!("updating `{index}/{id}` with script `{}`", script.id),
+            status: Some(400),
+            message: format!("script_exception: {what}"),
+        },
+    }
+}
+
+/// A store wrapper that stores the lock scripts and runs them with [`scripted_update`], so
+/// that a store with no scripts of its own (the embedded store in the simulation) runs the
+/// scripted protocol with Elasticsearch's races.
+#[derive(Debug)]
+pub struct ScriptingStore {
+    inner: SharedStore,
+    scripts: Mutex<HashMap<String, &'static LockScript>>,
+    races: AtomicU64,
+}
+
+impl ScriptingStore {
+    /// Wraps `inner`.
+    pub fn new(inner: SharedStore) -> ScriptingStore {
+        ScriptingStore {
+            inner,
+            scripts: Mutex::default(),
+            races: AtomicU64::new(0),
+        }
+    }
+
+    /// Returns how many conditional writes of scripted updates lost a race so far.
+    pub fn races(&self) -> u64 {
+        self.races.load(Ordering::Relaxed)
+    }
+}
+
+#[async_trait]
+impl ScriptedUpdates for ScriptingStore {
+    async fn put_script(&self, id: &str, source: &str) -> Result<bool> {
+        let Some(script) = lock_scripts::lock_script_by_source(source) else {
+            return Ok(false);
+        };
+        self.scripts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_owned(), script);
+        Ok(true)
+    }
+
+    async fn bulk_update(
+        &self,
+        index: &str,
+        items: Vec<ScriptedUpdate>,
+    ) -> Result<Vec<UpdateItemResult>> {
+        let mut results = Vec::with_capacity(items.len());
+        for item in &items {
+            let script = self
+                .scripts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&item.script)
+                .copied();
+            let Some(script) = script else {
+                results.push(Err(StoreError::Rejected {
+                    context: format!("updating `{index}/{}`", item.id),
+                    status: Some(404),
+                    message: format!("unable to find script [{}]", item.script),
+                }));
+                continue;
+            };
+            let (result, races) = scripted_update(
+                self.inner.as_ref(),
+                index,
+                script,
+                item,
+                RETRY_ON_CONFLICT,
+                Duration::ZERO,
+            )
+            .await;
+            self.races.fetch_add(races.lost, Ordering::Relaxed);
+            results.push(result);
+        }
+        Ok(results)
+    }
+}
+
+#[async_trait]
+impl DocStore for ScriptingStore {
+    fn describe(&self) -> String {
+        format!("scripting({})", self.inner.describe())
+    }
+    async fn create_index(&self, index: &str, body: &Value) -> Result<bool> {
+        self.inner.create_index(index, body).await
+    }
+    async fn delete_index(&self, index: &str) -> Result<bool> {
+        self.inner.delete_index(index).await
+    }
+    async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
+        self.inner.get(index, id).await
+    }
+    async fn mget(&self, index: &str, ids: &[String]) -> Result<Vec<Option<StoredDoc>>> {
+        self.inner.mget(index, ids).await
+    }
+    async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
+        self.inner.create(index, id, source).await
+    }
+    async fn index(
+        &self,
+        index: &str,
+        id: &str,
+        source: Value,
+        if_version: Option<Version>,
+    ) -> Result<Version> {
+        self.inner.index(index, id, source, if_version).await
+    }
+    async fn delete(&self, index: &str, id: &str, if_version: Option<Version>) -> Result<Version> {
+        self.inner.delete(index, id, if_version).await
+    }
+    async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
+        self.inner.bulk(index, ops).await
+    }
+    async fn search(&self, index: &str, request: SearchRequest) -> Result<Page> {
+        self.inner.search(index, request).await
+    }
+    async fn close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
+        self.inner.close_cursor(index, cursor).await
+    }
+    async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {
+        self.inner.count(index, scope).await
+    }
+    async fn refresh(&self, index: &str) -> Result<()> {
+        self.inner.refresh(index).await
+    }
+    fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
+        Some(self)
+    }
+}

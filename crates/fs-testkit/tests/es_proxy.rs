@@ -1,0 +1,239 @@
+//! The Elasticsearch-behaviour proxy behaves as Elasticsearch does where osmem forgives:
+//! scripted updates race and refuse as Elasticsearch's do, search contexts are counted and
+//! capped, and search is near-real-time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fs_model::lock_scripts::{self, LOCK_SCRIPTS};
+use fs_store::{
+    DocStore, Scope, ScriptedUpdate, ScriptedUpdates, SearchRequest, StoreError, UpdateResult,
+};
+use fs_testkit::{elastic_store, start_es_proxy, EsProxyOptions};
+use serde_json::json;
+
+async fn with_scripts(store: &fs_store::ElasticStore) -> String {
+    for script in LOCK_SCRIPTS {
+        assert!(store
+            .put_script(script.id, script.painless)
+            .await
+            .expect("store"));
+    }
+    let index = fs_testkit::unique_name("proxy");
+    store
+        .create_index(&index, &fs_model::lock_index_body())
+        .await
+        .expect("index");
+    index
+}
+
+fn share(id: &str, process: &str) -> ScriptedUpdate {
+    let entry = json!({"holder": process, "acquired_at": 1, "expires_at": 100});
+    ScriptedUpdate {
+        id: id.to_owned(),
+        script: lock_scripts::SHARED_ACQUIRE.id.to_owned(),
+        params: json!({"process_id": process, "path": id, "entry": entry}),
+        upsert: Some(
+            json!({"lock_type": "shared", "lock_count": 1, "path": id, "expires_at": 100,
+                   "holders": {process: entry}}),
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_shares_race_but_every_one_counts_once() {
+    let proxy = start_es_proxy(EsProxyOptions {
+        race_window: Duration::from_millis(5),
+        ..EsProxyOptions::default()
+    });
+    let store = elastic_store(proxy.url());
+    let index = with_scripts(&store).await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..16 {
+        let (store, index) = (store.clone(), index.clone());
+        tasks.spawn(async move {
+            // Each process sends its share until it lands: a 409 is a race, never a refusal.
+            let mut raced = 0;
+            loop {
+                let result = store
+                    .bulk_update(&index, vec![share("/p", &format!("p{n}"))])
+                    .await
+                    .expect("bulk");
+                match result.into_iter().next().expect("one item") {
+                    Ok(_) => return raced,
+                    Err(e) if e.is_conflict() => raced += 1,
+                    Err(e) => panic!("p{n}: {e:?}"),
+                }
+            }
+        });
+    }
+    let mut raced = 0;
+    while let Some(r) = tasks.join_next().await {
+        raced += r.expect("task");
+    }
+    let doc = store.get(&index, "/p").await.expect("get").expect("doc");
+    assert_eq!(doc.source["lock_count"], 16, "{}", doc.source);
+    assert_eq!(doc.source["holders"].as_object().map(|h| h.len()), Some(16));
+    let stats = proxy.stats();
+    assert!(
+        stats.races > 0,
+        "16 updates of one document at once must race: {stats:?}"
+    );
+    println!("{raced} updates answered 409 and sent again; proxy: {stats:?}");
+}
+
+#[tokio::test]
+async fn a_refusal_is_not_a_race() {
+    let proxy = start_es_proxy(EsProxyOptions::default());
+    let store = elastic_store(proxy.url());
+    let index = with_scripts(&store).await;
+    store
+        .create(&index, "/x", json!({"lock_type": "exclusive"}))
+        .await
+        .expect("a book client's exclusive lock");
+    let result = store
+        .bulk_update(&index, vec![share("/x", "p1")])
+        .await
+        .expect("bulk");
+    match &result[0] {
+        Err(e @ StoreError::Refused { reason, .. }) => {
+            assert!(!e.is_conflict());
+            assert!(reason.contains("refused by an exclusive lock"), "{reason}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // A release of what is not ours does nothing; a missing document is not found.
+    let release = ScriptedUpdate {
+        id: "/x".into(),
+        script: lock_scripts::EXCLUSIVE_RELEASE.id.into(),
+        params: json!({"process_id": "p1"}),
+        upsert: None,
+    };
+    let missing = ScriptedUpdate {
+        id: "/nothing".into(),
+        ..release.clone()
+    };
+    let results = store
+        .bulk_update(&index, vec![release, missing])
+        .await
+        .expect("bulk");
+    assert_eq!(
+        results[0].as_ref().map(|o| o.result),
+        Ok(UpdateResult::Noop)
+    );
+    assert!(
+        matches!(results[1], Err(StoreError::NotFound { .. })),
+        "{:?}",
+        results[1]
+    );
+}
+
+#[tokio::test]
+async fn unknown_scripts_are_refused_at_storing() {
+    let proxy = start_es_proxy(EsProxyOptions::default());
+    let store = elastic_store(proxy.url());
+    assert!(!store
+        .put_script("someone-elses", "ctx._source.n += 1")
+        .await
+        .expect("answer"));
+}
+
+#[tokio::test]
+async fn search_sees_only_refreshed_writes_with_their_refreshed_versions() {
+    let proxy = start_es_proxy(EsProxyOptions::default());
+    let store = elastic_store(proxy.url());
+    let index = fs_testkit::unique_name("nrt");
+    store
+        .create_index(&index, &fs_model::lock_index_body())
+        .await
+        .expect("index");
+    let v1 = store
+        .create(&index, "/a", json!({"path": "/a"}))
+        .await
+        .expect("create");
+    let all = || async {
+        store
+            .search(&index, SearchRequest::single_page(Scope::All, 10))
+            .await
+            .expect("search")
+            .docs
+    };
+    assert!(all().await.is_empty(), "not refreshed yet");
+    assert_eq!(store.count(&index, &Scope::All).await.expect("count"), 0);
+    store.refresh(&index).await.expect("refresh");
+    let seen = all().await;
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].version, v1);
+    store
+        .index(&index, "/a", json!({"path": "/a", "n": 2}), Some(v1))
+        .await
+        .expect("update");
+    let stale = all().await;
+    assert_eq!(
+        stale[0].version, v1,
+        "search still shows the refreshed version"
+    );
+    assert!(stale[0].source.get("n").is_none());
+    assert_eq!(
+        store
+            .get(&index, "/a")
+            .await
+            .expect("get")
+            .expect("doc")
+            .source["n"],
+        2,
+        "reads by id are realtime"
+    );
+    store.refresh(&index).await.expect("refresh");
+    assert_eq!(all().await[0].source["n"], 2);
+}
+
+#[tokio::test]
+async fn contexts_are_counted_capped_and_closed() {
+    let proxy = start_es_proxy(EsProxyOptions {
+        max_open_contexts: 2,
+        ..EsProxyOptions::default()
+    });
+    let config = fs_store::ElasticConfig::new(proxy.url())
+        .expect("url")
+        .paging(fs_store::Paging::Scroll);
+    let store: Arc<dyn DocStore> =
+        Arc::new(fs_store::ElasticStore::connect(config).expect("client"));
+    let index = fs_testkit::unique_name("ctx");
+    store
+        .create_index(&index, &fs_model::lock_index_body())
+        .await
+        .expect("index");
+    for n in 0..5 {
+        store
+            .create(&index, &format!("/d{n}"), json!({"path": format!("/d{n}")}))
+            .await
+            .expect("doc");
+    }
+    store.refresh(&index).await.expect("refresh");
+    // Two scans stopped after their first page keep their scrolls open...
+    for _ in 0..2 {
+        let page = store
+            .search(&index, SearchRequest::first(Scope::All, 2))
+            .await
+            .expect("first page");
+        assert!(page.next.is_some());
+    }
+    assert_eq!(proxy.open_contexts_on(&[&index]).len(), 2);
+    // ...and the third is refused, as Elasticsearch refuses past its limit.
+    let refused = store
+        .search(&index, SearchRequest::first(Scope::All, 2))
+        .await
+        .expect_err("over the limit");
+    assert!(
+        refused.to_string().contains("too many scroll contexts"),
+        "{refused}"
+    );
+    assert_eq!(proxy.stats().contexts_refused, 1);
+    // A single page opens nothing.
+    store
+        .search(&index, SearchRequest::single_page(Scope::All, 10))
+        .await
+        .expect("single page");
+    assert_eq!(proxy.open_contexts().len(), 2);
+}
