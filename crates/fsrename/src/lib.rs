@@ -2,9 +2,12 @@
 //! ([`StoreLocation`]), and [`run`], which carries out a verb and returns the exit code.
 //!
 //! Exit codes: [`EXIT_OK`] (0) done, [`EXIT_FAILED`] (1) failed, 2 usage (from clap),
-//! [`EXIT_LOCK_TIMEOUT`] (3) a lock was not granted in time.
+//! [`EXIT_LOCK_TIMEOUT`] (3) a lock was not granted in time. A reader that closes standard
+//! output early (`fsrename ls -R / | head -1`) ends the output quietly; it does not change the
+//! exit code.
 
 mod cli;
+mod output;
 pub mod serve;
 mod store_location;
 mod verbs;

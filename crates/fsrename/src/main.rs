@@ -1,6 +1,7 @@
 //! The `fsrename` binary: parses arguments, sets up logging and the shutdown signal, and hands
 //! over to [`fsrename::run`].
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -14,11 +15,18 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // A log line that cannot be written (stderr closed) is dropped; the default would
+        // report it with `eprintln!`, which panics on that same closed stderr.
+        .log_internal_errors(false)
         .init();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("fsrename: cannot start the async runtime: {e}");
+            // `eprintln!` would panic if stderr is closed.
+            let _ = writeln!(
+                std::io::stderr(),
+                "fsrename: cannot start the async runtime: {e}"
+            );
             return ExitCode::from(fsrename::EXIT_FAILED);
         }
     };

@@ -1,6 +1,7 @@
 //! The built `fsrename` binary, end to end.
 
-use std::process::{Command, Output};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Output, Stdio};
 
 fn fsrename(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fsrename"))
@@ -296,4 +297,262 @@ fn every_verb_explains_itself() {
         "{}",
         text(&bad.stderr)
     );
+}
+
+/// `fsrename ARGS` on the database `db`, with no store or log settings from the environment.
+fn command(db: &std::path::Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fsrename"));
+    cmd.arg("--store")
+        .arg(db)
+        .args(args)
+        .env_remove("FSRENAME_STORE")
+        .env_remove("FSRENAME_LOG");
+    cmd
+}
+
+/// A pipe whose reader is already gone, as `| head -1` leaves it once `head` has exited:
+/// every write into it fails with EPIPE, from the first. Its only reading end belonged to
+/// `true`, which has exited without reading.
+fn closed_pipe() -> Stdio {
+    let mut reader = Command::new("true")
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("run true");
+    let writer = reader.stdin.take().expect("the pipe's writing end");
+    reader.wait().expect("true exits");
+    Stdio::from(writer)
+}
+
+/// Runs `fsrename ARGS | head -1`: reads the first line, closes the pipe, waits for the end.
+/// The child goes on writing into the pipe until it is full, so if it writes more than a pipe
+/// holds (64 KiB on Linux) plus what was read, its next write meets the closed pipe whatever
+/// the timing. Returns the line and how the process ended.
+fn first_line_then_close(mut cmd: Command) -> (String, Output) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start fsrename");
+    let mut reader = BufReader::new(child.stdout.take().expect("its stdout"));
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("read a line");
+    drop(reader);
+    (line, child.wait_with_output().expect("fsrename ends"))
+}
+
+/// Asserts that `out` is the quiet end of a process whose reader went away: exit 0, and
+/// nothing on stderr about it (no panic, no backtrace, no error message; `mv --progress json`
+/// prints its events there).
+fn assert_quiet_end(what: &str, out: &Output) {
+    let stderr = text(&out.stderr);
+    assert!(
+        !stderr.contains("panicked") && !stderr.to_lowercase().contains("backtrace"),
+        "{what}: {stderr}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{what}: {stderr}");
+    assert!(
+        stderr.lines().all(|l| l.starts_with("{\"event\":")),
+        "{what}: {stderr}"
+    );
+}
+
+/// A database holding 10 000 files under a long top path, so that `ls -R /` prints far more
+/// than a pipe holds.
+fn big_tree(work: &std::path::Path) -> std::path::PathBuf {
+    let top = work.join("gen");
+    generate(&top, 100, 99);
+    let db = work.join("tree.db");
+    let out = with_db(
+        &db,
+        &[
+            "index",
+            top.to_str().expect("utf-8 temp path"),
+            "--as",
+            LONG_TOP,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    db
+}
+
+const LONG_TOP: &str = "/a-top-directory-with-a-long-name-so-that-ls-prints-a-lot";
+
+#[test]
+fn ls_r_into_head_ends_quietly_instead_of_panicking() {
+    let work = tempfile::tempdir().expect("temp dir");
+    let db = big_tree(work.path());
+    let whole = with_db(&db, &["ls", "-R", "/"]);
+    assert_eq!(whole.status.code(), Some(0), "{}", text(&whole.stderr));
+    assert!(
+        whole.stdout.len() > 8 * 64 * 1024,
+        "too little to fill a pipe: {} bytes",
+        whole.stdout.len()
+    );
+    for args in [
+        &["ls", "-R", "/"][..],
+        &["ls", "-R", "--long", "/"],
+        &["ls", "-R", "--json", "/"],
+        &["ls", "-R", LONG_TOP],
+    ] {
+        let (line, out) = first_line_then_close(command(&db, args));
+        assert!(line.contains(LONG_TOP), "{args:?}: {line}");
+        assert_quiet_end(&format!("{args:?} | head -1"), &out);
+    }
+    // Stopping early changed nothing.
+    let locks = with_db(&db, &["locks"]);
+    assert_eq!(text(&locks.stdout), "no locks\n");
+}
+
+#[test]
+fn every_printing_verb_ends_quietly_into_a_closed_pipe() {
+    let work = tempfile::tempdir().expect("temp dir");
+    let top = work.path().join("small");
+    generate(&top, 5, 20);
+    let top_arg = top.to_str().expect("utf-8 temp path");
+    let db = work.path().join("tree.db");
+    let moved = format!("{LONG_TOP}-moved");
+    let verbs: [&[&str]; 15] = [
+        &["index", top_arg, "--as", LONG_TOP],
+        &["index", top_arg, "--as", LONG_TOP, "--json"],
+        &["ls", "/"],
+        &["ls", "-R", "--long", "/"],
+        &["ls", "--json", "/"],
+        &["mkdir", "-p", "/made/deep/down"],
+        &["touch", "/made/file"],
+        &["mv", LONG_TOP, &moved, "--progress", "json"],
+        &["mv", &moved, LONG_TOP, "--json", "--progress", "lines"],
+        &["locks"],
+        &["locks", "--json"],
+        &["fsck"],
+        &["fsck", "--json"],
+        &["recover"],
+        &["recover", "--json"],
+    ];
+    for args in verbs {
+        let out = command(&db, args)
+            .stdout(closed_pipe())
+            .output()
+            .expect("run fsrename");
+        assert_quiet_end(&format!("{args:?} into a closed pipe"), &out);
+    }
+    // Progress and warnings go to stderr: that one closing too must not stop a rename
+    // half-way (nor panic: a panic exits with 101).
+    let out = command(&db, &["mv", LONG_TOP, "/last", "--progress", "json"])
+        .stdout(closed_pipe())
+        .stderr(closed_pipe())
+        .output()
+        .expect("run fsrename");
+    assert_eq!(out.status.code(), Some(0));
+
+    // Every verb did its work, and the renames released their locks.
+    let listing = text(&with_db(&db, &["ls", "-R", "/"]).stdout);
+    assert!(
+        listing.lines().any(|l| l == "/last/d004/f019.txt"),
+        "{listing}"
+    );
+    assert!(
+        listing.lines().any(|l| l == "/made/deep/down/"),
+        "{listing}"
+    );
+    assert!(listing.lines().any(|l| l == "/made/file"), "{listing}");
+    assert_eq!(text(&with_db(&db, &["locks"]).stdout), "no locks\n");
+    let fsck = with_db(&db, &["fsck"]);
+    assert_eq!(fsck.status.code(), Some(0), "{}", text(&fsck.stdout));
+}
+
+#[test]
+fn demo_into_a_closed_pipe_stops_quietly() {
+    let (line, out) = first_line_then_close({
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fsrename"));
+        cmd.args(["demo", "--files", "200"])
+            .env_remove("FSRENAME_LOG");
+        cmd
+    });
+    assert!(line.starts_with("The book's scenario"), "{line}");
+    assert_quiet_end("demo | head -1", &out);
+
+    let out = Command::new(env!("CARGO_BIN_EXE_fsrename"))
+        .args(["demo", "--files", "200"])
+        .env_remove("FSRENAME_LOG")
+        .stdout(closed_pipe())
+        .output()
+        .expect("run fsrename");
+    assert_quiet_end("demo into a closed pipe", &out);
+}
+
+#[test]
+fn an_error_into_a_closed_stderr_is_not_a_panic() {
+    // The error message has nowhere to go; the exit code still says what happened.
+    let out = Command::new(env!("CARGO_BIN_EXE_fsrename"))
+        .args(["--store", "mem", "fsck"])
+        .env_remove("FSRENAME_STORE")
+        .stdout(closed_pipe())
+        .stderr(closed_pipe())
+        .output()
+        .expect("run fsrename");
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn a_full_stdout_is_a_failure_that_says_so() {
+    let work = tempfile::tempdir().expect("temp dir");
+    let db = work.path().join("tree.db");
+    assert_eq!(with_db(&db, &["mkdir", "/a"]).status.code(), Some(0));
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("open /dev/full");
+    let out = command(&db, &["ls", "/"])
+        .stdout(full)
+        .output()
+        .expect("run fsrename");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("writing to standard output") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn serve_goes_on_serving_when_its_stderr_reader_goes_away() {
+    // With every request logged, the service writes to its stderr after the reader is gone.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fsrename"))
+        .args(["--store", "mem", "serve", "--listen", "127.0.0.1:0"])
+        .env_remove("FSRENAME_STORE")
+        .env_remove("FSRENAME_TOKEN")
+        .env("FSRENAME_LOG", "info")
+        .stdout(closed_pipe())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start fsrename serve");
+    let mut stderr = BufReader::new(child.stderr.take().expect("its stderr"));
+    let addr = loop {
+        let mut line = String::new();
+        let read = stderr.read_line(&mut line).expect("read stderr");
+        assert!(read > 0, "serve ended before it said where it listens");
+        if let Some(rest) = line.split("serving on http://").nth(1) {
+            break rest
+                .split_whitespace()
+                .next()
+                .expect("an address")
+                .to_owned();
+        }
+    };
+    drop(stderr);
+    for _ in 0..3 {
+        let mut conn = std::net::TcpStream::connect(&addr).expect("connect");
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: fsrename\r\nConnection: close\r\n\r\n")
+            .expect("send");
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).expect("an answer");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(term.success());
+    let status = child.wait().expect("serve ends");
+    assert_eq!(status.code(), Some(0), "{status:?}");
 }

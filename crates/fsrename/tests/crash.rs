@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use fs_model::{DocKind, FsDoc, FsPath};
 use fs_rename::{fsck, FsTree, Journal};
-use fs_store::{Scope, SearchRequest, SharedStore, SqliteStore};
+use fs_store::{Scan, Scope, SharedStore, SqliteStore};
 use rand::{Rng, SeedableRng};
 
 const LEASE: &str = "300ms";
@@ -47,7 +47,7 @@ fn embedded(dir: &tempfile::TempDir, round: usize) -> Place {
 
 fn osmem() -> Place {
     Place {
-        arg: fs_testkit::osmem_url().to_owned(),
+        arg: fs_testkit::es_proxy().url().to_owned(),
         index: fs_testkit::unique_name("crash"),
         store: Arc::new(fs_testkit::osmem_store()),
     }
@@ -113,21 +113,16 @@ fn p(s: &str) -> FsPath {
 async fn paths(place: &Place) -> BTreeMap<String, String> {
     let store = &place.store;
     store.refresh(&place.index).await.expect("refresh");
-    let mut out = BTreeMap::new();
-    let mut request = SearchRequest::first(Scope::All, 1_000);
-    loop {
-        let page = store
-            .search(&place.index, request.clone())
-            .await
-            .expect("search");
-        for d in page.docs {
-            out.insert(d.id, d.source["path"].as_str().expect("path").to_owned());
-        }
-        match page.next {
-            Some(c) => request.after = Some(c),
-            None => return out,
-        }
-    }
+    Scan::new(Arc::clone(store), &place.index, Scope::All, 1_000)
+        .read_all()
+        .await
+        .expect("search")
+        .into_iter()
+        .map(|d| {
+            let path = d.source["path"].as_str().expect("path").to_owned();
+            (d.id, path)
+        })
+        .collect()
 }
 
 async fn locks(place: &Place) -> u64 {

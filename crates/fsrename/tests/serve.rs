@@ -529,6 +529,93 @@ fn p(s: &str) -> FsPath {
     FsPath::parse(s).expect("path")
 }
 
+/// Issue 14's load on a real Elasticsearch, through the Elasticsearch-behaviour proxy with the
+/// scripted protocol: 16 clients each rename their own `/p/sI` (50 documents) back and forth
+/// for a few seconds. Every share of `/p` is a scripted update of one document by 16 jobs at
+/// once, so they race; a race is retried, never a refusal or a failure. No job may fail, and
+/// nothing may be left open: no lock, no search context.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_clients_under_one_parent_with_scripted_locks_through_the_proxy() {
+    const CLIENTS: usize = 16;
+    let proxy_before = fs_testkit::es_proxy().stats();
+    let service = Arc::new(
+        Service::start(Backend::Osmem, |c| {
+            c.max_jobs = CLIENTS;
+            c.protocol = fs_locks::LockProtocol::Scripted;
+        })
+        .await,
+    );
+    let mut docs = vec![FsDoc::dir(p("/p"), 0)];
+    for client in 0..CLIENTS {
+        let dir = p(&format!("/p/s{client}"));
+        docs.push(FsDoc::dir(dir.clone(), 0));
+        for f in 0..49 {
+            docs.push(FsDoc::file(dir.join(&format!("f{f}")).expect("join"), 1, 0));
+        }
+    }
+    let count = docs.len() as u64;
+    service.tree().insert_all(docs).await.expect("insert");
+    service.tree().refresh().await.expect("refresh");
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut clients = tokio::task::JoinSet::new();
+    for client in 0..CLIENTS {
+        let service = Arc::clone(&service);
+        clients.spawn(async move {
+            let (mut here, mut there) = (format!("/p/s{client}"), format!("/p/t{client}"));
+            let mut jobs = Vec::new();
+            while Instant::now() < until {
+                let job = service.finished(&service.submit(&here, &there).await).await;
+                let done = job["state"] == "done";
+                jobs.push(job);
+                if !done {
+                    break;
+                }
+                std::mem::swap(&mut here, &mut there);
+            }
+            jobs
+        });
+    }
+    let mut jobs = Vec::new();
+    while let Some(done) = clients.join_next().await {
+        jobs.extend(done.expect("client"));
+    }
+    let failed: Vec<&Value> = jobs.iter().filter(|j| j["state"] != "done").collect();
+    let stats = fs_testkit::es_proxy().stats();
+    println!(
+        "{} renames done, {} failed; proxy: {} scripted updates, {} races ({} retried inside \
+         the update, {} answered 409)",
+        jobs.len() - failed.len(),
+        failed.len(),
+        stats.updates - proxy_before.updates,
+        stats.races - proxy_before.races,
+        stats.races_retried - proxy_before.races_retried,
+        stats.conflicts_returned - proxy_before.conflicts_returned,
+    );
+    assert!(failed.is_empty(), "jobs failed: {failed:#?}");
+    assert!(jobs.len() >= CLIENTS, "every client renamed at least once");
+    let tree = service.tree();
+    tree.refresh().await.expect("refresh");
+    assert_eq!(
+        tree.count_under(&FsPath::root()).await.expect("count"),
+        count
+    );
+    let report = fs_rename::fsck(Arc::clone(&service.store), &service.index, &FsPath::root())
+        .await
+        .expect("fsck");
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.locks_active + report.locks_expired, 0, "{report}");
+    let index = service.index.clone();
+    match Arc::try_unwrap(service) {
+        Ok(service) => service.stop().await,
+        Err(_) => panic!("the service is still shared"),
+    }
+    let (locks, journal) = (
+        fs_model::lock_index_name(&index),
+        fs_model::journal_index_name(&index),
+    );
+    fs_testkit::assert_no_open_contexts(&[&index, &locks, &journal]);
+}
+
 /// Kills the job's store before its second page.
 struct DieAtSecondPage {
     seen: std::sync::atomic::AtomicUsize,

@@ -68,6 +68,10 @@ pub struct Job {
     pub waiting_for: Option<String>,
     pub report: Option<RenameReport>,
     pub error: Option<String>,
+    /// What went wrong without making the job fail: a rename that was complete but could not
+    /// release its locks is `done`, and says here which locks it left to expire (also in
+    /// `report.locks_left`).
+    pub warnings: Vec<String>,
     /// Epoch milliseconds.
     pub submitted_at: i64,
     pub started_at: Option<i64>,
@@ -101,6 +105,8 @@ struct Inner {
     slots: Arc<Semaphore>,
     tasks: Mutex<JoinSet<()>>,
     cancel_tx: watch::Sender<bool>,
+    /// Turns true when shutdown begins: tasks waiting to clear locks stop waiting.
+    closing_tx: watch::Sender<bool>,
     metrics: Metrics,
 }
 
@@ -122,6 +128,7 @@ fn now_ms() -> i64 {
 impl Jobs {
     pub fn new(store: SharedStore, config: ServeConfig) -> Jobs {
         let (cancel_tx, _) = watch::channel(false);
+        let (closing_tx, _) = watch::channel(false);
         Jobs {
             inner: Arc::new(Inner {
                 store,
@@ -130,6 +137,7 @@ impl Jobs {
                 table: Mutex::default(),
                 tasks: Mutex::new(JoinSet::new()),
                 cancel_tx,
+                closing_tx,
                 metrics: Metrics::default(),
             }),
         }
@@ -171,6 +179,7 @@ impl Jobs {
                 waiting_for: None,
                 report: None,
                 error: None,
+                warnings: Vec::new(),
                 submitted_at: now_ms(),
                 started_at: None,
                 finished_at: None,
@@ -253,8 +262,13 @@ impl Jobs {
         Metrics::add(&m.retries, outcome.report.retries);
         Metrics::add(&m.documents, outcome.report.rewritten);
         let (state, error) = match &outcome.result {
+            // Done even if its release failed: the rename has happened (see
+            // `RenameReport::locks_left`); what it left is cleared once it expires.
             Ok(()) => {
                 Metrics::add(&m.done, 1);
+                if !outcome.report.locks_left.is_empty() {
+                    self.clear_when_expired(&id, &outcome.report.locks_left);
+                }
                 (JobState::Done, None)
             }
             Err(e) => {
@@ -271,12 +285,58 @@ impl Jobs {
         if let Some(j) = table.jobs.get_mut(&id) {
             j.state = state;
             j.error = error;
+            j.warnings.clone_from(&outcome.report.warnings);
             j.progress.done = outcome.report.rewritten;
             j.report = Some(outcome.report);
             j.finished_at = Some(now_ms());
         }
         table.unfinished = table.unfinished.saturating_sub(1);
         forget_old(&mut table, self.inner.config.history);
+    }
+
+    /// Clears the locks a complete rename could not release (`locks`), once their lease has
+    /// run out: runs recovery, whose sweep fences the job's closed journal id and deletes them.
+    /// Nothing renews them any more, so they expire within a lease of the failed release;
+    /// until then they only keep other jobs off the paths just renamed. The periodic recovery
+    /// (`recover_every`, started in `serve/mod.rs`) clears them too, up to a period later;
+    /// this run is as soon as they expire, and covers a service whose periodic recovery is
+    /// off. At shutdown the wait is cut short, and the recovery the service runs when it
+    /// starts (or `fsrename recover`) clears them instead.
+    fn clear_when_expired(&self, id: &str, locks: &[String]) {
+        let c = &self.inner.config;
+        let mut closing = self.inner.closing_tx.subscribe();
+        if *closing.borrow() {
+            tracing::warn!(job = %id, ?locks, "shutting down: the locks left by this job are cleared by the next recovery");
+            return;
+        }
+        let recovery = fs_rename::Recovery::new(Arc::clone(&self.inner.store), c.index.clone())
+            .lease(c.lease)
+            .wait(c.wait);
+        // The last renewal was at most a lease before the release: past this pause, the
+        // sweep finds every lock left expired.
+        let pause = c.lease + c.lease / 10 + Duration::from_millis(100);
+        let (id, locks) = (id.to_owned(), locks.to_vec());
+        self.inner
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .spawn(async move {
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    _ = closing.wait_for(|closing| *closing) => {
+                        tracing::warn!(job = %id, ?locks, "shutting down: the locks left by this job are cleared by the next recovery");
+                        return;
+                    }
+                }
+                match recovery.run().await {
+                    Ok(report) => {
+                        tracing::info!(job = %id, ?locks, %report, "recovery run for the locks a finished job could not release")
+                    }
+                    Err(e) => {
+                        tracing::warn!(job = %id, ?locks, error = %e, "recovery for the locks a finished job could not release failed; the periodic recovery or `fsrename recover` clears them")
+                    }
+                }
+            });
     }
 
     fn on_event(&self, id: &str, event: RenameEvent) {
@@ -301,8 +361,11 @@ impl Jobs {
     }
 
     /// Lets running jobs finish within the grace period, then cancels the rest (they stop at
-    /// their next page or lock attempt and release their locks), and waits for them.
+    /// their next page or lock attempt and release their locks), and waits for them. Tasks
+    /// still waiting for the locks of a finished job to expire stop at once (see
+    /// [`Jobs::clear_when_expired`]).
     pub async fn shut_down(&self) {
+        self.inner.closing_tx.send_replace(true);
         let mut tasks =
             std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner()));
         let grace = self.inner.config.grace;

@@ -6,6 +6,7 @@ use fs_rename::RenameError;
 use fs_store::StoreError;
 
 use crate::cli::Cli;
+use crate::output::{self, Printer};
 use crate::{EXIT_FAILED, EXIT_OK};
 
 pub async fn run(cli: &Cli, scope: &FsPath, json: bool) -> anyhow::Result<u8> {
@@ -30,14 +31,16 @@ pub async fn run(cli: &Cli, scope: &FsPath, json: bool) -> anyhow::Result<u8> {
             })
         }
     };
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{report}");
-    }
-    Ok(if report.is_clean() {
+    let code = if report.is_clean() {
         EXIT_OK
     } else {
         EXIT_FAILED
-    })
+    };
+    let mut out = Printer::stdout();
+    let printed = if json {
+        out.line(serde_json::to_string_pretty(&report)?)
+    } else {
+        out.text(&report)
+    };
+    output::keep_verdict(printed.and_then(|()| out.flush()), code)
 }

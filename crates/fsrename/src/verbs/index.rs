@@ -12,6 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{lock_settings, open_tree};
 use crate::cli::Cli;
+use crate::output::{self, to_stderr, Printer};
 use crate::{EXIT_FAILED, EXIT_OK};
 
 /// How often progress is printed when stderr is not a terminal.
@@ -43,16 +44,18 @@ pub async fn run(
         bar.finish_and_clear();
     }
     let report = report?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print_summary(&report);
-    }
-    Ok(if report.failed == 0 {
+    let code = if report.failed == 0 {
         EXIT_OK
     } else {
         EXIT_FAILED
-    })
+    };
+    let mut out = Printer::stdout();
+    let printed = if json {
+        out.line(serde_json::to_string_pretty(&report)?)
+    } else {
+        print_summary(&mut out, &report)
+    };
+    output::keep_verdict(printed.and_then(|()| out.flush()), code)
 }
 
 /// `/` followed by the directory's own name (`/home/me/photos` → `/photos`).
@@ -95,65 +98,66 @@ fn progress() -> (
         let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
         if last.elapsed() >= PLAIN_EVERY {
             *last = Instant::now();
-            eprintln!(
+            to_stderr(format_args!(
                 "fsrename: {} entries walked, {} documents written",
                 p.walked, p.written
-            );
+            ));
         }
     });
     (sink, None)
 }
 
-fn print_summary(r: &IndexReport) {
-    println!(
+fn print_summary(out: &mut Printer, r: &IndexReport) -> anyhow::Result<()> {
+    out.line(format_args!(
         "indexed `{}` as `{}`: {} files, {} directories, {}",
         r.dir.display(),
         r.at,
         r.files,
         r.dirs,
         human_bytes(r.bytes)
-    );
-    println!(
+    ))?;
+    out.line(format_args!(
         "  documents: {} created, {} updated, {} unchanged",
         r.created, r.updated, r.unchanged
-    );
+    ))?;
     if r.stale > 0 {
         if r.pruned > 0 {
-            println!(
+            out.line(format_args!(
                 "  {} documents no longer on disk: {} deleted",
                 r.stale, r.pruned
-            );
+            ))?;
         } else {
-            println!(
+            out.line(format_args!(
                 "  {} documents no longer on disk: kept (--prune deletes them)",
                 r.stale
-            );
+            ))?;
         }
     }
-    println!(
+    out.line(format_args!(
         "  skipped: {} ({} symbolic links, not followed)",
         r.skipped_count, r.symlinks
-    );
+    ))?;
     for s in &r.skipped {
-        println!("    {}: {}", s.path, s.reason);
+        out.line(format_args!("    {}: {}", s.path, s.reason))?;
     }
     if r.skipped_count > r.skipped.len() as u64 {
-        println!(
+        out.line(format_args!(
             "    ... and {} more",
             r.skipped_count - r.skipped.len() as u64
-        );
+        ))?;
     }
     if r.failed > 0 {
-        println!(
+        out.line(format_args!(
             "  FAILED: the store refused {} documents (listed above)",
             r.failed
-        );
+        ))?;
     }
-    println!(
+    out.line(format_args!(
         "  {:.2} s, {:.0} entries/s",
         r.elapsed.as_secs_f64(),
         r.docs_per_second()
-    );
+    ))?;
+    Ok(())
 }
 
 fn human_bytes(bytes: u64) -> String {

@@ -7,6 +7,7 @@ use fs_locks::{LeaseClock, LockClient, LockInfo};
 
 use super::open_tree;
 use crate::cli::Cli;
+use crate::output::Printer;
 use crate::EXIT_OK;
 
 pub async fn run(cli: &Cli, json: bool) -> anyhow::Result<u8> {
@@ -17,6 +18,7 @@ pub async fn run(cli: &Cli, json: bool) -> anyhow::Result<u8> {
         .await
         .with_context(|| format!("listing locks in {}", cli.store))?;
     let now = LeaseClock::new().now_ms();
+    let mut out = Printer::stdout();
     if json {
         for lock in &locks {
             let line = serde_json::json!({
@@ -28,12 +30,13 @@ pub async fn run(cli: &Cli, json: bool) -> anyhow::Result<u8> {
                 "expires_at": lock.expires_at,
                 "expired": lock.expires_at.is_some_and(|at| at < now),
             });
-            println!("{line}");
+            out.line(line)?;
         }
+        out.flush()?;
         return Ok(EXIT_OK);
     }
     if locks.is_empty() {
-        println!("no locks");
+        out.line("no locks")?;
     }
     for lock in &locks {
         let expiry = match lock.expires_at {
@@ -48,12 +51,13 @@ pub async fn run(cli: &Cli, json: bool) -> anyhow::Result<u8> {
         } else {
             format!("  for journal {}", jobs.join(", "))
         };
-        println!(
+        out.line(format_args!(
             "{:<9} {what}  held by {}  ({expiry}){journal}",
             lock_type(lock),
             lock.observed.describe_holders()
-        );
+        ))?;
     }
+    out.flush()?;
     Ok(EXIT_OK)
 }
 

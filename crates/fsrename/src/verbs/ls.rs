@@ -2,10 +2,11 @@
 
 use anyhow::Context;
 use fs_model::{DocKind, FsPath};
-use fs_rename::Entry;
+use fs_rename::{Entry, RenameError};
 
 use super::open_tree;
 use crate::cli::Cli;
+use crate::output::Printer;
 use crate::EXIT_OK;
 
 pub async fn run(
@@ -19,31 +20,43 @@ pub async fn run(
     let top = fs_rename::stat(&tree, path)
         .await
         .with_context(|| format!("ls `{path}`"))?;
-    let print = |entry: &Entry| -> fs_rename::Result<()> {
-        print_entry(
-            entry,
-            recursive || top.doc.kind == DocKind::File,
-            long,
-            json,
-        );
-        Ok(())
-    };
+    let mut out = Printer::stdout();
+    let full_path = recursive || top.doc.kind == DocKind::File;
     if top.doc.kind == DocKind::File {
-        print(&top)?;
+        print_entry(&mut out, &top, full_path, long, json)?;
     } else {
-        fs_rename::list(tree.store(), tree.index(), path, recursive, print)
-            .await
-            .with_context(|| format!("ls `{path}`"))?;
+        // The listing's callback can only fail with a `RenameError`: a failed write stops it
+        // as a cancellation, and the write's own error (a closed reader, say) is kept here.
+        let mut unprinted = None;
+        let listed = fs_rename::list(tree.store(), tree.index(), path, recursive, |entry| {
+            print_entry(&mut out, entry, full_path, long, json).map_err(|e| {
+                unprinted = Some(e);
+                RenameError::Cancelled {
+                    rewritten: 0,
+                    found: 0,
+                }
+            })
+        })
+        .await;
+        if let Some(e) = unprinted {
+            return Err(e);
+        }
+        listed.with_context(|| format!("ls `{path}`"))?;
     }
+    out.flush()?;
     Ok(EXIT_OK)
 }
 
-fn print_entry(entry: &Entry, full_path: bool, long: bool, json: bool) {
+fn print_entry(
+    out: &mut Printer,
+    entry: &Entry,
+    full_path: bool,
+    long: bool,
+    json: bool,
+) -> anyhow::Result<()> {
     let doc = &entry.doc;
     if json {
-        let line = serde_json::json!({ "id": entry.id, "doc": doc });
-        println!("{line}");
-        return;
+        return out.line(serde_json::json!({ "id": entry.id, "doc": doc }));
     }
     let mut name = if full_path {
         doc.path.to_string()
@@ -61,12 +74,12 @@ fn print_entry(entry: &Entry, full_path: bool, long: bool, json: bool) {
         };
         let modified = u64::try_from(doc.modified).unwrap_or(0);
         let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(modified);
-        println!(
+        out.line(format_args!(
             "{kind} {:>12} {} {name}",
             doc.size,
             humantime::format_rfc3339_seconds(at)
-        );
+        ))
     } else {
-        println!("{name}");
+        out.line(name)
     }
 }

@@ -5,6 +5,7 @@ use fs_model::FsPath;
 
 use super::{lock_settings, open_tree};
 use crate::cli::Cli;
+use crate::output::Printer;
 use crate::EXIT_OK;
 
 pub async fn mkdir(cli: &Cli, path: &FsPath, parents: bool) -> anyhow::Result<u8> {
@@ -12,9 +13,11 @@ pub async fn mkdir(cli: &Cli, path: &FsPath, parents: bool) -> anyhow::Result<u8
     let made = fs_rename::mkdir(&tree, &lock_settings(cli, cli.lease), path, parents)
         .await
         .with_context(|| format!("mkdir `{path}`"))?;
+    let mut out = Printer::stdout();
     for created in made.created {
-        println!("created {created}/");
+        out.line(format_args!("created {created}/"))?;
     }
+    out.flush()?;
     Ok(EXIT_OK)
 }
 

@@ -19,10 +19,12 @@ use anyhow::Context;
 use fs_rename::{FsTree, LockSettings};
 
 use crate::cli::{Cli, Verb};
-use crate::{EXIT_FAILED, EXIT_LOCK_TIMEOUT};
+use crate::output;
+use crate::{EXIT_FAILED, EXIT_LOCK_TIMEOUT, EXIT_OK};
 
 /// Runs the verb until it ends or `shutdown` resolves (the service instead shuts down
-/// gracefully); prints its errors; returns the exit code.
+/// gracefully); prints its errors; returns the exit code (0 if the verb stopped because
+/// standard output lost its reader).
 pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) -> u8 {
     let result = if let Verb::Serve { .. } = &cli.verb {
         serve::run(&cli, shutdown).await
@@ -34,8 +36,11 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
     };
     match result {
         Ok(code) => code,
+        // The reader has what it wanted (`| head`): a normal end. The verb has already
+        // unwound, releasing what it held, on its way here.
+        Err(e) if output::is_stdout_closed(&e) => EXIT_OK,
         Err(e) => {
-            eprintln!("fsrename: {e:#}");
+            output::to_stderr(format_args!("fsrename: {e:#}"));
             exit_code_of(&e)
         }
     }

@@ -1,5 +1,6 @@
 //! `fsrename mv FROM TO`: renames under locks.
 
+use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use fs_rename::{Renamer, Strategy};
 use super::mv_progress::{Progress, ProgressMode};
 use super::open_tree;
 use crate::cli::Cli;
+use crate::output::Printer;
 use crate::EXIT_OK;
 
 /// The options of `fsrename mv` besides the paths.
@@ -37,11 +39,20 @@ pub async fn run(cli: &Cli, from: &FsPath, to: &FsPath, options: MvOptions) -> a
     let outcome = renamer.rename(from, to).await;
     progress.finish();
     let report = outcome.with_context(|| format!("mv `{from}` `{to}`"))?;
+    // A rename whose release failed afterwards has still happened: it exits 0, and the
+    // warning says which locks stay until their lease runs out. This process ends now, so it
+    // cannot clear them itself; `fsrename recover` (or a running `fsrename serve`) does.
+    for warning in &report.warnings {
+        // A closed stderr loses the warning, not the exit code: the rename has happened.
+        let _ = writeln!(std::io::stderr(), "warning: mv `{from}` `{to}`: {warning}");
+    }
+    // The rename is done and its locks released: a reader gone by now loses only the report.
+    let mut out = Printer::stdout();
     if options.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        out.line(serde_json::to_string_pretty(&report)?)?;
     } else {
         let p = report.phases;
-        println!(
+        out.line(format_args!(
             "renamed {from} to {to}: {} documents, {} round trips ({} strategy); locks {:.1} ms, rewrite {:.1} ms, total {:.1} ms",
             report.rewritten,
             report.round_trips,
@@ -49,7 +60,8 @@ pub async fn run(cli: &Cli, from: &FsPath, to: &FsPath, options: MvOptions) -> a
             p.locking.as_secs_f64() * 1e3,
             p.rewriting.as_secs_f64() * 1e3,
             report.elapsed().as_secs_f64() * 1e3,
-        );
+        ))?;
     }
+    out.flush()?;
     Ok(EXIT_OK)
 }

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 use fs_rename::{ProgressSink, RenameEvent};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::output::to_stderr;
+
 /// How often the line mode reports progress.
 const LINE_EVERY: Duration = Duration::from_secs(2);
 
@@ -41,9 +43,10 @@ impl Progress {
             ProgressMode::Auto | ProgressMode::Lines => lines(),
             ProgressMode::Json => Progress {
                 sink: Some(Arc::new(|event: RenameEvent| {
-                    // An event that cannot be serialised is not worth failing the rename for.
+                    // An event that cannot be serialised or shown (stderr closed) is not worth
+                    // failing the rename for: stopping half-way would leave it unfinished.
                     if let Ok(line) = serde_json::to_string(&event) {
-                        eprintln!("{line}");
+                        to_stderr(line);
                     }
                 })),
                 bar: None,
@@ -113,16 +116,18 @@ fn lines() -> Progress {
             blocker,
             attempts: 1,
         } => {
-            eprintln!("fsrename: waiting for locks: blocked by the {blocker}");
+            to_stderr(format_args!(
+                "fsrename: waiting for locks: blocked by the {blocker}"
+            ));
         }
         RenameEvent::Progress { done, total } => {
             let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
             if last.elapsed() >= LINE_EVERY {
                 *last = Instant::now();
-                eprintln!(
+                to_stderr(format_args!(
                     "fsrename: {done} of {total} documents moved ({:.0} s)",
                     started.elapsed().as_secs_f64()
-                );
+                ));
             }
         }
         _ => {}

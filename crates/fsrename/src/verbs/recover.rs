@@ -8,6 +8,7 @@ use fs_rename::Recovery;
 
 use super::open_tree;
 use crate::cli::Cli;
+use crate::output::{self, Printer};
 use crate::{EXIT_FAILED, EXIT_OK};
 
 pub async fn run(cli: &Cli, dry_run: bool, wait: Duration, json: bool) -> anyhow::Result<u8> {
@@ -19,14 +20,16 @@ pub async fn run(cli: &Cli, dry_run: bool, wait: Duration, json: bool) -> anyhow
         .run()
         .await
         .with_context(|| format!("recovering `{}` in {}", cli.index, cli.store))?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!("{report}");
-    }
-    Ok(if report.failed.is_empty() {
+    let code = if report.failed.is_empty() {
         EXIT_OK
     } else {
         EXIT_FAILED
-    })
+    };
+    let mut out = Printer::stdout();
+    let printed = if json {
+        out.line(serde_json::to_string_pretty(&report)?)
+    } else {
+        out.line(&report)
+    };
+    output::keep_verdict(printed.and_then(|()| out.flush()), code)
 }

@@ -3,6 +3,7 @@
 use std::future::Future;
 
 use crate::cli::{Cli, Verb};
+use crate::output::to_stderr;
 use crate::serve::{ServeConfig, Server};
 use crate::EXIT_OK;
 
@@ -42,12 +43,13 @@ pub async fn run(
     config.validate()?;
     let store = cli.store.open(cli.replicas)?;
     let server = Server::start(config, store, shutdown).await?;
-    eprintln!(
+    // On standard error, which may be closed or lose its reader: the service goes on serving.
+    to_stderr(format_args!(
         "fsrename: serving on http://{} (store {})",
         server.addr(),
         cli.store
-    );
+    ));
     server.wait().await?;
-    eprintln!("fsrename: stopped");
+    to_stderr("fsrename: stopped");
     Ok(EXIT_OK)
 }
