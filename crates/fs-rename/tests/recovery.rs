@@ -125,6 +125,8 @@ async fn assert_finished(env: &Env, before: &std::collections::BTreeMap<String, 
 }
 
 async fn a_job_that_dies_mid_rewrite_is_finished(env: Env) {
+    // The job dies in the middle of a scan.
+    env.scans_die_open(1);
     setup(&env).await;
     let before = paths_by_id(&env).await;
     let (job, _store) = start_dying_job(&env, 3).await;
@@ -162,6 +164,8 @@ async fn a_job_that_dies_mid_rewrite_is_finished(env: Env) {
 }
 
 async fn a_dying_recoverer_is_recovered_in_turn(env: Env) {
+    // The job and the recoverer die in the middle of a scan.
+    env.scans_die_open(2);
     setup(&env).await;
     let before = paths_by_id(&env).await;
     let (job, _store) = start_dying_job(&env, 2).await;

@@ -353,8 +353,7 @@ async fn a_thousand_renames_leave_no_search_context_open() {
     let store: SharedStore = Arc::new(fs_store::ElasticStore::connect(config).expect("client"));
     let env = Env {
         store,
-        index: fs_testkit::unique_name("fs"),
-        backend: fs_testkit::Backend::Osmem,
+        ..Env::new(fs_testkit::Backend::Embedded)
     };
     let mut entries = vec![("/d".to_owned(), true)];
     entries.extend((0..20).map(|f| (format!("/d/f{f:02}"), false)));

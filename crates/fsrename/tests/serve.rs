@@ -536,10 +536,29 @@ fn p(s: &str) -> FsPath {
 /// nothing may be left open: no lock, no search context.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_clients_under_one_parent_with_scripted_locks_through_the_proxy() {
+    sixteen_clients_under_one_parent_with_scripted_locks(Backend::Osmem).await;
+}
+
+/// The same on a real Elasticsearch, where the races are the server's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real Elasticsearch: set FSRENAME_TEST_ES_URL"]
+async fn real_elasticsearch_sixteen_clients_under_one_parent_with_scripted_locks() {
+    sixteen_clients_under_one_parent_with_scripted_locks(Backend::RealElastic).await;
+}
+
+async fn sixteen_clients_under_one_parent_with_scripted_locks(backend: Backend) {
     const CLIENTS: usize = 16;
-    let proxy_before = fs_testkit::es_proxy().stats();
+    let proxied = backend == Backend::Osmem;
+    let proxy_before = proxied.then(|| fs_testkit::es_proxy().stats());
+    let real_url = std::env::var(fs_testkit::REAL_ES_VAR)
+        .ok()
+        .filter(|_| !proxied);
+    let scrolls_before = match &real_url {
+        Some(url) => fs_testkit::scroll_contexts_open(url).await,
+        None => 0,
+    };
     let service = Arc::new(
-        Service::start(Backend::Osmem, |c| {
+        Service::start(backend, |c| {
             c.max_jobs = CLIENTS;
             c.protocol = fs_locks::LockProtocol::Scripted;
         })
@@ -580,17 +599,22 @@ async fn sixteen_clients_under_one_parent_with_scripted_locks_through_the_proxy(
         jobs.extend(done.expect("client"));
     }
     let failed: Vec<&Value> = jobs.iter().filter(|j| j["state"] != "done").collect();
-    let stats = fs_testkit::es_proxy().stats();
     println!(
-        "{} renames done, {} failed; proxy: {} scripted updates, {} races ({} retried inside \
-         the update, {} answered 409)",
+        "{} renames done, {} failed",
         jobs.len() - failed.len(),
-        failed.len(),
-        stats.updates - proxy_before.updates,
-        stats.races - proxy_before.races,
-        stats.races_retried - proxy_before.races_retried,
-        stats.conflicts_returned - proxy_before.conflicts_returned,
+        failed.len()
     );
+    if let Some(before) = proxy_before {
+        let stats = fs_testkit::es_proxy().stats();
+        println!(
+            "proxy: {} scripted updates, {} races ({} retried inside the update, {} answered \
+             409)",
+            stats.updates - before.updates,
+            stats.races - before.races,
+            stats.races_retried - before.races_retried,
+            stats.conflicts_returned - before.conflicts_returned,
+        );
+    }
     assert!(failed.is_empty(), "jobs failed: {failed:#?}");
     assert!(jobs.len() >= CLIENTS, "every client renamed at least once");
     let tree = service.tree();
@@ -609,11 +633,20 @@ async fn sixteen_clients_under_one_parent_with_scripted_locks_through_the_proxy(
         Ok(service) => service.stop().await,
         Err(_) => panic!("the service is still shared"),
     }
-    let (locks, journal) = (
-        fs_model::lock_index_name(&index),
-        fs_model::journal_index_name(&index),
-    );
-    fs_testkit::assert_no_open_contexts(&[&index, &locks, &journal]);
+    match &real_url {
+        Some(url) => {
+            let after = fs_testkit::scroll_contexts_open(url).await;
+            assert!(
+                after <= scrolls_before,
+                "scroll contexts: {scrolls_before} before, {after} after"
+            );
+        }
+        None => {
+            let locks = fs_model::lock_index_name(&index);
+            let journal = fs_model::journal_index_name(&index);
+            fs_testkit::assert_no_open_contexts(&[&index, &locks, &journal]);
+        }
+    }
 }
 
 /// Kills the job's store before its second page.

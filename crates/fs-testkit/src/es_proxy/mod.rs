@@ -316,11 +316,19 @@ async fn handle(
         body,
     };
     proxy.expire_contexts();
-    match route(&proxy, &request).await {
-        Ok(response) => response,
-        Err(e) => answer(
+    // A request runs to its end even when its client goes away (a killed process): a server
+    // applies what it received, and a write the server behind applied must be noted for the
+    // next refresh, or search would never see it.
+    let handled = tokio::spawn(async move { route(&proxy, &request).await }).await;
+    match handled {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => answer(
             StatusCode::BAD_GATEWAY,
             json!({"error": {"type": "proxy_exception", "reason": e}, "status": 502}),
+        ),
+        Err(e) => answer(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({"error": {"type": "proxy_exception", "reason": e.to_string()}, "status": 500}),
         ),
     }
 }
