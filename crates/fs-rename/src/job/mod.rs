@@ -24,35 +24,29 @@
 //! writes the entry ([`RenameError::Fenced`]); having rewritten nothing, it starts over with
 //! new locks (up to three times).
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fs_locks::{LockClient, LockError, LockEvent, LockGuard, LockItem, LockProtocol, Observed};
-use fs_model::{tree_lock_id, FsPath};
-use fs_store::{BulkOp, CountingStore, Scan, Scope, SharedStore, StoreError};
+use fs_locks::{LockClient, LockEvent, LockGuard, LockProtocol};
+use fs_model::FsPath;
+use fs_store::{CountingStore, SharedStore};
 use tokio::time::Instant;
+
+mod document_locks;
+mod release;
+mod rewrite;
 
 use crate::error::{RenameError, Result};
 use crate::journal::{Journal, JournalEntry, JournalLock};
 use crate::report::{ProgressSink, RenameEvent, RenameHooks, RenameReport};
 use crate::strategy::Strategy;
-use crate::tree::{Entry, FsTree};
-
-/// How many times a transiently failed bulk item is sent again.
-const ITEM_RETRIES: u32 = 6;
+use crate::tree::FsTree;
 
 /// How many times a job fenced off before journaling starts over (see [`Journal::fence`]).
 const FENCED_RESTARTS: u32 = 3;
 
 /// How many times a journal write is sent again after a transient failure.
 const JOURNAL_RETRIES: u32 = 4;
-
-/// How many times document locking re-scans for documents added under the source meanwhile.
-const DOCUMENT_LOCK_ROUNDS: usize = 8;
-
-/// How many lock documents one read asks for when a failed release checks what it left.
-const LEFT_CHECK_CHUNK: usize = 1_000;
 
 /// Builds a [`Renamer`].
 #[derive(Clone)]
@@ -271,112 +265,6 @@ impl Renamer {
         result
     }
 
-    /// Ends a run that took `guards`, given how its locked work ended: an unfinished rename
-    /// abandons its locks to expire (recovery takes them over and finishes it); any other end
-    /// releases them.
-    ///
-    /// A release that fails after a complete rename does not make the rename fail. `Ok` from
-    /// the locked work means every document was rewritten and the journal entry is closed:
-    /// the rename has happened, and recovery will neither redo nor undo it. Reporting it
-    /// failed would send clients to retry a rename whose source is already gone. So it is
-    /// reported done, with the locks it left ([`RenameReport::locks_left`]) and a warning:
-    /// they are no longer renewed, so they expire with their lease, and the recovery sweep
-    /// then fences the (closed) journal id and deletes them.
-    async fn end(
-        &self,
-        tree: &FsTree,
-        locks: &LockClient,
-        guards: Vec<LockGuard>,
-        result: Result<()>,
-        job_id: &str,
-        report: &mut RenameReport,
-    ) -> Result<()> {
-        if matches!(result, Err(RenameError::Unfinished { .. })) {
-            for guard in guards.into_iter().rev() {
-                guard.abandon().await;
-            }
-            return result;
-        }
-        if guards.is_empty() {
-            return result;
-        }
-        // Read before the release, which forgets the locks whether it succeeds or not.
-        let held = locks.held_items().await;
-        let mut released = Ok(());
-        for guard in guards.into_iter().rev() {
-            // Every guard is released even after one failed: each holds its own locks.
-            if let Err(e) = guard.release().await {
-                if released.is_ok() {
-                    released = Err(e);
-                }
-            }
-        }
-        match (result, released) {
-            (result, Ok(())) => {
-                self.emit(RenameEvent::Released);
-                result
-            }
-            (Err(e), Err(release)) => {
-                tracing::warn!(error = %release, "releasing after a failed rename also failed; the leases expire what is left");
-                Err(e)
-            }
-            (Ok(()), Err(release)) => {
-                self.left_to_expire(tree, locks, &held, job_id, &release, report)
-                    .await;
-                Ok(())
-            }
-        }
-    }
-
-    /// Records in `report` the locks of `held` that a complete rename could not release: those
-    /// whose documents still name this job's owner, or all of them if the lock index cannot
-    /// be read (the store that failed the release may fail this read too).
-    async fn left_to_expire(
-        &self,
-        tree: &FsTree,
-        locks: &LockClient,
-        held: &[LockItem],
-        job_id: &str,
-        error: &LockError,
-        report: &mut RenameReport,
-    ) {
-        let owner = locks.owner().process_id.as_str();
-        let lock_index = tree.lock_index();
-        let mut left = Vec::new();
-        for chunk in held.chunks(LEFT_CHECK_CHUNK) {
-            let ids: Vec<String> = chunk.iter().map(|item| item.id.clone()).collect();
-            match tree.store().mget(&lock_index, &ids).await {
-                Ok(docs) => left.extend(
-                    chunk
-                        .iter()
-                        .zip(docs)
-                        .filter(|(_, doc)| doc.as_ref().is_some_and(|d| names(&d.source, owner)))
-                        .map(|(item, _)| item.label()),
-                ),
-                Err(e) => {
-                    tracing::debug!(error = %e, "cannot tell which locks the failed release left; reporting them all");
-                    left.extend(chunk.iter().map(LockItem::label));
-                }
-            }
-        }
-        let lease = self.config.lease;
-        let warning = if left.is_empty() {
-            format!(
-                "the rename is complete; releasing its locks failed ({error}), but none of them is left in the store"
-            )
-        } else {
-            let listed: Vec<String> = left.iter().map(|l| format!("`{l}`")).collect();
-            format!(
-                "the rename is complete, but releasing its locks failed ({error}): {} left locked until the lease ({lease:?}) runs out; then `fsrename recover` (or a running `fsrename serve`) deletes them (journal id {job_id})",
-                listed.join(", ")
-            )
-        };
-        tracing::warn!(job = %job_id, locks = ?left, ?lease, error = %error,
-            "rename complete, but its locks were not released: they expire with their lease and `fsrename recover` clears them");
-        report.locks_left = left;
-        report.warnings.push(warning);
-    }
-
     fn emit(&self, event: RenameEvent) {
         if let Some(sink) = &self.config.progress {
             sink(event);
@@ -444,53 +332,6 @@ impl Renamer {
                 Ok(Vec::new())
             }
         }
-    }
-
-    /// The book's document locking: a lock per document under the source, plus the
-    /// destination's path and its parent's document, so that two renames to one destination,
-    /// or a rename into a directory being moved, still exclude each other. Scans again after
-    /// locking until no document was added meanwhile.
-    async fn lock_documents(
-        &self,
-        locks: &LockClient,
-        tree: &FsTree,
-        from: &FsPath,
-        to: &FsPath,
-    ) -> Result<Vec<LockGuard>> {
-        let mut guards: Vec<LockGuard> = Vec::new();
-        let mut locked: HashSet<String> = HashSet::new();
-        for _ in 0..DOCUMENT_LOCK_ROUNDS {
-            tree.refresh().await?;
-            let mut wanted: Vec<(String, Option<FsPath>)> = Vec::new();
-            tree.for_each_page(from, self.config.page_size, |page| {
-                wanted.extend(page.into_iter().map(|e| (e.id, Some(e.doc.path))));
-                Ok(())
-            })
-            .await?;
-            wanted.push((tree_lock_id(to), Some(to.clone())));
-            if let Some(parent) = to.parent().filter(|p| !p.is_root()) {
-                if let Some(entry) = tree.find(&parent).await? {
-                    wanted.push((entry.id, Some(parent)));
-                }
-            }
-            wanted.retain(|(id, _)| !locked.contains(id));
-            if wanted.is_empty() {
-                return Ok(guards);
-            }
-            match locks.lock_documents(&wanted).await {
-                Ok(guard) => {
-                    locked.extend(wanted.into_iter().map(|(id, _)| id));
-                    guards.push(guard);
-                }
-                Err(e) => {
-                    for guard in guards {
-                        let _ = guard.release().await;
-                    }
-                    return Err(e.into());
-                }
-            }
-        }
-        Ok(guards)
     }
 
     async fn locked_work(
@@ -652,167 +493,6 @@ impl Renamer {
         report.round_trips = counted.round_trips();
         RenameOutcome { report, result }
     }
-
-    async fn rewrite(
-        &self,
-        tree: &FsTree,
-        locks: &LockClient,
-        from: &FsPath,
-        to: &FsPath,
-        total: u64,
-        report: &mut RenameReport,
-    ) -> Result<()> {
-        let lost = locks.lost_locks();
-        let store = tree.store();
-        let index = tree.index();
-        let scope = Scope::Subtree(from.clone());
-        // Under locks the count cannot grow, so a subtree that fits in one page needs no
-        // point in time on Elasticsearch (opening one costs more than a small scan).
-        let locked = self.config.strategy != Strategy::None;
-        let page_size = self.config.page_size;
-        let mut scan = if locked && total < page_size as u64 {
-            Scan::single_page(Arc::clone(store), index, scope, page_size)
-        } else {
-            Scan::new(Arc::clone(store), index, scope, page_size)
-        };
-        let rewritten = async {
-            let context = || format!("scanning under `{from}`");
-            while let Some(docs) = scan
-                .next_page()
-                .await
-                .map_err(RenameError::store(context()))?
-            {
-                let entries = docs
-                    .into_iter()
-                    .map(|d| Entry::from_stored(index, d))
-                    .collect::<Result<Vec<_>>>()?;
-                report.found += entries.len() as u64;
-                if let Some(hooks) = &self.config.hooks {
-                    hooks.before_write(&entries).await;
-                }
-                if self.config.cancel.as_ref().is_some_and(|c| *c.borrow()) {
-                    return Err(RenameError::Cancelled {
-                        rewritten: report.rewritten,
-                        found: report.found,
-                    });
-                }
-                if let Some(path) = lost.borrow().first() {
-                    return Err(fs_locks::LockError::LeaseLost { path: path.clone() }.into());
-                }
-                // The page was read while the locks were ours only if they still are now: past
-                // this point a recoverer may have taken over, and what was read may be stale.
-                if locks.lease_left().await.is_some_and(|left| left.is_zero()) {
-                    return Err(fs_locks::LockError::LeaseLost {
-                        path: from.to_string(),
-                    }
-                    .into());
-                }
-                self.write_page(tree, &entries, from, to, report).await?;
-                self.emit(RenameEvent::Progress {
-                    done: report.rewritten,
-                    total: total.max(report.found),
-                });
-            }
-            Ok(())
-        }
-        .await;
-        // However the rewrite ended (the last page, a failure, a cancellation, a lost lease),
-        // what the store keeps open for the scan is closed before the locks are released.
-        scan.close().await;
-        rewritten
-    }
-
-    /// Rewrites one page in one bulk request; resends transiently failed items with backoff.
-    async fn write_page(
-        &self,
-        tree: &FsTree,
-        entries: &[Entry],
-        from: &FsPath,
-        to: &FsPath,
-        report: &mut RenameReport,
-    ) -> Result<()> {
-        let mut pending: Vec<(usize, BulkOp)> = Vec::with_capacity(entries.len());
-        for (i, entry) in entries.iter().enumerate() {
-            let moved = entry.doc.renamed(from, to)?;
-            let source = serde_json::to_value(&moved).map_err(|e| RenameError::BadDocument {
-                index: tree.index().to_owned(),
-                id: entry.id.clone(),
-                message: e.to_string(),
-            })?;
-            let if_version = self.config.versioned.then_some(entry.version);
-            pending.push((
-                i,
-                BulkOp::Index {
-                    id: entry.id.clone(),
-                    source,
-                    if_version,
-                },
-            ));
-        }
-        let mut attempt = 0;
-        while !pending.is_empty() {
-            if attempt > 0 {
-                report.retries += pending.len() as u64;
-                self.emit(RenameEvent::Retrying {
-                    items: pending.len(),
-                });
-                tokio::time::sleep(Duration::from_millis(10 << attempt.min(6))).await;
-            }
-            let ops: Vec<BulkOp> = pending.iter().map(|(_, op)| op.clone()).collect();
-            let context = format!("rewriting documents under `{from}`");
-            let results = match tree.store().bulk(tree.index(), ops).await {
-                Ok(results) => results,
-                Err(e) if e.is_retryable() && attempt < ITEM_RETRIES => {
-                    pending.iter().map(|_| Err(e.clone())).collect()
-                }
-                Err(e) => return Err(RenameError::store(context)(e)),
-            };
-            // Every item's fate is tallied before any failure is reported: the other items of
-            // a bulk request are written whatever happens to one of them.
-            let mut again = Vec::new();
-            let mut failure = None;
-            for ((i, op), result) in pending.into_iter().zip(results) {
-                match result {
-                    Ok(_) => report.rewritten += 1,
-                    Err(e) if e.is_retryable() && attempt < ITEM_RETRIES => again.push((i, op)),
-                    // After a resend, a conflict may be our own earlier write having landed.
-                    Err(e) if e.is_conflict() && attempt > 0 && self.landed(tree, &op).await? => {
-                        report.rewritten += 1
-                    }
-                    Err(e) => {
-                        failure.get_or_insert((i, e));
-                    }
-                }
-            }
-            if let Some((i, e)) = failure {
-                let path = entries[i].doc.path.to_string();
-                return Err(match e {
-                    StoreError::Conflict { .. } => RenameError::Conflict {
-                        path,
-                        rewritten: report.rewritten,
-                        found: report.found,
-                    },
-                    e => RenameError::store(format!("rewriting `{path}`"))(e),
-                });
-            }
-            pending = again;
-            attempt += 1;
-        }
-        Ok(())
-    }
-
-    /// Returns true if the document already holds exactly what `op` would write.
-    async fn landed(&self, tree: &FsTree, op: &BulkOp) -> Result<bool> {
-        let BulkOp::Index { id, source, .. } = op else {
-            return Ok(false);
-        };
-        let current = tree
-            .store()
-            .get(tree.index(), id)
-            .await
-            .map_err(RenameError::store(format!("re-reading `{id}`")))?;
-        Ok(current.is_some_and(|d| &d.source == source))
-    }
 }
 
 /// The checks a rename makes once its locks are held; before that their answers are stale.
@@ -830,17 +510,6 @@ async fn check(tree: &FsTree, from: &FsPath, to: &FsPath) -> Result<()> {
         None => Err(RenameError::DestinationParentMissing { path: parent }),
         Some(fs_model::DocKind::File) => Err(RenameError::DestinationParentNotDir { path: parent }),
         Some(fs_model::DocKind::Dir) => Ok(()),
-    }
-}
-
-/// Returns true if the lock document `source` still names `process_id` as its owner or as one
-/// of its holders.
-fn names(source: &serde_json::Value, process_id: &str) -> bool {
-    match Observed::from_source(source) {
-        Observed::Exclusive {
-            process_id: owner, ..
-        } => owner.as_deref() == Some(process_id),
-        Observed::Shared { holders, .. } => holders.contains_key(process_id),
     }
 }
 

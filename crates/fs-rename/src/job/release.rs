@@ -1,0 +1,132 @@
+//! How a run gives its locks back: released after any end but an unfinished rename, which
+//! abandons them for recovery; and a complete rename whose release fails is still done, with
+//! the locks it left named in its report.
+
+use fs_locks::{LockClient, LockError, LockGuard, LockItem, Observed};
+
+use super::Renamer;
+use crate::error::{RenameError, Result};
+use crate::report::{RenameEvent, RenameReport};
+use crate::tree::FsTree;
+
+/// How many lock documents one read asks for when a failed release checks what it left.
+const LEFT_CHECK_CHUNK: usize = 1_000;
+
+impl Renamer {
+    /// Ends a run that took `guards`, given how its locked work ended: an unfinished rename
+    /// abandons its locks to expire (recovery takes them over and finishes it); any other end
+    /// releases them.
+    ///
+    /// A release that fails after a complete rename does not make the rename fail. `Ok` from
+    /// the locked work means every document was rewritten and the journal entry is closed:
+    /// the rename has happened, and recovery will neither redo nor undo it. Reporting it
+    /// failed would send clients to retry a rename whose source is already gone. So it is
+    /// reported done, with the locks it left ([`RenameReport::locks_left`]) and a warning:
+    /// they are no longer renewed, so they expire with their lease, and the recovery sweep
+    /// then fences the (closed) journal id and deletes them.
+    pub(super) async fn end(
+        &self,
+        tree: &FsTree,
+        locks: &LockClient,
+        guards: Vec<LockGuard>,
+        result: Result<()>,
+        job_id: &str,
+        report: &mut RenameReport,
+    ) -> Result<()> {
+        if matches!(result, Err(RenameError::Unfinished { .. })) {
+            for guard in guards.into_iter().rev() {
+                guard.abandon().await;
+            }
+            return result;
+        }
+        if guards.is_empty() {
+            return result;
+        }
+        // Read before the release, which forgets the locks whether it succeeds or not.
+        let held = locks.held_items().await;
+        let mut released = Ok(());
+        for guard in guards.into_iter().rev() {
+            // Every guard is released even after one failed: each holds its own locks.
+            if let Err(e) = guard.release().await {
+                if released.is_ok() {
+                    released = Err(e);
+                }
+            }
+        }
+        match (result, released) {
+            (result, Ok(())) => {
+                self.emit(RenameEvent::Released);
+                result
+            }
+            (Err(e), Err(release)) => {
+                tracing::warn!(error = %release, "releasing after a failed rename also failed; the leases expire what is left");
+                Err(e)
+            }
+            (Ok(()), Err(release)) => {
+                self.left_to_expire(tree, locks, &held, job_id, &release, report)
+                    .await;
+                Ok(())
+            }
+        }
+    }
+
+    /// Records in `report` the locks of `held` that a complete rename could not release: those
+    /// whose documents still name this job's owner, or all of them if the lock index cannot
+    /// be read (the store that failed the release may fail this read too).
+    async fn left_to_expire(
+        &self,
+        tree: &FsTree,
+        locks: &LockClient,
+        held: &[LockItem],
+        job_id: &str,
+        error: &LockError,
+        report: &mut RenameReport,
+    ) {
+        let owner = locks.owner().process_id.as_str();
+        let lock_index = tree.lock_index();
+        let mut left = Vec::new();
+        for chunk in held.chunks(LEFT_CHECK_CHUNK) {
+            let ids: Vec<String> = chunk.iter().map(|item| item.id.clone()).collect();
+            match tree.store().mget(&lock_index, &ids).await {
+                Ok(docs) => left.extend(
+                    chunk
+                        .iter()
+                        .zip(docs)
+                        .filter(|(_, doc)| doc.as_ref().is_some_and(|d| names(&d.source, owner)))
+                        .map(|(item, _)| item.label()),
+                ),
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot tell which locks the failed release left; reporting them all");
+                    left.extend(chunk.iter().map(LockItem::label));
+                }
+            }
+        }
+        let lease = self.config.lease;
+        let warning = if left.is_empty() {
+            format!(
+                "the rename is complete; releasing its locks failed ({error}), but none of them is left in the store"
+            )
+        } else {
+            let listed: Vec<String> = left.iter().map(|l| format!("`{l}`")).collect();
+            format!(
+                "the rename is complete, but releasing its locks failed ({error}): {} left locked until the lease ({lease:?}) runs out; then `fsrename recover` (or a running `fsrename serve`) deletes them (journal id {job_id})",
+                listed.join(", ")
+            )
+        };
+        tracing::warn!(job = %job_id, locks = ?left, ?lease, error = %error,
+            "rename complete, but its locks were not released: they expire with their lease and `fsrename recover` clears them");
+        report.locks_left = left;
+        report.warnings.push(warning);
+    }
+}
+
+/// Returns true if the lock document `source` still names `process_id` as its owner or as one
+/// of its holders.
+fn names(source: &serde_json::Value, process_id: &str) -> bool {
+    match Observed::from_source(source) {
+        Observed::Exclusive {
+            process_id: owner, ..
+        } => owner.as_deref() == Some(process_id),
+        Observed::Shared { holders, .. } => holders.contains_key(process_id),
+    }
+}
