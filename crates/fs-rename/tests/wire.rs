@@ -1,5 +1,6 @@
 //! Wire compatibility with the book: raw HTTP requests written exactly as the text writes
-//! them (with ES 7+ paths), sent over a plain socket to osmem-server while fsrename works.
+//! them (with ES 7+ paths), sent over a plain socket to the Elasticsearch-behaviour proxy in
+//! front of osmem-server (the server fsrename's own requests go to) while fsrename works.
 
 mod common;
 
@@ -18,10 +19,11 @@ const README: &str = "/clinton/projects/elasticsearch/README.txt";
 
 /// Sends one raw HTTP/1.1 request; returns the status code and the body.
 fn raw(method: &str, path: &str, body: &str) -> (u16, String) {
-    let address = fs_testkit::osmem_url()
+    let address = fs_testkit::es_proxy()
+        .url()
         .trim_start_matches("http://")
         .to_owned();
-    let mut stream = TcpStream::connect(&address).expect("connect to osmem");
+    let mut stream = TcpStream::connect(&address).expect("connect to the proxy");
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");

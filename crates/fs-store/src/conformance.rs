@@ -773,6 +773,27 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!($factory);
         $crate::conformance_suite!(@cases $factory; near_real_time_hides_unrefreshed_writes);
     };
+    // `$factory` returns the store and a check to run after each case (that the case left no
+    // search context open on a server that counts them, say).
+    ($factory:path, near_real_time, checked) => {
+        $crate::conformance_suite!(@checked $factory;
+            index_lifecycle, create_then_get, ids_may_contain_slashes_and_unicode,
+            index_writes_and_conditions, delete_and_conditions, mget_keeps_order,
+            bulk_items_are_independent, search_subtree_is_component_wise, search_exact_path, search_children,
+            search_all_pages_everything, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
+            refresh_makes_writes_searchable, sources_must_be_objects, cas_increments_are_exact,
+            create_race_has_one_winner, near_real_time_hides_unrefreshed_writes);
+    };
+    (@checked $factory:path; $($case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let (store, check) = $factory().await;
+                $crate::conformance::$case(store).await;
+                check();
+            }
+        )+
+    };
     (@cases $factory:path; $($case:ident),+ $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -7,41 +7,47 @@ use std::time::Duration;
 
 use fs_store::{DocStore, ElasticConfig, ElasticStore, Paging, SharedStore};
 
-fn with_paging(paging: Paging) -> SharedStore {
-    let config = ElasticConfig::new(fs_testkit::es_proxy().url())
-        .expect("url")
-        .paging(paging);
-    Arc::new(ElasticStore::connect(config).expect("client"))
+/// A store behind a proxy of the case's own, in `paging` mode, and the check run after the
+/// case: it left no scroll or point in time open.
+fn checked(paging: Paging) -> (SharedStore, impl FnOnce()) {
+    let proxy = fs_testkit::start_es_proxy(fs_testkit::EsProxyOptions::default());
+    let config = ElasticConfig::new(proxy.url()).expect("url").paging(paging);
+    let store: SharedStore = Arc::new(ElasticStore::connect(config).expect("client"));
+    let check = move || {
+        let open = proxy.open_contexts();
+        assert!(open.is_empty(), "search contexts left open: {open:?}");
+    };
+    (store, check)
 }
 
 mod osmem {
     use super::*;
 
-    async fn store() -> SharedStore {
-        fs_testkit::Backend::Osmem.store()
+    async fn store() -> (SharedStore, impl FnOnce()) {
+        checked(Paging::Auto)
     }
 
-    fs_store::conformance_suite!(store, near_real_time);
+    fs_store::conformance_suite!(store, near_real_time, checked);
 }
 
 mod osmem_scroll {
     use super::*;
 
-    async fn store() -> SharedStore {
-        with_paging(Paging::Scroll)
+    async fn store() -> (SharedStore, impl FnOnce()) {
+        checked(Paging::Scroll)
     }
 
-    fs_store::conformance_suite!(store, near_real_time);
+    fs_store::conformance_suite!(store, near_real_time, checked);
 }
 
 mod osmem_pit_by_id {
     use super::*;
 
-    async fn store() -> SharedStore {
-        with_paging(Paging::PitId)
+    async fn store() -> (SharedStore, impl FnOnce()) {
+        checked(Paging::PitId)
     }
 
-    fs_store::conformance_suite!(store, near_real_time);
+    fs_store::conformance_suite!(store, near_real_time, checked);
 }
 
 #[tokio::test]

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
 struct Service {
+    backend: Backend,
     base: String,
     http: reqwest::Client,
     store: SharedStore,
@@ -36,6 +37,7 @@ impl Service {
         .expect("start the service");
         let base = format!("http://{}", server.addr());
         Service {
+            backend,
             base,
             http: reqwest::Client::new(),
             store,
@@ -116,12 +118,26 @@ impl Service {
         }
     }
 
-    async fn stop(mut self) {
+    /// Stops the service and checks that it left no search context open (on the proxied
+    /// HTTP backend).
+    async fn stop(self) {
+        self.stop_leaving_dead_scans(0).await
+    }
+
+    /// Stops the service; `dead` scans of processes the test killed may still be open (their
+    /// keep-alive frees them on a real server).
+    async fn stop_leaving_dead_scans(mut self, dead: usize) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
         if let Some(server) = self.server.take() {
             server.wait().await.expect("clean shutdown");
+        }
+        if self.backend == Backend::Osmem {
+            let locks = fs_model::lock_index_name(&self.index);
+            let journal = fs_model::journal_index_name(&self.index);
+            let open = fs_testkit::es_proxy().open_contexts_on(&[&self.index, &locks, &journal]);
+            assert!(open.len() <= dead, "search contexts left open: {open:?}");
         }
     }
 }
@@ -728,7 +744,8 @@ async fn the_service_finishes_what_a_dead_job_left(backend: Backend) {
         n
     );
     dying.abort();
-    service.stop().await;
+    // The job died in the middle of its scan.
+    service.stop_leaving_dead_scans(1).await;
 }
 
 on_every_backend!(
