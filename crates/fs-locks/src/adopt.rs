@@ -179,7 +179,7 @@ impl LockClient {
                 });
             }
             let pause = backoff.next_pause().min(deadline - now);
-            crate::client::pause_unless_cancelled(pause, cancel.as_mut()).await;
+            crate::acquire::pause_unless_cancelled(pause, cancel.as_mut()).await;
         }
         {
             let mut held = inner.held.lock().await;

@@ -41,12 +41,15 @@
 //! ```
 #![deny(missing_docs)]
 
+mod acquire;
 mod adopt;
 mod backoff;
+mod builder;
 mod client;
 mod clock;
 mod engine;
 mod error;
+mod events;
 mod guard;
 mod lease;
 mod listing;
@@ -55,9 +58,11 @@ mod plan;
 mod protocol;
 mod scripted;
 
-pub use client::{EventSink, LockClient, LockClientBuilder, LockEvent};
+pub use builder::LockClientBuilder;
+pub use client::LockClient;
 pub use clock::{AnchoredThread, LeaseClock};
 pub use error::{Blocker, LockError, Result};
+pub use events::{EventSink, LockEvent};
 pub use guard::{Grant, LockGuard, ReleaseReport};
 pub use lease::{ExpiredHolder, ExpiredLock, Reaped};
 pub use listing::LockInfo;
