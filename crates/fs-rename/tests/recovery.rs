@@ -23,18 +23,7 @@ const PAGE: usize = 10;
 
 /// `/src` with 50 files in two directories, and `/dst-parent`.
 async fn setup(env: &Env) {
-    let mut entries: Vec<(String, bool)> = vec![
-        ("/src".into(), true),
-        ("/src/a".into(), true),
-        ("/src/b".into(), true),
-        ("/dst-parent".into(), true),
-    ];
-    for i in 0..25 {
-        entries.push((format!("/src/a/f{i:02}"), false));
-        entries.push((format!("/src/b/g{i:02}"), false));
-    }
-    let refs: Vec<(&str, bool)> = entries.iter().map(|(p, d)| (p.as_str(), *d)).collect();
-    tree_with(env, &refs).await;
+    src_tree(env, 25).await;
 }
 
 fn recovery(env: &Env) -> Recovery {

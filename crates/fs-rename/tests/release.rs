@@ -155,18 +155,7 @@ impl DocStore for FailingRelease {
 
 /// `/src` with 24 files in two directories, and `/dst-parent`.
 async fn setup(env: &Env) {
-    let mut entries: Vec<(String, bool)> = vec![
-        ("/src".into(), true),
-        ("/src/a".into(), true),
-        ("/src/b".into(), true),
-        ("/dst-parent".into(), true),
-    ];
-    for i in 0..12 {
-        entries.push((format!("/src/a/f{i:02}"), false));
-        entries.push((format!("/src/b/g{i:02}"), false));
-    }
-    let refs: Vec<(&str, bool)> = entries.iter().map(|(p, d)| (p.as_str(), *d)).collect();
-    tree_with(env, &refs).await;
+    src_tree(env, 12).await;
 }
 
 /// Runs `mv /src /dst-parent/dst` through `store`; returns the outcome and its events.

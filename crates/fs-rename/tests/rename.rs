@@ -355,10 +355,7 @@ async fn a_thousand_renames_leave_no_search_context_open() {
         store,
         ..Env::new(fs_testkit::Backend::Embedded)
     };
-    let mut entries = vec![("/d".to_owned(), true)];
-    entries.extend((0..20).map(|f| (format!("/d/f{f:02}"), false)));
-    let entries: Vec<(&str, bool)> = entries.iter().map(|(p, d)| (p.as_str(), *d)).collect();
-    tree_with(&env, &entries).await;
+    dir_of_files(&env, "/d", 20).await;
     // Pages of 8: every rename scans its 21 documents in three pages through one scroll.
     let renamer = Renamer::builder(Arc::clone(&env.store), env.index.clone())
         .page_size(8)
@@ -387,10 +384,7 @@ async fn a_thousand_renames_leave_no_search_context_open() {
 async fn real_elasticsearch_renames_close_their_scroll_contexts() {
     let url = std::env::var(fs_testkit::REAL_ES_VAR).expect("FSRENAME_TEST_ES_URL");
     let env = Env::new(fs_testkit::Backend::RealElastic);
-    let mut entries = vec![("/d".to_owned(), true)];
-    entries.extend((0..20).map(|f| (format!("/d/f{f:02}"), false)));
-    let entries: Vec<(&str, bool)> = entries.iter().map(|(p, d)| (p.as_str(), *d)).collect();
-    tree_with(&env, &entries).await;
+    dir_of_files(&env, "/d", 20).await;
     let before = fs_testkit::scroll_contexts_open(&url).await;
     let renamer = Renamer::builder(Arc::clone(&env.store), env.index.clone())
         .page_size(8)

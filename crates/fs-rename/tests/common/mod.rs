@@ -129,6 +129,31 @@ pub async fn tree_with(env: &Env, entries: &[(&str, bool)]) -> FsTree {
     tree
 }
 
+/// Builds `/src` with `per_dir` files in each of `/src/a` and `/src/b`, and `/dst-parent`:
+/// the tree the recovery and release tests rename.
+pub async fn src_tree(env: &Env, per_dir: usize) {
+    let mut entries: Vec<(String, bool)> = vec![
+        ("/src".into(), true),
+        ("/src/a".into(), true),
+        ("/src/b".into(), true),
+        ("/dst-parent".into(), true),
+    ];
+    for i in 0..per_dir {
+        entries.push((format!("/src/a/f{i:02}"), false));
+        entries.push((format!("/src/b/g{i:02}"), false));
+    }
+    let refs: Vec<(&str, bool)> = entries.iter().map(|(p, d)| (p.as_str(), *d)).collect();
+    tree_with(env, &refs).await;
+}
+
+/// Builds the directory `dir` holding `files` files, `f00`, `f01`, ...
+pub async fn dir_of_files(env: &Env, dir: &str, files: usize) {
+    let mut entries = vec![(dir.to_owned(), true)];
+    entries.extend((0..files).map(|f| (format!("{dir}/f{f:02}"), false)));
+    let refs: Vec<(&str, bool)> = entries.iter().map(|(p, d)| (p.as_str(), *d)).collect();
+    tree_with(env, &refs).await;
+}
+
 /// Returns every document's path by id.
 pub async fn paths_by_id(env: &Env) -> BTreeMap<String, String> {
     let (store, index) = (&env.store, env.index.as_str());
