@@ -13,7 +13,6 @@ use crate::engine::{self, Attempt};
 use crate::error::{Blocker, LockError, Result};
 use crate::events::LockEvent;
 use crate::guard::{Grant, LockGuard};
-use crate::lock_doc::LockMode;
 use crate::plan::LockItem;
 use crate::protocol::LockProtocol;
 use crate::scripted;
@@ -91,9 +90,7 @@ impl LockClient {
         let mut needed = Vec::new();
         for item in items {
             match held.get(&item.id) {
-                Some(h)
-                    if h.taken.item.mode == LockMode::Exclusive
-                        || item.mode == LockMode::Shared => {}
+                Some(h) if h.taken.item.mode.covers(item.mode) => {}
                 Some(_) => return (Err(LockError::Upgrade { path: item.label() }), 0, 0),
                 None => needed.push(item.clone()),
             }

@@ -98,7 +98,9 @@ fn decide(
                 // An expired exclusive lock where the journal had a share: the job's own
                 // exclusive lock cannot be there, so it is someone else's; leave it to the
                 // sweep of expired locks and wait.
-                (LockMode::Shared, _) => Step::Blocked(crate::engine::blocker(item, &observed)),
+                (LockMode::IntentExclusive, _) => {
+                    Step::Blocked(crate::engine::blocker(item, &observed))
+                }
                 _ => cas(fresh()),
             }
         }
@@ -107,7 +109,7 @@ fn decide(
         {
             cas(fresh())
         }
-        (LockMode::Shared, Observed::Shared { holders, .. }, Some(path)) => {
+        (LockMode::IntentExclusive, Observed::Shared { holders, .. }, Some(path)) => {
             let expired: Vec<&str> = holders
                 .iter()
                 .filter(|(pid, h)| h.expires_at < now && predecessor(pid))

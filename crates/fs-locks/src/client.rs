@@ -179,6 +179,24 @@ impl LockClient {
         self.lock_request(&TreeLockRequest::rename(from, to)?).await
     }
 
+    /// Takes a shared lock on the subtree at `path` (intention-shared on its ancestors): while
+    /// it is held nothing at or under `path` is renamed, copied over or deleted.
+    ///
+    /// # Errors
+    /// As [`LockClient::lock_tree`]; [`LockError::RootLock`] for `/`.
+    pub async fn lock_read(&self, path: &FsPath) -> Result<LockGuard> {
+        self.lock_request(&TreeLockRequest::read(path)).await
+    }
+
+    /// Takes the locks a copy of `from` to `to` needs, in one acquisition: shared on the
+    /// source, exclusive on the destination.
+    ///
+    /// # Errors
+    /// [`LockError::MoveIntoItself`], [`LockError::Timeout`], [`LockError::RootLock`].
+    pub async fn lock_copy(&self, from: &FsPath, to: &FsPath) -> Result<LockGuard> {
+        self.lock_request(&TreeLockRequest::copy(from, to)?).await
+    }
+
     /// Takes the locks of a tree-lock request.
     ///
     /// # Errors
@@ -316,10 +334,13 @@ impl LockClient {
 }
 
 fn describe_wanted(items: &[LockItem]) -> String {
-    let exclusive: Vec<String> = items
+    let targets: Vec<String> = items
         .iter()
-        .filter(|i| i.mode == LockMode::Exclusive)
-        .map(|i| format!("`{}`", i.label()))
+        .filter(|i| !i.mode.is_intention())
+        .map(|i| match i.mode {
+            LockMode::Shared => format!("`{}` (shared)", i.label()),
+            _ => format!("`{}`", i.label()),
+        })
         .collect();
-    format!("tree lock on {}", exclusive.join(" and "))
+    format!("tree lock on {}", targets.join(" and "))
 }

@@ -151,8 +151,8 @@ enum Decision {
 
 pub(crate) fn blocker(item: &LockItem, observed: &Observed) -> Blocker {
     let lock_type = match observed.mode() {
-        LockMode::Shared => "shared",
         LockMode::Exclusive => "exclusive",
+        _ => "shared",
     };
     Blocker {
         path: item.label(),
@@ -164,7 +164,7 @@ pub(crate) fn blocker(item: &LockItem, observed: &Observed) -> Blocker {
 /// Returns the document that creates `item` for `owner` where none exists.
 pub(crate) fn fresh_source(item: &LockItem, owner: &Owner, now: i64, expires_at: i64) -> Value {
     match (item.mode, &item.path) {
-        (LockMode::Shared, Some(path)) => shared_with(None, owner, path, now, expires_at),
+        (LockMode::IntentExclusive, Some(path)) => shared_with(None, owner, path, now, expires_at),
         _ => exclusive_source(owner, item.path.as_ref(), now, expires_at),
     }
 }
@@ -186,7 +186,7 @@ fn decide(
     };
     let observed = Observed::from_source(&doc.source);
     if observed.is_held_by(&owner.process_id) {
-        if observed.mode() == LockMode::Shared && item.mode == LockMode::Exclusive {
+        if observed.mode() == LockMode::IntentExclusive && item.mode == LockMode::Exclusive {
             return Err(LockError::Upgrade { path: item.label() });
         }
         let mut item = item.clone();
@@ -198,7 +198,7 @@ fn decide(
         }));
     }
     match (item.mode, observed.mode(), &item.path) {
-        (LockMode::Shared, LockMode::Shared, Some(path)) => {
+        (LockMode::IntentExclusive, LockMode::IntentExclusive, Some(path)) => {
             let source = shared_with(Some(&doc.source), owner, path, now, expires_at);
             let op = BulkOp::Index {
                 id: item.id.clone(),
@@ -230,7 +230,7 @@ pub(crate) async fn attempt(
     let expires_at = crate::clock::lease_end(now, lease);
     let mut taken: Vec<Taken> = Vec::with_capacity(items.len());
     let mut pending: Vec<&LockItem> = items.iter().collect();
-    let mut read = items.iter().any(|i| i.mode == LockMode::Shared);
+    let mut read = items.iter().any(|i| i.mode == LockMode::IntentExclusive);
     for _ in 0..MAX_ROUNDS {
         let current = if read {
             let ids: Vec<String> = pending.iter().map(|i| i.id.clone()).collect();
@@ -324,7 +324,7 @@ fn release_order(taken: &mut [Taken]) {
     taken.sort_by_key(|t| {
         let depth = t.item.path.as_ref().map_or(0, FsPath::depth);
         (
-            t.item.mode == LockMode::Shared,
+            t.item.mode == LockMode::IntentExclusive,
             std::cmp::Reverse(depth),
             t.item.id.clone(),
         )
@@ -409,7 +409,7 @@ pub(crate) async fn release(
 
 /// Returns true for a share of a document that others shared too when we last wrote it.
 fn shared_with_others(t: &Taken, owner: &Owner) -> bool {
-    if t.item.mode != LockMode::Shared {
+    if t.item.mode != LockMode::IntentExclusive {
         return false;
     }
     let observed = Observed::from_source(&t.source);
@@ -449,7 +449,7 @@ fn transient_unknown() -> StoreError {
 fn release_op(t: &Taken, owner: &Owner) -> BulkOp {
     let id = t.item.id.clone();
     let if_version = Some(t.version);
-    if t.item.mode == LockMode::Shared {
+    if t.item.mode == LockMode::IntentExclusive {
         if let Some(source) = shared_without(&t.source, &[owner.process_id.as_str()]) {
             return BulkOp::Index {
                 id,

@@ -51,12 +51,14 @@ pub enum LockError {
         /// The destination, inside the source.
         to: FsPath,
     },
-    /// The root was asked for an exclusive tree lock; the root is never renamed, and no
-    /// acquisition takes a shared lock on it, so such a lock would exclude nothing.
-    #[error("the root `/` cannot be locked exclusively")]
+    /// The root was asked for a tree lock. It is never renamed, and no acquisition takes an
+    /// intention lock on it (every job would contend on one document), so a lock on it would
+    /// exclude nothing: lock the directories under it instead.
+    #[error("the root `/` cannot be locked: writers take no lock on it, so a lock there would exclude nothing; give a path under it")]
     RootLock,
-    /// The owner holds a shared lock on a path and asked for an exclusive one there.
-    #[error("`{path}` is held shared by this owner; upgrading to exclusive is not supported")]
+    /// The owner holds a weaker lock on a path and asked for a stronger one there (or a
+    /// request needs S and IX on one path, Gray's SIX).
+    #[error("`{path}` is already locked by this owner in a weaker mode; upgrading a lock is not supported")]
     Upgrade {
         /// The lock's path or id.
         path: String,

@@ -91,7 +91,7 @@ pub(crate) async fn renew(inner: &Inner) -> Result<u32> {
     }
     let shared_ids: Vec<String> = held
         .values()
-        .filter(|h| h.taken.item.mode == LockMode::Shared)
+        .filter(|h| h.taken.item.mode == LockMode::IntentExclusive)
         .map(|h| h.taken.item.id.clone())
         .collect();
     let fresh = if shared_ids.is_empty() {
@@ -106,10 +106,10 @@ pub(crate) async fn renew(inner: &Inner) -> Result<u32> {
     for (id, h) in held.iter().filter(|(_, h)| !h.lost) {
         let t = &h.taken;
         let renewed = match t.item.mode {
-            LockMode::Shared => fresh.get(id).and_then(|doc| {
+            LockMode::IntentExclusive => fresh.get(id).and_then(|doc| {
                 shared_renewed(&doc.source, pid, expires_at).map(|s| (s, doc.version))
             }),
-            LockMode::Exclusive => Some((renewed_exclusive(&t.source, expires_at), t.version)),
+            _ => Some((renewed_exclusive(&t.source, expires_at), t.version)),
         };
         match renewed {
             Some((source, version)) => writes.push((id.clone(), source, version)),
@@ -136,7 +136,7 @@ pub(crate) async fn renew(inner: &Inner) -> Result<u32> {
             }
             // A shared document another holder changed meanwhile: the next round renews it,
             // well within the lease (renewal runs every third of it).
-            Err(e) if e.is_conflict() && h.taken.item.mode == LockMode::Shared => {}
+            Err(e) if e.is_conflict() && h.taken.item.mode == LockMode::IntentExclusive => {}
             Err(e) if e.is_conflict() || e.is_not_found() => lost.push(id),
             Err(e) => tracing::warn!(lock = %id, error = %e, "renewing a lock failed"),
         }

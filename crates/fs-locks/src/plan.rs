@@ -1,6 +1,6 @@
 //! Which lock documents an acquisition takes, in which order.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use fs_model::{tree_lock_id, FsPath};
 
@@ -14,7 +14,7 @@ pub struct LockItem {
     pub id: String,
     /// The locked path; `None` for global and document locks without one.
     pub path: Option<FsPath>,
-    /// Shared or exclusive.
+    /// The mode: IS, IX, S or X.
     pub mode: LockMode,
 }
 
@@ -28,21 +28,22 @@ impl LockItem {
     }
 }
 
-/// A tree-lock acquisition: exclusive locks on some paths and shared locks on all their
-/// ancestors, taken together.
+/// A tree-lock acquisition: shared (S) or exclusive (X) locks on some paths and the matching
+/// intention locks on all their ancestors (IS for S, IX for X), taken together.
 ///
-/// The order is the book's: shared locks root-first, then the exclusive locks; release is the
-/// reverse (exclusive locks first, then shared deepest first). Taking ancestors first means a
-/// competing exclusive lock on an ancestor is found before anything below it is touched, and
-/// releasing deepest first means no instant exists where an exclusive lock is still held below
-/// an ancestor that has already become free for someone else's exclusive lock.
+/// The order is the book's: intention locks root-first, then the locks on the targets; release
+/// is the reverse (the targets first, then the ancestors deepest first). Taking ancestors first
+/// means a competing lock on an ancestor (someone renaming `/clinton`) is found before anything
+/// below it is touched, and releasing deepest first means no instant exists where a lock is
+/// still held below an ancestor that has already become free for someone else's lock.
 ///
 /// The root is never locked: it cannot be renamed, so no exclusive lock on it exists to guard
-/// against, and a shared lock on it would make every acquisition in the system contend on one
-/// document.
+/// against, and an intention lock on it would make every acquisition in the system contend on
+/// one document. For the same reason a shared lock on the root would exclude nobody, and is
+/// refused.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TreeLockRequest {
-    exclusive: BTreeSet<FsPath>,
+    targets: BTreeMap<FsPath, LockMode>,
 }
 
 impl TreeLockRequest {
@@ -51,13 +52,20 @@ impl TreeLockRequest {
         TreeLockRequest::default()
     }
 
-    /// Returns the request of the book: an exclusive lock on `path`, shared on its ancestors.
+    /// Returns the request of the book: an exclusive lock on `path`, intention-exclusive
+    /// (the book's shared lock) on its ancestors.
     pub fn path(path: &FsPath) -> TreeLockRequest {
         TreeLockRequest::new().exclusive(path.clone())
     }
 
+    /// Returns the request of a reader of the subtree at `path`: shared on it,
+    /// intention-shared on its ancestors. Nothing at or under `path` changes while it is held.
+    pub fn read(path: &FsPath) -> TreeLockRequest {
+        TreeLockRequest::new().shared(path.clone())
+    }
+
     /// Returns the request for renaming `from` to `to`: both exclusive, each one's ancestors
-    /// shared once.
+    /// intention-exclusive once.
     ///
     /// # Errors
     /// [`LockError::MoveIntoItself`] if `to` is `from` or lies inside it.
@@ -73,27 +81,68 @@ impl TreeLockRequest {
             .exclusive(to.clone()))
     }
 
-    /// Adds an exclusive lock on `path` (and so shared locks on its ancestors).
+    /// Returns the request for copying `from` to `to`: shared on the source (nothing under it
+    /// changes while it is copied), exclusive on the destination.
+    ///
+    /// # Errors
+    /// [`LockError::MoveIntoItself`] if `to` is `from` or lies inside it.
+    pub fn copy(from: &FsPath, to: &FsPath) -> Result<TreeLockRequest> {
+        if to.is_inside(from) {
+            return Err(LockError::MoveIntoItself {
+                from: from.clone(),
+                to: to.clone(),
+            });
+        }
+        Ok(TreeLockRequest::new()
+            .shared(from.clone())
+            .exclusive(to.clone()))
+    }
+
+    /// Adds an exclusive lock on `path` (and so intention-exclusive locks on its ancestors).
     pub fn exclusive(mut self, path: FsPath) -> TreeLockRequest {
-        self.exclusive.insert(path);
+        self.targets.insert(path, LockMode::Exclusive);
+        self
+    }
+
+    /// Adds a shared lock on `path` (and so intention-shared locks on its ancestors), unless
+    /// the request already locks `path` exclusively.
+    pub fn shared(mut self, path: FsPath) -> TreeLockRequest {
+        self.targets.entry(path).or_insert(LockMode::Shared);
         self
     }
 
     /// Returns the lock items in acquisition order.
     ///
     /// # Errors
-    /// [`LockError::RootLock`] if the root is to be locked exclusively.
+    /// [`LockError::RootLock`] if the root is to be locked; [`LockError::Upgrade`] if a path
+    /// locked shared is also an ancestor of a path locked exclusively (that would need Gray's
+    /// SIX mode, which fsrename does not have).
     pub fn items(&self) -> Result<Vec<LockItem>> {
-        if self.exclusive.iter().any(FsPath::is_root) {
+        if self.targets.keys().any(FsPath::is_root) {
             return Err(LockError::RootLock);
         }
-        // Shared ancestors, minus the root and minus paths this request locks exclusively
-        // (an exclusive lock already keeps everyone else out). Ordered by depth, then path.
-        let mut shared: BTreeMap<(usize, FsPath), ()> = BTreeMap::new();
-        for path in &self.exclusive {
+        // Intention locks on ancestors, minus the root and minus the targets themselves (their
+        // own lock covers them, or refuses as below). Ordered by depth, then path; IX wins
+        // over IS where a path is an ancestor of both kinds of target.
+        let mut intentions: BTreeMap<(usize, FsPath), LockMode> = BTreeMap::new();
+        for (path, mode) in &self.targets {
             for ancestor in path.ancestors().into_iter().skip(1) {
-                if !self.exclusive.contains(&ancestor) {
-                    shared.insert((ancestor.depth(), ancestor), ());
+                if ancestor.is_root() {
+                    continue;
+                }
+                if let Some(target) = self.targets.get(&ancestor) {
+                    if !target.covers(mode.intention()) {
+                        return Err(LockError::Upgrade {
+                            path: ancestor.to_string(),
+                        });
+                    }
+                    continue;
+                }
+                let slot = intentions
+                    .entry((ancestor.depth(), ancestor))
+                    .or_insert(LockMode::IntentShared);
+                if mode.intention() == LockMode::IntentExclusive {
+                    *slot = LockMode::IntentExclusive;
                 }
             }
         }
@@ -102,12 +151,9 @@ impl TreeLockRequest {
             path: Some(path),
             mode,
         };
-        let shared = shared.into_keys().map(|(_, p)| item(p, LockMode::Shared));
-        let exclusive = self
-            .exclusive
-            .iter()
-            .map(|p| item(p.clone(), LockMode::Exclusive));
-        Ok(shared.chain(exclusive).collect())
+        let ancestors = intentions.into_iter().map(|((_, p), m)| item(p, m));
+        let targets = self.targets.iter().map(|(p, m)| item(p.clone(), *m));
+        Ok(ancestors.chain(targets).collect())
     }
 }
 
@@ -122,7 +168,7 @@ mod tests {
     fn describe(items: &[LockItem]) -> Vec<String> {
         items
             .iter()
-            .map(|i| format!("{:?} {}", i.mode, i.label()))
+            .map(|i| format!("{} {}", i.mode, i.label()))
             .collect()
     }
 
@@ -134,10 +180,10 @@ mod tests {
         assert_eq!(
             describe(&items),
             [
-                "Shared /clinton",
-                "Shared /clinton/projects",
-                "Shared /clinton/projects/elasticsearch",
-                "Exclusive /clinton/projects/elasticsearch/README.txt",
+                "IX /clinton",
+                "IX /clinton/projects",
+                "IX /clinton/projects/elasticsearch",
+                "X /clinton/projects/elasticsearch/README.txt",
             ]
         );
     }
@@ -149,12 +195,7 @@ mod tests {
             .items();
         assert_eq!(
             describe(&items.expect("items")),
-            [
-                "Shared /a",
-                "Shared /a/b",
-                "Exclusive /a/b/c",
-                "Exclusive /a/d"
-            ]
+            ["IX /a", "IX /a/b", "X /a/b/c", "X /a/d"]
         );
     }
 
@@ -165,10 +206,31 @@ mod tests {
         let items = TreeLockRequest::rename(&p("/a/b"), &p("/a"))
             .expect("rename")
             .items();
+        assert_eq!(describe(&items.expect("items")), ["X /a", "X /a/b"]);
+    }
+
+    #[test]
+    fn readers_take_intention_shared_and_ix_wins_over_is() {
+        let items = TreeLockRequest::copy(&p("/a/b/src"), &p("/a/c/dst"))
+            .expect("copy")
+            .items();
         assert_eq!(
             describe(&items.expect("items")),
-            ["Exclusive /a", "Exclusive /a/b"]
+            ["IX /a", "IS /a/b", "IX /a/c", "S /a/b/src", "X /a/c/dst"]
         );
+        let read = TreeLockRequest::read(&p("/a/b")).items().expect("items");
+        assert_eq!(describe(&read), ["IS /a", "S /a/b"]);
+        // Copying a directory into its own parent: the destination's X covers the source's IS.
+        let up = TreeLockRequest::copy(&p("/a/b"), &p("/a"))
+            .expect("copy")
+            .items();
+        assert_eq!(describe(&up.expect("items")), ["X /a", "S /a/b"]);
+        // S on a path that is also the ancestor of an X target would be SIX.
+        let six = TreeLockRequest::new()
+            .shared(p("/a"))
+            .exclusive(p("/a/b"))
+            .items();
+        assert!(matches!(six, Err(LockError::Upgrade { .. })));
     }
 
     #[test]
@@ -183,6 +245,14 @@ mod tests {
             TreeLockRequest::path(&FsPath::root()).items(),
             Err(LockError::RootLock)
         );
+        assert_eq!(
+            TreeLockRequest::read(&FsPath::root()).items(),
+            Err(LockError::RootLock)
+        );
+        assert!(matches!(
+            TreeLockRequest::copy(&p("/a"), &p("/a/b")),
+            Err(LockError::MoveIntoItself { .. })
+        ));
         assert!(
             TreeLockRequest::rename(&p("/ab"), &p("/a/b")).is_ok(),
             "component-wise"

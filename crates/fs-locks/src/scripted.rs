@@ -38,7 +38,7 @@ pub(crate) fn acquire_items(
     items
         .iter()
         .map(|item| match (item.mode, &item.path) {
-            (LockMode::Shared, Some(path)) => {
+            (LockMode::IntentExclusive, Some(path)) => {
                 let entry = HolderEntry::of(owner, now, expires_at);
                 ScriptedUpdate {
                     id: item.id.clone(),
@@ -63,7 +63,7 @@ pub(crate) fn release_items(taken: &[Taken], owner: &Owner) -> Vec<ScriptedUpdat
     ordered.sort_by_key(|t| {
         let depth = t.item.path.as_ref().map_or(0, FsPath::depth);
         (
-            t.item.mode == LockMode::Shared,
+            t.item.mode == LockMode::IntentExclusive,
             std::cmp::Reverse(depth),
             t.item.id.clone(),
         )
@@ -72,7 +72,7 @@ pub(crate) fn release_items(taken: &[Taken], owner: &Owner) -> Vec<ScriptedUpdat
         .into_iter()
         .map(|t| ScriptedUpdate {
             id: t.item.id.clone(),
-            script: if t.item.mode == LockMode::Shared {
+            script: if t.item.mode == LockMode::IntentExclusive {
                 SHARED_RELEASE
             } else {
                 EXCLUSIVE_RELEASE
@@ -178,7 +178,7 @@ pub(crate) async fn attempt(
             let observed = Observed::from_source(&doc.source);
             Blocker {
                 path: item.label(),
-                lock_type: if observed.mode() == LockMode::Shared {
+                lock_type: if observed.mode() == LockMode::IntentExclusive {
                     "shared"
                 } else {
                     "exclusive"

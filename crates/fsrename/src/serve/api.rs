@@ -183,7 +183,7 @@ async fn locks(State(jobs): State<Jobs>) -> Result<Response, ApiError> {
             json!({
                 "id": l.id,
                 "path": l.path,
-                "lock_type": if l.observed.mode() == LockMode::Shared { "shared" } else { "exclusive" },
+                "lock_type": if l.observed.mode() == LockMode::IntentExclusive { "shared" } else { "exclusive" },
                 "holders": l.observed.describe_holders(),
                 "expires_at": l.expires_at,
                 "expired": l.expires_at.is_some_and(|at| at < now),

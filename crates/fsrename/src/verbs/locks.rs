@@ -63,7 +63,7 @@ pub async fn run(cli: &Cli, json: bool) -> anyhow::Result<u8> {
 
 fn lock_type(lock: &LockInfo) -> &'static str {
     match lock.observed.mode() {
-        fs_locks::LockMode::Shared => "shared",
         fs_locks::LockMode::Exclusive => "exclusive",
+        _ => "shared",
     }
 }
