@@ -50,7 +50,15 @@ fn decide(
     predecessors: &[String],
     (now, expires_at): (i64, i64),
 ) -> Step {
-    let fresh = || crate::engine::fresh_source(item, owner, now, expires_at);
+    let fresh = || crate::script_params::fresh_source(item, owner, now, expires_at);
+    let req = crate::script_params::Request {
+        owner,
+        now,
+        expires_at,
+        waiter_expires_at: expires_at,
+        since: now,
+        queue: false,
+    };
     let Some(doc) = current else {
         let source = fresh();
         let op = BulkOp::Create {
@@ -62,7 +70,7 @@ fn decide(
     let observed = Observed::from_source(&doc.source);
     if observed.is_held_by(&owner.process_id) {
         let mut item = item.clone();
-        item.mode = observed.mode();
+        item.mode = observed.held_mode(&owner.process_id).unwrap_or(item.mode);
         return Step::Have(Taken {
             item,
             version: doc.version,
@@ -98,18 +106,16 @@ fn decide(
                 // An expired exclusive lock where the journal had a share: the job's own
                 // exclusive lock cannot be there, so it is someone else's; leave it to the
                 // sweep of expired locks and wait.
-                (LockMode::IntentExclusive, _) => {
-                    Step::Blocked(crate::engine::blocker(item, &observed))
+                (mode, _) if mode != LockMode::Exclusive => {
+                    Step::Blocked(crate::engine::blocker(item, &observed, &req))
                 }
                 _ => cas(fresh()),
             }
         }
-        (LockMode::Exclusive, Observed::Shared { holders, .. }, _)
-            if only_predecessors(holders) =>
-        {
+        (LockMode::Exclusive, Observed::Group { holders, .. }, _) if only_predecessors(holders) => {
             cas(fresh())
         }
-        (LockMode::IntentExclusive, Observed::Shared { holders, .. }, Some(path)) => {
+        (mode, Observed::Group { holders, .. }, Some(path)) if mode != LockMode::Exclusive => {
             let expired: Vec<&str> = holders
                 .iter()
                 .filter(|(pid, h)| h.expires_at < now && predecessor(pid))
@@ -120,9 +126,25 @@ fn decide(
             } else {
                 shared_without(&doc.source, &expired)
             };
-            cas(shared_with(base.as_ref(), owner, path, now, expires_at))
+            // The set was compatible when the job held it; make sure it still is.
+            if let Some(base) = &base {
+                let rest = Observed::from_source(base);
+                if rest
+                    .conflict(&owner.process_id, item.mode, now, now, false)
+                    .is_some()
+                {
+                    return Step::Blocked(crate::engine::blocker(item, &rest, &req));
+                }
+            }
+            cas(shared_with(
+                base.as_ref(),
+                owner,
+                path,
+                item.mode,
+                (now, expires_at),
+            ))
         }
-        _ => Step::Blocked(crate::engine::blocker(item, &observed)),
+        _ => Step::Blocked(crate::engine::blocker(item, &observed, &req)),
     }
 }
 
@@ -157,11 +179,9 @@ impl LockClient {
             let blocker = match outcome.0 {
                 Ok(None) => break,
                 Ok(Some(blocker)) => blocker,
-                Err(e) if e.is_retryable() && Instant::now() < deadline => Blocker {
-                    path: "-".into(),
-                    lock_type: "store".into(),
-                    holders: e.to_string(),
-                },
+                Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                    Blocker::other("-", "store", e.to_string())
+                }
                 Err(e) => {
                     self.forget(&mine).await;
                     return Err(e);
@@ -175,7 +195,7 @@ impl LockClient {
                 }
                 return Err(LockError::Timeout {
                     wanted,
-                    blocker,
+                    blocker: Box::new(blocker),
                     waited: started.elapsed(),
                     attempts,
                 });
@@ -259,11 +279,11 @@ impl LockClient {
                             }),
                             // Changed since read, or fate unknown: read again next round.
                             Err(e) if e.is_conflict() || e.is_retryable() => {
-                                blocked.get_or_insert(Blocker {
-                                    path: item.label(),
-                                    lock_type: "contended".into(),
-                                    holders: e.to_string(),
-                                });
+                                blocked.get_or_insert(Blocker::other(
+                                    item.label(),
+                                    "contended",
+                                    e.to_string(),
+                                ));
                             }
                             Err(e) => {
                                 let context = format!("taking over the lock on `{}`", item.label());

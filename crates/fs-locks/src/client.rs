@@ -111,7 +111,7 @@ impl Inner {
     }
 
     pub(crate) fn calls(&self) -> Calls<'_> {
-        Calls::new(self.store.as_ref(), &self.lock_index)
+        Calls::new(self.store.as_ref(), &self.lock_index, self.clock.now_ms())
     }
 
     pub(crate) fn report_lost(&self, labels: &[String]) {

@@ -3,12 +3,15 @@
 //! One attempt at a set of lock items:
 //!
 //! 1. Items this client already holds in a covering mode are granted from memory (reentrancy).
-//! 2. One `mget` reads the rest, skipped when the set has no shared lock: exclusive locks are
-//!    plain creates, as in the book, and a conflict is read afterwards.
-//! 3. If any item is refused by what was read (an exclusive lock of another owner, or a shared
-//!    lock where we want exclusive), nothing is written and the attempt is refused.
+//! 2. One `mget` reads the rest, skipped when every item is an exclusive lock: those are plain
+//!    creates, as in the book, and a conflict is read afterwards.
+//! 3. Each document read is put through the acquire script's Rust twin
+//!    ([`fs_model::lock_scripts::ACQUIRE`]), the same logic Elasticsearch runs in painless:
+//!    refused (an incompatible holder, or an older waiter), already ours, or a new document.
+//!    If any item is refused, nothing is written but our waiter entries on the documents that
+//!    refused (fair waiting), and the attempt is refused.
 //! 4. One `bulk` writes everything, in plan order: creates for missing documents, and for
-//!    shared documents an `index` conditional on the version read that adds our holder entry.
+//!    existing ones an `index` conditional on the version read.
 //! 5. Items whose write conflicted (someone else wrote the document since we read it) are read
 //!    again and retried at once, a bounded number of rounds; the first refusal undoes what the
 //!    attempt took, so a caller never waits while holding a lock.
@@ -20,14 +23,18 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use fs_model::lock_scripts::{self, ScriptError, ScriptOp, UPGRADE_REFUSAL};
 use fs_model::FsPath;
 use fs_store::{BulkItemResult, BulkOp, DocStore, StoreError, StoredDoc, Version};
 use serde_json::Value;
 
 use crate::backoff::Backoff;
 use crate::error::{Blocker, LockError, Result};
-use crate::lock_doc::{exclusive_source, shared_with, shared_without, LockMode, Observed, Owner};
+use crate::lock_doc::{LockMode, Observed, Owner};
 use crate::plan::LockItem;
+use crate::script_params::{
+    acquire_params, fresh_source, release_params, run_locally, wait_params, Request,
+};
 
 /// How many read-and-write rounds an attempt makes on contended documents before it counts as
 /// refused (and backs off, holding nothing).
@@ -48,15 +55,19 @@ pub(crate) struct Calls<'a> {
     pub(crate) round_trips: u32,
     /// Scripted updates sent again because they lost a race with another update.
     pub(crate) races: u32,
+    /// When these calls started, by the lease clock: what tells a live waiter from an expired
+    /// one when a lock is given back.
+    pub(crate) now: i64,
 }
 
 impl<'a> Calls<'a> {
-    pub(crate) fn new(store: &'a dyn DocStore, index: &'a str) -> Calls<'a> {
+    pub(crate) fn new(store: &'a dyn DocStore, index: &'a str, now: i64) -> Calls<'a> {
         Calls {
             store,
             index,
             round_trips: 0,
             races: 0,
+            now,
         }
     }
 
@@ -149,57 +160,38 @@ enum Decision {
     Refused(Blocker),
 }
 
-pub(crate) fn blocker(item: &LockItem, observed: &Observed) -> Blocker {
-    let lock_type = match observed.mode() {
-        LockMode::Exclusive => "exclusive",
-        _ => "shared",
-    };
-    Blocker {
-        path: item.label(),
-        lock_type: lock_type.to_owned(),
-        holders: observed.describe_holders(),
+/// Returns the blocker that refused `item` for the request, as the document says.
+pub(crate) fn blocker(item: &LockItem, observed: &Observed, req: &Request<'_>) -> Blocker {
+    match observed.conflict(
+        &req.owner.process_id,
+        item.mode,
+        req.since,
+        req.now,
+        req.queue,
+    ) {
+        Some(conflict) => Blocker::from_conflict(item.label(), &conflict, req.now),
+        None => Blocker {
+            path: item.label(),
+            lock_type: observed.mode().to_string(),
+            holders: observed.describe_holders(),
+            waiter: false,
+            expired_ms_ago: None,
+        },
     }
 }
 
-/// Returns the document that creates `item` for `owner` where none exists.
-pub(crate) fn fresh_source(item: &LockItem, owner: &Owner, now: i64, expires_at: i64) -> Value {
-    match (item.mode, &item.path) {
-        (LockMode::IntentExclusive, Some(path)) => shared_with(None, owner, path, now, expires_at),
-        _ => exclusive_source(owner, item.path.as_ref(), now, expires_at),
-    }
-}
-
-fn decide(
-    item: &LockItem,
-    current: Option<&StoredDoc>,
-    owner: &Owner,
-    now: i64,
-    expires_at: i64,
-) -> Result<Decision> {
+fn decide(item: &LockItem, current: Option<&StoredDoc>, req: &Request<'_>) -> Result<Decision> {
     let Some(doc) = current else {
-        let source = fresh_source(item, owner, now, expires_at);
+        let source = fresh_source(item, req.owner, req.now, req.expires_at);
         let op = BulkOp::Create {
             id: item.id.clone(),
             source: source.clone(),
         };
         return Ok(Decision::Write(op, source));
     };
-    let observed = Observed::from_source(&doc.source);
-    if observed.is_held_by(&owner.process_id) {
-        if observed.mode() == LockMode::IntentExclusive && item.mode == LockMode::Exclusive {
-            return Err(LockError::Upgrade { path: item.label() });
-        }
-        let mut item = item.clone();
-        item.mode = observed.mode();
-        return Ok(Decision::Adopt(Taken {
-            item,
-            version: doc.version,
-            source: doc.source.clone(),
-        }));
-    }
-    match (item.mode, observed.mode(), &item.path) {
-        (LockMode::IntentExclusive, LockMode::IntentExclusive, Some(path)) => {
-            let source = shared_with(Some(&doc.source), owner, path, now, expires_at);
+    let params = acquire_params(item, req);
+    match run_locally(&lock_scripts::ACQUIRE, &doc.source, &params) {
+        Ok((ScriptOp::Index, source)) => {
             let op = BulkOp::Index {
                 id: item.id.clone(),
                 source: source.clone(),
@@ -207,7 +199,27 @@ fn decide(
             };
             Ok(Decision::Write(op, source))
         }
-        _ => Ok(Decision::Refused(blocker(item, &observed))),
+        Ok((ScriptOp::Noop, _)) | Ok((ScriptOp::Delete, _)) => {
+            // Already ours, in a mode that covers the request.
+            let observed = Observed::from_source(&doc.source);
+            let mut item = item.clone();
+            item.mode = observed
+                .held_mode(&req.owner.process_id)
+                .unwrap_or(item.mode);
+            Ok(Decision::Adopt(Taken {
+                item,
+                version: doc.version,
+                source: doc.source.clone(),
+            }))
+        }
+        Err(ScriptError::Refused(why)) if why == UPGRADE_REFUSAL => {
+            Err(LockError::Upgrade { path: item.label() })
+        }
+        Err(_) => Ok(Decision::Refused(blocker(
+            item,
+            &Observed::from_source(&doc.source),
+            req,
+        ))),
     }
 }
 
@@ -215,22 +227,33 @@ fn decide(
 pub(crate) enum Attempt {
     /// Every item is now held; these are the documents written or adopted.
     Granted(Vec<Taken>),
-    /// An item was refused; nothing is held.
-    Refused(Blocker),
+    /// Refused; nothing is held. `blocker` is the first refusal; `refusing` every item that
+    /// refused, where the request may register as a waiter.
+    Refused {
+        blocker: Blocker,
+        refusing: Vec<LockItem>,
+    },
+}
+
+impl Attempt {
+    fn refused(blocker: Blocker) -> Attempt {
+        Attempt::Refused {
+            blocker,
+            refusing: Vec::new(),
+        }
+    }
 }
 
 /// Makes one attempt at `items` (none of which the client holds yet). Never waits.
 pub(crate) async fn attempt(
     calls: &mut Calls<'_>,
     items: &[LockItem],
-    owner: &Owner,
-    now: i64,
-    lease: Duration,
+    req: &Request<'_>,
 ) -> Result<Attempt> {
-    let expires_at = crate::clock::lease_end(now, lease);
+    let owner = req.owner;
     let mut taken: Vec<Taken> = Vec::with_capacity(items.len());
     let mut pending: Vec<&LockItem> = items.iter().collect();
-    let mut read = items.iter().any(|i| i.mode == LockMode::IntentExclusive);
+    let mut read = items.iter().any(|i| i.mode != LockMode::Exclusive);
     for _ in 0..MAX_ROUNDS {
         let current = if read {
             let ids: Vec<String> = pending.iter().map(|i| i.id.clone()).collect();
@@ -243,18 +266,25 @@ pub(crate) async fn attempt(
         };
         let mut ops = Vec::new();
         let mut writing = Vec::new();
+        let mut first_blocker = None;
+        let mut refusing = Vec::new();
         for item in &pending {
-            match decide(item, current.get(&item.id), owner, now, expires_at) {
+            match decide(item, current.get(&item.id), req) {
                 Ok(Decision::Write(op, source)) => {
                     ops.push(op);
                     writing.push((*item, source));
                 }
                 Ok(Decision::Adopt(t)) => taken.push(t),
                 Ok(Decision::Refused(b)) => {
-                    return undo_then(calls, taken, owner, Ok(Attempt::Refused(b))).await
+                    first_blocker.get_or_insert(b);
+                    refusing.push((*item).clone());
                 }
                 Err(e) => return undo_then(calls, taken, owner, Err(e)).await,
             }
+        }
+        if let Some(blocker) = first_blocker {
+            let refused = Attempt::Refused { blocker, refusing };
+            return undo_then(calls, taken, owner, Ok(refused)).await;
         }
         if ops.is_empty() {
             return Ok(Attempt::Granted(taken));
@@ -291,8 +321,112 @@ pub(crate) async fn attempt(
         path: contended,
         lock_type: "contended".to_owned(),
         holders: format!("writers that changed it in each of {MAX_ROUNDS} rounds"),
+        waiter: false,
+        expired_ms_ago: None,
     };
-    undo_then(calls, taken, owner, Ok(Attempt::Refused(b))).await
+    undo_then(calls, taken, owner, Ok(Attempt::refused(b))).await
+}
+
+/// Registers the request as a waiter on the documents of `items` (fair waiting), or renews its
+/// registration there: one `mget` and one conditional `bulk`. A document that changed
+/// meanwhile, or is gone, is skipped: the next attempt reads it again. Returns the ids where
+/// the request is now registered.
+pub(crate) async fn register_waiter(
+    calls: &mut Calls<'_>,
+    items: &[LockItem],
+    req: &Request<'_>,
+    lease_ms: i64,
+) -> Result<Vec<String>> {
+    let ids: Vec<String> = items.iter().map(|i| i.id.clone()).collect();
+    let current = calls.mget(&ids).await?;
+    let mut ops = Vec::new();
+    let mut writing = Vec::new();
+    for item in items {
+        let Some(doc) = current.get(&item.id) else {
+            continue;
+        };
+        // Already registered with more than half a lease to run: nothing to write.
+        let fresh_enough = Observed::from_source(&doc.source)
+            .waiters()
+            .get(&req.owner.process_id)
+            .is_some_and(|w| w.since == req.since && w.expires_at - req.now > lease_ms / 2);
+        if fresh_enough {
+            writing.push((item.id.clone(), None));
+            continue;
+        }
+        let params = wait_params(item, req);
+        if let Ok((ScriptOp::Index, source)) =
+            run_locally(&lock_scripts::WAIT, &doc.source, &params)
+        {
+            ops.push(BulkOp::Index {
+                id: item.id.clone(),
+                source,
+                if_version: Some(doc.version),
+            });
+            writing.push((item.id.clone(), Some(ops.len() - 1)));
+        }
+    }
+    let results = if ops.is_empty() {
+        Vec::new()
+    } else {
+        calls.bulk(ops).await?
+    };
+    Ok(writing
+        .into_iter()
+        .filter(|(_, at)| at.is_none_or(|i| results.get(i).is_some_and(|r| r.is_ok())))
+        .map(|(id, _)| id)
+        .collect())
+}
+
+/// Removes the request's waiter entries from `ids` (it gave up): read, then conditional
+/// writes, a few rounds on conflicts. What is left expires with its lease.
+pub(crate) async fn unregister_waiter(
+    calls: &mut Calls<'_>,
+    ids: &[String],
+    owner: &Owner,
+    now: i64,
+) -> Result<()> {
+    let mut pending = ids.to_vec();
+    let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(20));
+    for round in 0..MAX_ROUNDS {
+        if pending.is_empty() {
+            break;
+        }
+        if round > 0 {
+            tokio::time::sleep(backoff.next_pause()).await;
+        }
+        let current = calls.mget(&pending).await?;
+        let params = release_params(owner, now);
+        let mut ops = Vec::new();
+        let mut writing = Vec::new();
+        for id in &pending {
+            let Some(doc) = current.get(id) else { continue };
+            match run_locally(&lock_scripts::UNWAIT, &doc.source, &params) {
+                Ok((ScriptOp::Index, source)) => ops.push(BulkOp::Index {
+                    id: id.clone(),
+                    source,
+                    if_version: Some(doc.version),
+                }),
+                Ok((ScriptOp::Delete, _)) => ops.push(BulkOp::Delete {
+                    id: id.clone(),
+                    if_version: Some(doc.version),
+                }),
+                _ => continue,
+            }
+            writing.push(id.clone());
+        }
+        if ops.is_empty() {
+            break;
+        }
+        let results = calls.bulk(ops).await?;
+        pending = writing
+            .into_iter()
+            .zip(results)
+            .filter(|(_, r)| r.as_ref().is_err_and(|e| e.is_conflict()))
+            .map(|(id, _)| id)
+            .collect();
+    }
+    Ok(())
 }
 
 /// Releases what a failed attempt took, then returns `outcome`. A failure to undo is logged,
@@ -318,13 +452,13 @@ pub(crate) struct Released {
     pub(crate) lost: Vec<String>,
 }
 
-/// Orders locks for release: exclusive before shared, deepest first within each, so that no
-/// ancestor becomes free while a lock below it is still held.
-fn release_order(taken: &mut [Taken]) {
+/// Orders locks for release: the targets (S, X) before the intention locks, deepest first
+/// within each, so that no ancestor becomes free while a lock below it is still held.
+pub(crate) fn release_order(taken: &mut [Taken]) {
     taken.sort_by_key(|t| {
         let depth = t.item.path.as_ref().map_or(0, FsPath::depth);
         (
-            t.item.mode == LockMode::IntentExclusive,
+            t.item.mode.is_intention(),
             std::cmp::Reverse(depth),
             t.item.id.clone(),
         )
@@ -354,13 +488,16 @@ pub(crate) async fn release(
         .partition(|t| shared_with_others(t, owner));
     let mut pending = quiet;
     if !busy.is_empty() {
-        pending.extend(read_ours(calls, busy, owner).await?);
+        let (ours, lost) = read_ours(calls, busy, owner).await?;
+        released.lost.extend(lost);
+        pending.extend(ours);
     }
     let mut rounds = 0u32;
     while !pending.is_empty() {
         rounds += 1;
         release_order(&mut pending);
-        let ops: Vec<BulkOp> = pending.iter().map(|t| release_op(t, owner)).collect();
+        let now = calls.now;
+        let ops: Vec<BulkOp> = pending.iter().map(|t| release_op(t, owner, now)).collect();
         let results = match calls.bulk(ops).await {
             Ok(results) => results,
             // The request's fate is unknown: read what is still ours and go on.
@@ -373,14 +510,13 @@ pub(crate) async fn release(
         for (t, result) in pending.into_iter().zip(results) {
             match result {
                 Ok(_) => {}
-                // Gone, or an exclusive lock rewritten by someone else: no longer ours.
+                // Gone: no longer ours.
                 Err(StoreError::NotFound { .. })
                 | Err(StoreError::Conflict { exists: false, .. }) => {
                     released.lost.push(t.item.label())
                 }
-                Err(e) if e.is_conflict() && t.item.mode == LockMode::Exclusive => {
-                    released.lost.push(t.item.label())
-                }
+                // Changed since we wrote it (a waiter registered, another holder came or
+                // went, or someone took it over): read it again and see.
                 Err(e) if e.is_conflict() || e.is_retryable() => again.push(t),
                 Err(e) => {
                     let context = format!("releasing the lock on `{}`", t.item.label());
@@ -401,31 +537,38 @@ pub(crate) async fn release(
                 });
             }
             tokio::time::sleep(backoff.next_pause()).await;
-            pending = read_ours(calls, again, owner).await?;
+            let (ours, lost) = read_ours(calls, again, owner).await?;
+            released.lost.extend(lost);
+            pending = ours;
         }
     }
     Ok(released)
 }
 
-/// Returns true for a share of a document that others shared too when we last wrote it.
+/// Returns true for a lock on a document that others shared, or waited on, when we last
+/// wrote it: it has most likely changed since.
 fn shared_with_others(t: &Taken, owner: &Owner) -> bool {
-    if t.item.mode != LockMode::IntentExclusive {
-        return false;
-    }
     let observed = Observed::from_source(&t.source);
-    observed.foreign_shares() > 0
+    !observed.waiters().is_empty()
+        || observed.foreign_shares() > 0
         || match &observed {
-            Observed::Shared { holders, .. } => holders.keys().any(|pid| *pid != owner.process_id),
+            Observed::Group { holders, .. } => holders.keys().any(|pid| *pid != owner.process_id),
             Observed::Exclusive { .. } => false,
         }
 }
 
-/// Reads `items` afresh and returns those still ours, with the version and source read.
+/// Reads `items` afresh and returns those still ours, with the version and source read, and
+/// the labels of exclusive locks now someone else's (taken over after our lease expired).
 /// The others are gone (a retried delete that landed, or a share reaped after it expired).
-async fn read_ours(calls: &mut Calls<'_>, items: Vec<Taken>, owner: &Owner) -> Result<Vec<Taken>> {
+async fn read_ours(
+    calls: &mut Calls<'_>,
+    items: Vec<Taken>,
+    owner: &Owner,
+) -> Result<(Vec<Taken>, Vec<String>)> {
     let ids: Vec<String> = items.iter().map(|t| t.item.id.clone()).collect();
     let mut fresh = calls.mget(&ids).await?;
     let mut ours = Vec::with_capacity(items.len());
+    let mut lost = Vec::new();
     for mut t in items {
         match fresh.remove(&t.item.id) {
             Some(doc) if Observed::from_source(&doc.source).is_held_by(&owner.process_id) => {
@@ -433,10 +576,11 @@ async fn read_ours(calls: &mut Calls<'_>, items: Vec<Taken>, owner: &Owner) -> R
                 t.source = doc.source;
                 ours.push(t);
             }
+            Some(_) if t.item.mode == LockMode::Exclusive => lost.push(t.item.label()),
             _ => {}
         }
     }
-    Ok(ours)
+    Ok((ours, lost))
 }
 
 fn transient_unknown() -> StoreError {
@@ -446,17 +590,23 @@ fn transient_unknown() -> StoreError {
     }
 }
 
-fn release_op(t: &Taken, owner: &Owner) -> BulkOp {
+/// The write that gives `t` back: the release script's twin run on what we last read or
+/// wrote, conditional on that version.
+fn release_op(t: &Taken, owner: &Owner, now: i64) -> BulkOp {
     let id = t.item.id.clone();
     let if_version = Some(t.version);
-    if t.item.mode == LockMode::IntentExclusive {
-        if let Some(source) = shared_without(&t.source, &[owner.process_id.as_str()]) {
-            return BulkOp::Index {
-                id,
-                source,
-                if_version,
-            };
-        }
+    match run_locally(
+        &lock_scripts::RELEASE,
+        &t.source,
+        &release_params(owner, now),
+    ) {
+        Ok((ScriptOp::Index, source)) => BulkOp::Index {
+            id,
+            source,
+            if_version,
+        },
+        // Delete, or (not ours by what we know, or unreadable) a delete conditional on the
+        // version we wrote, which fails harmlessly if anything changed.
+        _ => BulkOp::Delete { id, if_version },
     }
-    BulkOp::Delete { id, if_version }
 }

@@ -5,24 +5,97 @@ use std::time::Duration;
 use fs_model::FsPath;
 use fs_store::StoreError;
 
-/// A lock that stood in the way: where it is and who holds it.
+/// A lock that stood in the way: where it is and who holds it (or waits there before us).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Blocker {
     /// The locked path, or the lock document id for global and document locks.
     pub path: String,
-    /// `shared` or `exclusive`.
+    /// What refuses: `exclusive` (X), `shared` (IX, the book's shared lock), `S`, `IS`; or
+    /// `contended`, `store`, `released` for refusals that are not a lock's.
     pub lock_type: String,
     /// Who holds it, as readable as the lock document allows.
     pub holders: String,
+    /// True when an older request waiting there refused us (fair waiting), not a holder.
+    pub waiter: bool,
+    /// How long ago the refusing holders' leases ended, in milliseconds, when they all have:
+    /// a holder that died. Only `fsrename recover` clears its locks.
+    pub expired_ms_ago: Option<i64>,
+}
+
+impl Blocker {
+    /// A refusal that is not a lock holder's (a store failure, contention).
+    pub(crate) fn other(
+        path: impl Into<String>,
+        lock_type: impl Into<String>,
+        holders: impl Into<String>,
+    ) -> Blocker {
+        Blocker {
+            path: path.into(),
+            lock_type: lock_type.into(),
+            holders: holders.into(),
+            waiter: false,
+            expired_ms_ago: None,
+        }
+    }
+
+    pub(crate) fn from_conflict(
+        path: String,
+        conflict: &crate::lock_doc::Conflict,
+        now: i64,
+    ) -> Blocker {
+        Blocker {
+            path,
+            lock_type: mode_word(conflict.mode).to_owned(),
+            holders: conflict.holders.clone(),
+            waiter: conflict.waiter,
+            expired_ms_ago: conflict.expired_at.map(|t| (now - t).max(0)),
+        }
+    }
+}
+
+/// How messages name a mode: the book's words for its two modes, Gray's letters for the
+/// readers' modes.
+pub(crate) fn mode_word(mode: crate::LockMode) -> &'static str {
+    match mode {
+        crate::LockMode::Exclusive => "exclusive",
+        crate::LockMode::IntentExclusive => "shared",
+        crate::LockMode::Shared => "S (subtree read)",
+        crate::LockMode::IntentShared => "IS (intention-read)",
+    }
+}
+
+/// Says a duration in milliseconds the way people do: `40 ms`, `12 s`, `9 min`, `3 h`.
+fn human_ms(ms: i64) -> String {
+    match ms {
+        ms if ms < 1_000 => format!("{ms} ms"),
+        ms if ms < 120_000 => format!("{} s", ms / 1_000),
+        ms if ms < 7_200_000 => format!("{} min", ms / 60_000),
+        ms => format!("{} h", ms / 3_600_000),
+    }
 }
 
 impl std::fmt::Display for Blocker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.waiter {
+            return write!(
+                f,
+                "older request waiting for a {} lock on `{}`: {} (older requests go first)",
+                self.lock_type, self.path, self.holders
+            );
+        }
         write!(
             f,
             "{} lock on `{}` held by {}",
             self.lock_type, self.path, self.holders
-        )
+        )?;
+        if let Some(ago) = self.expired_ms_ago {
+            write!(
+                f,
+                ", expired {} ago: `fsrename recover` finishes what it left and clears it",
+                human_ms(ago)
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -37,7 +110,7 @@ pub enum LockError {
         /// What was being locked.
         wanted: String,
         /// The lock that refused the last attempt.
-        blocker: Blocker,
+        blocker: Box<Blocker>,
         /// How long the caller waited.
         waited: Duration,
         /// How many attempts were made.

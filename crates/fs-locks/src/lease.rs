@@ -15,11 +15,9 @@ use crate::client::{Held, Inner, LockClient};
 use crate::engine::Taken;
 use crate::error::{LockError, Result};
 use crate::guard::{Grant, LockGuard};
-use crate::lock_doc::{
-    exclusive_source, lock_label, renewed_exclusive, shared_renewed, shared_without, LockMode,
-    Observed,
-};
+use crate::lock_doc::{exclusive_source, lock_label, shared_without, LockMode, Observed};
 use crate::plan::LockItem;
+use fs_model::lock_scripts::{self, ScriptOp};
 
 /// Renews the client's locks every `every` until the client is dropped.
 pub(crate) async fn renew_loop(
@@ -89,31 +87,28 @@ pub(crate) async fn renew(inner: &Inner) -> Result<u32> {
         inner.report_lost(&labels);
         return Ok(calls.round_trips);
     }
-    let shared_ids: Vec<String> = held
-        .values()
-        .filter(|h| h.taken.item.mode == LockMode::IntentExclusive)
-        .map(|h| h.taken.item.id.clone())
+    // Every held document is read: other holders and waiters change them all, exclusive
+    // ones included (a waiter registers on them).
+    let ids: Vec<String> = held
+        .iter()
+        .filter(|(_, h)| !h.lost)
+        .map(|(id, _)| id.clone())
         .collect();
-    let fresh = if shared_ids.is_empty() {
-        Default::default()
-    } else {
-        calls.mget(&shared_ids).await?
-    };
-    let pid = inner.owner.process_id.as_str();
+    let fresh = calls.mget(&ids).await?;
+    let params = crate::script_params::renew_params(&inner.owner, expires_at);
     // (id, new source, version it is conditional on) for every lock still ours.
     let mut writes = Vec::new();
     let mut lost = Vec::new();
-    for (id, h) in held.iter().filter(|(_, h)| !h.lost) {
-        let t = &h.taken;
-        let renewed = match t.item.mode {
-            LockMode::IntentExclusive => fresh.get(id).and_then(|doc| {
-                shared_renewed(&doc.source, pid, expires_at).map(|s| (s, doc.version))
-            }),
-            _ => Some((renewed_exclusive(&t.source, expires_at), t.version)),
-        };
+    for id in &ids {
+        let renewed = fresh.get(id).and_then(|doc| {
+            match crate::script_params::run_locally(&lock_scripts::RENEW, &doc.source, &params) {
+                Ok((ScriptOp::Index, source)) => Some((source, doc.version)),
+                _ => None,
+            }
+        });
         match renewed {
             Some((source, version)) => writes.push((id.clone(), source, version)),
-            // The shared document is gone or no longer lists us: our share was reaped.
+            // Gone, or no longer lists us: it was reaped or taken over.
             None => lost.push(id.clone()),
         }
     }
@@ -134,10 +129,10 @@ pub(crate) async fn renew(inner: &Inner) -> Result<u32> {
                 h.taken.source = source;
                 h.expires_at = expires_at;
             }
-            // A shared document another holder changed meanwhile: the next round renews it,
-            // well within the lease (renewal runs every third of it).
-            Err(e) if e.is_conflict() && h.taken.item.mode == LockMode::IntentExclusive => {}
-            Err(e) if e.is_conflict() || e.is_not_found() => lost.push(id),
+            // Someone changed the document since we read it: the next round renews it, well
+            // within the lease (renewal runs every third of it).
+            Err(e) if e.is_conflict() => {}
+            Err(e) if e.is_not_found() => lost.push(id),
             Err(e) => tracing::warn!(lock = %id, error = %e, "renewing a lock failed"),
         }
     }
@@ -174,6 +169,7 @@ pub struct ExpiredLock {
     pub expired: Vec<ExpiredHolder>,
     observed: Observed,
     doc: fs_store::StoredDoc,
+    now: i64,
 }
 
 /// What [`LockClient::reap_expired`] removed.
@@ -231,7 +227,7 @@ impl LockClient {
             if lock.expired.is_empty() {
                 let expires_at = match &lock.observed {
                     Observed::Exclusive { expires_at, .. } => expires_at.unwrap_or(0),
-                    Observed::Shared { .. } => 0,
+                    Observed::Group { .. } => 0,
                 };
                 return Err(LockError::NotExpired {
                     path: lock.label.clone(),
@@ -272,7 +268,7 @@ impl LockClient {
                 job: job.clone(),
             }],
             Observed::Exclusive { .. } => Vec::new(),
-            Observed::Shared { holders, .. } => holders
+            Observed::Group { holders, .. } => holders
                 .iter()
                 .filter(|(_, h)| h.expires_at < now)
                 .map(|(pid, h)| ExpiredHolder {
@@ -287,6 +283,7 @@ impl LockClient {
             expired,
             observed: check.observed,
             doc: check.doc,
+            now,
         }))
     }
 
@@ -315,11 +312,21 @@ impl LockClient {
                 let reaped = Reaped::Exclusive(lock.observed.describe_holders());
                 (store.delete(index, &lock.id, version).await, reaped)
             }
-            Observed::Shared { .. } => {
-                if chosen.is_empty() {
+            Observed::Group { .. } => {
+                let dead_waiters = lock
+                    .observed
+                    .waiters()
+                    .values()
+                    .any(|w| w.expires_at < lock.now);
+                if chosen.is_empty() && !dead_waiters {
                     return Ok(Reaped::Shares(Vec::new()));
                 }
-                let written = match shared_without(&lock.doc.source, &chosen) {
+                // Expired waiters go too: a waiter that died or gave up blocks nobody, but
+                // its entry would keep an otherwise empty document alive.
+                let pruned = shared_without(&lock.doc.source, &chosen)
+                    .map(|source| without_dead_waiters(source, lock.now))
+                    .filter(|source| !Observed::from_source(source).is_empty());
+                let written = match pruned {
                     Some(source) => store.index(index, &lock.id, source, version).await,
                     None => store.delete(index, &lock.id, version).await,
                 };
@@ -403,6 +410,23 @@ impl LockClient {
     }
 }
 
+/// Returns `source` without the waiter entries that expired before `now`.
+fn without_dead_waiters(mut source: serde_json::Value, now: i64) -> serde_json::Value {
+    if let Some(serde_json::Value::Object(waiters)) = source.get_mut("waiters") {
+        waiters.retain(|_, w| {
+            w.get("expires_at")
+                .and_then(serde_json::Value::as_i64)
+                .is_some_and(|t| t >= now)
+        });
+        if waiters.is_empty() {
+            if let serde_json::Value::Object(fields) = &mut source {
+                fields.remove("waiters");
+            }
+        }
+    }
+    source
+}
+
 /// A lock document read to decide whether it has expired.
 struct ExpiryCheck {
     doc: fs_store::StoredDoc,
@@ -432,7 +456,7 @@ impl ExpiryCheck {
     fn expired_exclusive(&self) -> Result<()> {
         let expires_at = match &self.observed {
             Observed::Exclusive { expires_at, .. } => expires_at.unwrap_or(0),
-            Observed::Shared { .. } => 0,
+            Observed::Group { .. } => 0,
         };
         if expires_at == 0 || expires_at >= self.now {
             return Err(LockError::NotExpired {

@@ -56,6 +56,7 @@ mod listing;
 mod lock_doc;
 mod plan;
 mod protocol;
+mod script_params;
 mod scripted;
 
 pub use builder::LockClientBuilder;
@@ -66,6 +67,6 @@ pub use events::{EventSink, LockEvent};
 pub use guard::{Grant, LockGuard, ReleaseReport};
 pub use lease::{ExpiredHolder, ExpiredLock, Reaped};
 pub use listing::LockInfo;
-pub use lock_doc::{HolderEntry, LockMode, Observed, Owner};
+pub use lock_doc::{Conflict, HolderEntry, LockMode, Observed, Owner, WaiterEntry};
 pub use plan::{LockItem, TreeLockRequest};
 pub use protocol::LockProtocol;

@@ -1,22 +1,28 @@
 //! The lock documents: their shapes, how an existing one is read, and how ours are written.
 //!
 //! The book's fields keep their meaning so a client following the book and fsrename exclude
-//! each other:
+//! each other (`docs/locking.md` has the full table):
 //!
-//! - exclusive: `{"lock_type": "exclusive"}`, created with `_create`; fsrename adds
-//!   `process_id`, `holder`, `path`, `acquired_at`, `expires_at`, and `job` when the owner
-//!   works for a journaled rename. Global and document locks have the same shape (the book's
-//!   document lock is `{"process_id": ...}`).
-//! - shared: `{"lock_type": "shared", "lock_count": N}`; fsrename adds `path`, `expires_at`
-//!   (the latest of its holders') and `holders`, one entry per holding process:
-//!   `{"<process_id>": {"holder": ..., "acquired_at": ..., "expires_at": ..., "job": ...}}`.
+//! - **exclusive-shaped** (X, and the global and document locks): `{"lock_type": "exclusive"}`,
+//!   created with `_create`; fsrename adds `process_id`, `holder`, `path`, `acquired_at`,
+//!   `expires_at`, and `job` when the owner works for a journaled job. The book's document
+//!   lock is `{"process_id": ...}`.
+//! - **group** (IS, IX, S; the book's shared lock): `{"lock_type": "shared", "lock_count": N}`;
+//!   fsrename adds `path`, `expires_at` (the latest of its holders') and `holders`, one entry
+//!   per holding process with its `mode`: `{"<process_id>": {"mode": "IX", "holder": ...,
+//!   "acquired_at": ..., "expires_at": ..., "job": ...}}`. An entry without `mode` (written
+//!   before the modes) is IX. While an S is held the document says `lock_type: exclusive`, so
+//!   that the book's shared-lock script refuses rather than barges in.
+//! - either shape may carry `waiters`: requests refused there that wait their turn, by
+//!   process id: `{"mode", "since", "expires_at", "holder", "job"}`. A group document may hold
+//!   only waiters (`lock_count` 0, no holders).
 //!
-//! `job` names the rename journal entry the lock protects (before or after it is written):
+//! `job` names the journal entry the lock protects (before or after it is written):
 //! whoever wants to clear an expired lock first fences that entry (see `fs_rename::Journal`),
-//! so a holder that was only paused cannot journal a rename whose locks are gone. `lock_count`
-//!   is the number of fsrename holders plus any foreign shares (a book client's increment adds
-//!   to the count without an entry), so a retried increment by the same process is a no-op and
-//!   an expired holder's share can be removed without touching anyone else's.
+//! so a holder that was only paused cannot journal a job whose locks are gone. `lock_count`
+//! is the number of fsrename holders plus any foreign shares (a book client's increment adds
+//! to the count without an entry), so a retried increment by the same process is a no-op and
+//! an expired holder's share can be removed without touching anyone else's.
 
 use std::collections::BTreeMap;
 
@@ -136,9 +142,16 @@ pub struct Owner {
     pub job: Option<String>,
 }
 
-/// One fsrename holder of a shared lock, as stored under `holders`.
+fn intent_exclusive() -> LockMode {
+    LockMode::IntentExclusive
+}
+
+/// One fsrename holder of a group lock document, as stored under `holders`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HolderEntry {
+    /// The mode it holds: IS, IX or S (IX where the entry records none).
+    #[serde(default = "intent_exclusive")]
+    pub mode: LockMode,
     /// The holder's readable label.
     #[serde(default)]
     pub holder: String,
@@ -154,9 +167,10 @@ pub struct HolderEntry {
 }
 
 impl HolderEntry {
-    /// Returns `owner`'s entry for a share taken at `now` until `expires_at`.
-    pub fn of(owner: &Owner, now: i64, expires_at: i64) -> HolderEntry {
+    /// Returns `owner`'s entry for a lock in `mode` taken at `now` until `expires_at`.
+    pub fn of(owner: &Owner, mode: LockMode, now: i64, expires_at: i64) -> HolderEntry {
         HolderEntry {
+            mode,
             holder: owner.holder.clone(),
             acquired_at: now,
             expires_at,
@@ -165,12 +179,32 @@ impl HolderEntry {
     }
 }
 
+/// A request waiting its turn on a lock document, as stored under `waiters`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaiterEntry {
+    /// The mode it waits for.
+    #[serde(default = "intent_exclusive")]
+    pub mode: LockMode,
+    /// Its age: when the request started, epoch milliseconds. Older requests go first.
+    #[serde(default)]
+    pub since: i64,
+    /// When its registration expires unless renewed (a dead waiter stops counting then).
+    #[serde(default)]
+    pub expires_at: i64,
+    /// The waiting owner's readable label.
+    #[serde(default)]
+    pub holder: String,
+    /// The journal entry of the job it works for, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+}
+
 /// What an existing lock document says, read leniently: the book's documents carry only some
 /// of the fields, and anything unreadable counts as an exclusive lock held by someone else.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Observed {
-    /// An exclusive lock (also global and document locks). `process_id` is `None` for a
-    /// foreign document without one.
+    /// An exclusive-shaped lock (X, also global and document locks). `process_id` is `None`
+    /// for a foreign document without one.
     Exclusive {
         /// The owner's process id, if recorded.
         process_id: Option<String>,
@@ -178,34 +212,59 @@ pub enum Observed {
         holder: Option<String>,
         /// When it expires unless renewed, if recorded.
         expires_at: Option<i64>,
-        /// The rename journal entry it protects, if recorded.
+        /// The journal entry it protects, if recorded.
         job: Option<String>,
+        /// Requests waiting their turn, by process id.
+        waiters: BTreeMap<String, WaiterEntry>,
     },
-    /// A shared lock.
-    Shared {
+    /// A group lock document: holders in IS, IX or S (and the book's shares), or only waiters.
+    Group {
         /// The book's `lock_count`: all holders, foreign ones included.
         lock_count: i64,
         /// fsrename's holders by process id.
         holders: BTreeMap<String, HolderEntry>,
+        /// Requests waiting their turn, by process id.
+        waiters: BTreeMap<String, WaiterEntry>,
     },
+}
+
+/// Why a request cannot be granted on a document, for messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// The mode of what refuses (the strongest of the refusing holders), or the waiter's.
+    pub mode: LockMode,
+    /// Who: labels and process ids.
+    pub holders: String,
+    /// True when the refusal comes from an older waiter, not a holder.
+    pub waiter: bool,
+    /// When every refusing holder's lease ended, if they all have (a dead holder: only
+    /// `fsrename recover` clears it); the latest of their expiries.
+    pub expired_at: Option<i64>,
 }
 
 impl Observed {
     /// Reads a lock document's source.
     pub fn from_source(source: &Value) -> Observed {
         let text = |field: &str| source.get(field).and_then(Value::as_str).map(str::to_owned);
-        if source.get("lock_type").and_then(Value::as_str) == Some("shared") {
-            let holders: BTreeMap<String, HolderEntry> = source
-                .get("holders")
+        let waiters: BTreeMap<String, WaiterEntry> = source
+            .get("waiters")
+            .and_then(|w| serde_json::from_value(w.clone()).ok())
+            .unwrap_or_default();
+        let holders_field = source.get("holders").filter(|h| !h.is_null());
+        if holders_field.is_some()
+            || source.get("lock_type").and_then(Value::as_str) == Some("shared")
+        {
+            let holders: BTreeMap<String, HolderEntry> = holders_field
                 .and_then(|h| serde_json::from_value(h.clone()).ok())
                 .unwrap_or_default();
             let lock_count = source
                 .get("lock_count")
                 .and_then(Value::as_i64)
                 .unwrap_or(holders.len() as i64);
-            return Observed::Shared {
+            return Observed::Group {
                 lock_count,
                 holders,
+                waiters,
             };
         }
         Observed::Exclusive {
@@ -216,31 +275,73 @@ impl Observed {
             holder: text("holder"),
             expires_at: source.get("expires_at").and_then(Value::as_i64),
             job: text("job"),
+            waiters,
         }
     }
 
-    /// Returns the mode of this lock.
+    /// Returns the strongest mode anyone holds here: X for an exclusive-shaped document; for a
+    /// group, S if an S is held, else IX if an IX (or a foreign share) is, else IS (also for a
+    /// document that holds only waiters).
     pub fn mode(&self) -> LockMode {
         match self {
             Observed::Exclusive { .. } => LockMode::Exclusive,
-            Observed::Shared { .. } => LockMode::IntentExclusive,
+            Observed::Group { holders, .. } => {
+                let strongest = holders.values().map(|h| h.mode).max();
+                match strongest {
+                    Some(LockMode::Shared) => LockMode::Shared,
+                    _ if self.foreign_shares() > 0 => LockMode::IntentExclusive,
+                    Some(mode) => mode,
+                    None => LockMode::IntentShared,
+                }
+            }
         }
     }
 
-    /// Returns true if `process_id` holds this lock (exclusively, or a share of it).
-    pub fn is_held_by(&self, process_id: &str) -> bool {
+    /// Returns the mode `process_id` holds here, if it holds anything.
+    pub fn held_mode(&self, process_id: &str) -> Option<LockMode> {
         match self {
-            Observed::Exclusive { process_id: p, .. } => p.as_deref() == Some(process_id),
-            Observed::Shared { holders, .. } => holders.contains_key(process_id),
+            Observed::Exclusive { process_id: p, .. } => {
+                (p.as_deref() == Some(process_id)).then_some(LockMode::Exclusive)
+            }
+            Observed::Group { holders, .. } => holders.get(process_id).map(|h| h.mode),
         }
     }
 
-    /// Returns the rename journal entries this lock protects, one per holder that records
-    /// one, sorted and without repeats.
+    /// Returns true if `process_id` holds this lock (in any mode).
+    pub fn is_held_by(&self, process_id: &str) -> bool {
+        self.held_mode(process_id).is_some()
+    }
+
+    /// Returns true if nobody holds anything here (a group document with only waiters).
+    pub fn is_unheld(&self) -> bool {
+        matches!(self, Observed::Group { holders, lock_count, .. } if holders.is_empty() && *lock_count <= 0)
+    }
+
+    /// Returns true if nobody holds anything here and nobody waits (a document to delete).
+    pub fn is_empty(&self) -> bool {
+        self.is_unheld() && self.waiters().is_empty()
+    }
+
+    /// Returns the requests waiting their turn here, by process id.
+    pub fn waiters(&self) -> &BTreeMap<String, WaiterEntry> {
+        match self {
+            Observed::Exclusive { waiters, .. } | Observed::Group { waiters, .. } => waiters,
+        }
+    }
+
+    /// Returns the waiters in queue order (oldest first), live or not.
+    pub fn queue(&self) -> Vec<(&String, &WaiterEntry)> {
+        let mut queue: Vec<(&String, &WaiterEntry)> = self.waiters().iter().collect();
+        queue.sort_by(|a, b| (a.1.since, a.0).cmp(&(b.1.since, b.0)));
+        queue
+    }
+
+    /// Returns the journal entries this lock protects, one per holder that records one,
+    /// sorted and without repeats.
     pub fn jobs(&self) -> Vec<&str> {
         let mut jobs: Vec<&str> = match self {
             Observed::Exclusive { job, .. } => job.iter().map(String::as_str).collect(),
-            Observed::Shared { holders, .. } => {
+            Observed::Group { holders, .. } => {
                 holders.values().filter_map(|h| h.job.as_deref()).collect()
             }
         };
@@ -252,12 +353,94 @@ impl Observed {
     /// Returns the number of shares held by clients that left no holder entry (the book's).
     pub fn foreign_shares(&self) -> i64 {
         match self {
-            Observed::Shared {
+            Observed::Group {
                 lock_count,
                 holders,
+                ..
             } => (*lock_count - holders.len() as i64).max(0),
             Observed::Exclusive { .. } => 0,
         }
+    }
+
+    /// Says why `process_id`'s request for `mode` (started at `since`) would be refused here
+    /// at `now`, or `None` if it would not (what the acquire script decides, told for people).
+    /// `queue`: whether older waiters count.
+    pub fn conflict(
+        &self,
+        process_id: &str,
+        mode: LockMode,
+        since: i64,
+        now: i64,
+        queue: bool,
+    ) -> Option<Conflict> {
+        match self {
+            Observed::Exclusive {
+                process_id: p,
+                expires_at,
+                ..
+            } => {
+                if p.as_deref() == Some(process_id) {
+                    return None;
+                }
+                return Some(Conflict {
+                    mode: LockMode::Exclusive,
+                    holders: self.describe_holders(),
+                    waiter: false,
+                    expired_at: expires_at.filter(|t| *t > 0 && *t < now),
+                });
+            }
+            Observed::Group { holders, .. } => {
+                let refusing: Vec<(&String, &HolderEntry)> = holders
+                    .iter()
+                    .filter(|(pid, h)| *pid != process_id && !h.mode.compatible(mode))
+                    .collect();
+                let foreign =
+                    self.foreign_shares() > 0 && !LockMode::IntentExclusive.compatible(mode);
+                if !refusing.is_empty() || foreign {
+                    let mut parts: Vec<String> = refusing
+                        .iter()
+                        .map(|(p, h)| format!("{} (process {p})", h.holder))
+                        .collect();
+                    if foreign {
+                        parts.push(format!(
+                            "{} share(s) without a process_id",
+                            self.foreign_shares()
+                        ));
+                    }
+                    let all_expired = !foreign && refusing.iter().all(|(_, h)| h.expires_at < now);
+                    return Some(Conflict {
+                        mode: refusing
+                            .iter()
+                            .map(|(_, h)| h.mode)
+                            .max()
+                            .unwrap_or(LockMode::IntentExclusive),
+                        holders: parts.join(", "),
+                        waiter: false,
+                        expired_at: all_expired
+                            .then(|| refusing.iter().map(|(_, h)| h.expires_at).max())
+                            .flatten(),
+                    });
+                }
+            }
+        }
+        if !queue {
+            return None;
+        }
+        let older = self.queue().into_iter().find(|(pid, w)| {
+            *pid != process_id
+                && w.expires_at >= now
+                && (w.since, pid.as_str()) < (since, process_id)
+                && !w.mode.compatible(mode)
+        })?;
+        Some(Conflict {
+            mode: older.1.mode,
+            holders: format!(
+                "{} (process {}), waiting since {} ms",
+                older.1.holder, older.0, older.1.since
+            ),
+            waiter: true,
+            expired_at: None,
+        })
     }
 
     /// Describes who holds this lock, for messages: labels and process ids, foreign shares.
@@ -271,14 +454,17 @@ impl Observed {
                 (Some(h), None) => h.clone(),
                 (None, None) => "a client that did not record a process_id".to_owned(),
             },
-            Observed::Shared { holders, .. } => {
+            Observed::Group { holders, .. } => {
                 let mut parts: Vec<String> = holders
                     .iter()
-                    .map(|(p, e)| format!("{} (process {p})", e.holder))
+                    .map(|(p, e)| format!("{} {} (process {p})", e.mode, e.holder))
                     .collect();
                 let foreign = self.foreign_shares();
                 if foreign > 0 {
                     parts.push(format!("{foreign} share(s) without a process_id"));
+                }
+                if parts.is_empty() {
+                    parts.push("nobody (only waiters)".to_owned());
                 }
                 parts.join(", ")
             }
@@ -316,30 +502,22 @@ pub fn exclusive_source(owner: &Owner, path: Option<&FsPath>, now: i64, expires_
     doc
 }
 
-/// Returns `source` (an exclusive lock of ours) with a new expiry.
-pub fn renewed_exclusive(source: &Value, expires_at: i64) -> Value {
-    let mut doc = source.clone();
-    if let Value::Object(fields) = &mut doc {
-        fields.insert("expires_at".to_owned(), json!(expires_at));
-    }
-    doc
-}
-
-/// Returns the shared lock document after `owner` joins it: a new document when `current` is
-/// `None`, else `current` with one more holder. The caller has checked that `current` is a
-/// shared lock `owner` does not hold yet.
+/// Returns the group lock document after `owner` joins it in `mode` (IS, IX or S): a new
+/// document when `current` is `None`, else `current` with one more holder (its waiters and any
+/// field a foreign client put there kept). The caller has checked that `owner` may join.
 pub fn shared_with(
     current: Option<&Value>,
     owner: &Owner,
     path: &FsPath,
-    now: i64,
-    expires_at: i64,
+    mode: LockMode,
+    (now, expires_at): (i64, i64),
 ) -> Value {
-    let entry = HolderEntry::of(owner, now, expires_at);
+    let entry = HolderEntry::of(owner, mode, now, expires_at);
     let (lock_count, mut holders) = match current.map(Observed::from_source) {
-        Some(Observed::Shared {
+        Some(Observed::Group {
             lock_count,
             holders,
+            ..
         }) => (lock_count, holders),
         _ => (0, BTreeMap::new()),
     };
@@ -347,12 +525,14 @@ pub fn shared_with(
     shared_doc(current, Some(path), lock_count + 1, &holders)
 }
 
-/// Returns the shared lock document after the holders in `leaving` give up their shares, or
-/// `None` if no share is left and the document should be deleted. Foreign shares are kept.
+/// Returns the group lock document after the holders in `leaving` give up their locks, or
+/// `None` if nobody holds anything and nobody waits there, and the document should be
+/// deleted. Foreign shares and waiters are kept.
 pub fn shared_without(current: &Value, leaving: &[&str]) -> Option<Value> {
-    let Observed::Shared {
+    let Observed::Group {
         lock_count,
         mut holders,
+        waiters,
     } = Observed::from_source(current)
     else {
         return None;
@@ -362,24 +542,11 @@ pub fn shared_without(current: &Value, leaving: &[&str]) -> Option<Value> {
     let removed = (before - holders.len()) as i64;
     // Never below the holders still listed, whatever a foreign client did to the count.
     let lock_count = (lock_count - removed).max(holders.len() as i64);
-    (lock_count > 0).then(|| shared_doc(Some(current), None, lock_count, &holders))
+    (lock_count > 0 || !waiters.is_empty())
+        .then(|| shared_doc(Some(current), None, lock_count, &holders))
 }
 
-/// Returns the shared lock document with `process_id`'s share renewed until `expires_at`, or
-/// `None` if it holds no share there.
-pub fn shared_renewed(current: &Value, process_id: &str, expires_at: i64) -> Option<Value> {
-    let Observed::Shared {
-        lock_count,
-        mut holders,
-    } = Observed::from_source(current)
-    else {
-        return None;
-    };
-    holders.get_mut(process_id)?.expires_at = expires_at;
-    Some(shared_doc(Some(current), None, lock_count, &holders))
-}
-
-/// Builds a shared lock document; `path` is set when creating, else the current one is kept.
+/// Builds a group lock document; `path` is set when creating, else the current one is kept.
 fn shared_doc(
     current: Option<&Value>,
     path: Option<&FsPath>,
@@ -392,7 +559,10 @@ fn shared_doc(
         _ => Map::new(),
     };
     let latest = holders.values().map(|h| h.expires_at).max();
-    fields.insert("lock_type".to_owned(), json!("shared"));
+    let reading = holders.values().any(|h| h.mode == LockMode::Shared);
+    // An S must look exclusive to the book's shared-lock script, which refuses only that.
+    let lock_type = if reading { "exclusive" } else { "shared" };
+    fields.insert("lock_type".to_owned(), json!(lock_type));
     fields.insert("lock_count".to_owned(), json!(lock_count));
     if let Some(path) = path {
         fields.insert("path".to_owned(), json!(path.as_str()));
@@ -440,9 +610,21 @@ mod tests {
 
     #[test]
     fn shares_count_once_per_process() {
-        let first = shared_with(None, &owner("a"), &clinton(), 1, 10);
+        let first = shared_with(
+            None,
+            &owner("a"),
+            &clinton(),
+            LockMode::IntentExclusive,
+            (1, 10),
+        );
         assert_eq!(first["lock_count"], 1);
-        let second = shared_with(Some(&first), &owner("b"), &clinton(), 2, 20);
+        let second = shared_with(
+            Some(&first),
+            &owner("b"),
+            &clinton(),
+            LockMode::IntentExclusive,
+            (2, 20),
+        );
         assert_eq!(second["lock_count"], 2);
         assert_eq!(second["expires_at"], 20);
         let one_left = shared_without(&second, &["a"]).expect("b still holds");
@@ -458,7 +640,13 @@ mod tests {
     #[test]
     fn foreign_shares_survive_our_release() {
         let book = json!({"lock_type": "shared", "lock_count": 1});
-        let joined = shared_with(Some(&book), &owner("a"), &clinton(), 1, 10);
+        let joined = shared_with(
+            Some(&book),
+            &owner("a"),
+            &clinton(),
+            LockMode::IntentExclusive,
+            (1, 10),
+        );
         assert_eq!(joined["lock_count"], 2);
         let left = shared_without(&joined, &["a"]).expect("foreign share remains");
         assert_eq!(left["lock_count"], 1);
@@ -473,7 +661,13 @@ mod tests {
             Observed::from_source(&exclusive),
             Observed::Exclusive { job: Some(j), .. } if j == "journal-a"
         ));
-        let shared = shared_with(None, &owner("b"), &clinton(), 1, 10);
+        let shared = shared_with(
+            None,
+            &owner("b"),
+            &clinton(),
+            LockMode::IntentExclusive,
+            (1, 10),
+        );
         assert_eq!(shared["holders"]["b"]["job"], "journal-b");
         let anonymous = Owner {
             job: None,
@@ -481,19 +675,15 @@ mod tests {
         };
         let plain = exclusive_source(&anonymous, None, 1, 10);
         assert!(plain.get("job").is_none(), "no job, no field: {plain}");
-        let joined = shared_with(Some(&shared), &anonymous, &clinton(), 1, 10);
+        let joined = shared_with(
+            Some(&shared),
+            &anonymous,
+            &clinton(),
+            LockMode::IntentExclusive,
+            (1, 10),
+        );
         assert!(joined["holders"]["c"].get("job").is_none());
         assert_eq!(Observed::from_source(&joined).jobs(), ["journal-b"]);
         assert!(Observed::from_source(&plain).jobs().is_empty());
-    }
-
-    #[test]
-    fn renewal_touches_only_the_renewing_holder() {
-        let doc = shared_with(None, &owner("a"), &clinton(), 1, 10);
-        let doc = shared_with(Some(&doc), &owner("b"), &clinton(), 1, 10);
-        let renewed = shared_renewed(&doc, "a", 99).expect("a holds");
-        assert_eq!(renewed["holders"]["a"]["expires_at"], 99);
-        assert_eq!(renewed["holders"]["b"]["expires_at"], 10);
-        assert_eq!(shared_renewed(&doc, "z", 99), None);
     }
 }

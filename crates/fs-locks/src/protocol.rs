@@ -53,11 +53,11 @@ impl std::str::FromStr for LockProtocol {
 /// `painless_explain_error`, which the caller reads as a refusal, never as a race).
 pub(crate) const SCRIPTS: [LockScript; 5] = lock_scripts::LOCK_SCRIPTS;
 
-pub(crate) const SHARED_ACQUIRE: &str = lock_scripts::SHARED_ACQUIRE.id;
-pub(crate) const EXCLUSIVE_ACQUIRE: &str = lock_scripts::EXCLUSIVE_ACQUIRE.id;
-pub(crate) const SHARED_RELEASE: &str = lock_scripts::SHARED_RELEASE.id;
-pub(crate) const EXCLUSIVE_RELEASE: &str = lock_scripts::EXCLUSIVE_RELEASE.id;
+pub(crate) const ACQUIRE: &str = lock_scripts::ACQUIRE.id;
+pub(crate) const RELEASE: &str = lock_scripts::RELEASE.id;
 pub(crate) const RENEW: &str = lock_scripts::RENEW.id;
+pub(crate) const WAIT: &str = lock_scripts::WAIT.id;
+pub(crate) const UNWAIT: &str = lock_scripts::UNWAIT.id;
 
 /// Decides the protocol: `Auto` stores the scripts and picks scripted if the store took them.
 pub(crate) async fn resolve(wanted: LockProtocol, store: &dyn DocStore) -> Result<LockProtocol> {

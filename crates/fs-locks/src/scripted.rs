@@ -9,17 +9,18 @@
 
 use std::time::Duration;
 
+use fs_model::lock_scripts::UPGRADE_REFUSAL;
 use fs_model::FsPath;
 use fs_store::{ScriptedUpdate, StoreError, UpdateResult, Version};
-use serde_json::json;
 
 use crate::backoff::Backoff;
 use crate::engine::{Attempt, Calls, Released, Taken};
 use crate::error::{Blocker, LockError, Result};
-use crate::lock_doc::{exclusive_source, shared_with, HolderEntry, LockMode, Observed, Owner};
+use crate::lock_doc::{Observed, Owner};
 use crate::plan::LockItem;
-use crate::protocol::{
-    EXCLUSIVE_ACQUIRE, EXCLUSIVE_RELEASE, RENEW, SHARED_ACQUIRE, SHARED_RELEASE,
+use crate::protocol::{ACQUIRE, RELEASE, RENEW, UNWAIT, WAIT};
+use crate::script_params::{
+    acquire_params, fresh_source, release_params, renew_params, wait_params, Request,
 };
 
 /// Versions are not needed to release or renew by script; this stands in for them.
@@ -29,41 +30,25 @@ const UNKNOWN: Version = Version {
 };
 
 /// Returns the update items that acquire `items`, in order.
-pub(crate) fn acquire_items(
-    items: &[LockItem],
-    owner: &Owner,
-    now: i64,
-    expires_at: i64,
-) -> Vec<ScriptedUpdate> {
+pub(crate) fn acquire_items(items: &[LockItem], req: &Request<'_>) -> Vec<ScriptedUpdate> {
     items
         .iter()
-        .map(|item| match (item.mode, &item.path) {
-            (LockMode::IntentExclusive, Some(path)) => {
-                let entry = HolderEntry::of(owner, now, expires_at);
-                ScriptedUpdate {
-                    id: item.id.clone(),
-                    script: SHARED_ACQUIRE.to_owned(),
-                    params: json!({ "process_id": owner.process_id, "path": path.as_str(), "entry": entry }),
-                    upsert: Some(shared_with(None, owner, path, now, expires_at)),
-                }
-            }
-            _ => ScriptedUpdate {
-                id: item.id.clone(),
-                script: EXCLUSIVE_ACQUIRE.to_owned(),
-                params: json!({ "process_id": owner.process_id }),
-                upsert: Some(exclusive_source(owner, item.path.as_ref(), now, expires_at)),
-            },
+        .map(|item| ScriptedUpdate {
+            id: item.id.clone(),
+            script: ACQUIRE.to_owned(),
+            params: acquire_params(item, req),
+            upsert: Some(fresh_source(item, req.owner, req.now, req.expires_at)),
         })
         .collect()
 }
 
-/// Returns the update items that release `taken`, exclusive first, deepest first.
-pub(crate) fn release_items(taken: &[Taken], owner: &Owner) -> Vec<ScriptedUpdate> {
+/// Returns the update items that release `taken`: the targets first, then deepest first.
+pub(crate) fn release_items(taken: &[Taken], owner: &Owner, now: i64) -> Vec<ScriptedUpdate> {
     let mut ordered: Vec<&Taken> = taken.iter().collect();
     ordered.sort_by_key(|t| {
         let depth = t.item.path.as_ref().map_or(0, FsPath::depth);
         (
-            t.item.mode == LockMode::IntentExclusive,
+            t.item.mode.is_intention(),
             std::cmp::Reverse(depth),
             t.item.id.clone(),
         )
@@ -72,13 +57,8 @@ pub(crate) fn release_items(taken: &[Taken], owner: &Owner) -> Vec<ScriptedUpdat
         .into_iter()
         .map(|t| ScriptedUpdate {
             id: t.item.id.clone(),
-            script: if t.item.mode == LockMode::IntentExclusive {
-                SHARED_RELEASE
-            } else {
-                EXCLUSIVE_RELEASE
-            }
-            .to_owned(),
-            params: json!({ "process_id": owner.process_id }),
+            script: RELEASE.to_owned(),
+            params: release_params(owner, now),
             upsert: None,
         })
         .collect()
@@ -90,10 +70,54 @@ pub(crate) fn renew_items(ids: &[String], owner: &Owner, expires_at: i64) -> Vec
         .map(|id| ScriptedUpdate {
             id: id.clone(),
             script: RENEW.to_owned(),
-            params: json!({ "process_id": owner.process_id, "expires_at": expires_at }),
+            params: renew_params(owner, expires_at),
             upsert: None,
         })
         .collect()
+}
+
+/// Registers the request as a waiter on `items` (no upsert: a document gone meanwhile has
+/// nothing to wait for). Returns the ids where it is registered.
+pub(crate) async fn register_waiter(
+    calls: &mut Calls<'_>,
+    items: &[LockItem],
+    req: &Request<'_>,
+) -> Result<Vec<String>> {
+    let updates: Vec<ScriptedUpdate> = items
+        .iter()
+        .map(|item| ScriptedUpdate {
+            id: item.id.clone(),
+            script: WAIT.to_owned(),
+            params: wait_params(item, req),
+            upsert: None,
+        })
+        .collect();
+    let results = calls.bulk_update(updates).await?;
+    Ok(items
+        .iter()
+        .zip(results)
+        .filter(|(_, r)| r.is_ok())
+        .map(|(i, _)| i.id.clone())
+        .collect())
+}
+
+/// Removes the request's waiter entries from `ids`.
+pub(crate) async fn unregister_waiter(
+    calls: &mut Calls<'_>,
+    ids: &[String],
+    owner: &Owner,
+    now: i64,
+) -> Result<()> {
+    let updates = ids
+        .iter()
+        .map(|id| ScriptedUpdate {
+            id: id.clone(),
+            script: UNWAIT.to_owned(),
+            params: release_params(owner, now),
+            upsert: None,
+        })
+        .collect();
+    calls.bulk_update(updates).await.map(|_| ())
 }
 
 /// How many rounds an attempt or a release resends the items that lost a race (a 409 from two
@@ -106,14 +130,13 @@ const RACE_ROUNDS: usize = 8;
 pub(crate) async fn attempt(
     calls: &mut Calls<'_>,
     items: &[LockItem],
-    owner: &Owner,
-    now: i64,
+    req: &Request<'_>,
     lease: Duration,
 ) -> Result<Attempt> {
-    let expires_at = crate::clock::lease_end(now, lease);
-    let updates = acquire_items(items, owner, now, expires_at);
+    let owner = req.owner;
+    let updates = acquire_items(items, req);
     let mut taken = Vec::with_capacity(items.len());
-    let mut refused = None;
+    let mut refused: Vec<LockItem> = Vec::new();
     let mut failure = None;
     let mut pending: Vec<usize> = (0..items.len()).collect();
     let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(50));
@@ -128,23 +151,28 @@ pub(crate) async fn attempt(
                     version: outcome.version.unwrap_or(UNKNOWN),
                     source: updates[i].upsert.clone().unwrap_or_default(),
                 }),
-                Err(e) if e.is_refusal() => {
-                    refused.get_or_insert(items[i].clone());
+                Err(StoreError::Refused { reason, .. }) if reason.contains(UPGRADE_REFUSAL) => {
+                    failure.get_or_insert((
+                        items[i].clone(),
+                        LockError::Upgrade {
+                            path: items[i].label(),
+                        },
+                    ));
                 }
-                // Our scripts are safe to send again: a share already listing us, or an
-                // exclusive lock already ours, is left as it is.
+                Err(e) if e.is_refusal() => refused.push(items[i].clone()),
+                // Our scripts are safe to send again: a lock already ours in a covering mode
+                // is left as it is.
                 Err(e) if e.is_conflict() && round + 1 < RACE_ROUNDS => raced.push(i),
                 // Still racing after every round: as busy as a refusal, and as harmless.
-                Err(e) if e.is_conflict() => {
-                    refused.get_or_insert(items[i].clone());
-                }
+                Err(e) if e.is_conflict() => refused.push(items[i].clone()),
                 Err(e) => {
-                    failure.get_or_insert((items[i].clone(), e));
+                    let context = format!("taking the lock on `{}`", items[i].label());
+                    failure.get_or_insert((items[i].clone(), LockError::store(context)(e)));
                 }
             }
         }
         calls.races += u32::try_from(raced.len()).unwrap_or(u32::MAX);
-        if raced.is_empty() || refused.is_some() || failure.is_some() {
+        if raced.is_empty() || !refused.is_empty() || failure.is_some() {
             break;
         }
         tracing::debug!(
@@ -154,46 +182,29 @@ pub(crate) async fn attempt(
         tokio::time::sleep(backoff.next_pause()).await;
         pending = raced;
     }
-    if refused.is_none() && failure.is_none() {
+    if refused.is_empty() && failure.is_none() {
         // Plan order, as the caller expects.
         taken.sort_by_key(|t| items.iter().position(|i| i.id == t.item.id));
         return Ok(Attempt::Granted(taken));
     }
-    if let Err(e) = release(calls, taken, owner, Duration::from_secs(5)).await {
+    if let Err(e) = release(calls, taken, owner, lease.min(Duration::from_secs(5))).await {
         tracing::warn!(error = %e, "could not undo a refused lock attempt; leases will expire it");
     }
-    if let Some((item, e)) = failure {
-        return Err(LockError::store(format!(
-            "taking the lock on `{}`",
-            item.label()
-        ))(e));
+    if let Some((_, e)) = failure {
+        return Err(e);
     }
-    let Some(item) = refused else {
+    let Some(item) = refused.first().cloned() else {
         return Err(unreachable_state());
     };
     // Name the holder: one read, only when refused.
-    let current = calls.get(&item.id).await?;
-    let blocker = match current {
-        Some(doc) => {
-            let observed = Observed::from_source(&doc.source);
-            Blocker {
-                path: item.label(),
-                lock_type: if observed.mode() == LockMode::IntentExclusive {
-                    "shared"
-                } else {
-                    "exclusive"
-                }
-                .to_owned(),
-                holders: observed.describe_holders(),
-            }
-        }
-        None => Blocker {
-            path: item.label(),
-            lock_type: "released".into(),
-            holders: "a holder that has left since".into(),
-        },
+    let blocker = match calls.get(&item.id).await? {
+        Some(doc) => crate::engine::blocker(&item, &Observed::from_source(&doc.source), req),
+        None => Blocker::other(item.label(), "released", "a holder that has left since"),
     };
-    Ok(Attempt::Refused(blocker))
+    Ok(Attempt::Refused {
+        blocker,
+        refusing: refused,
+    })
 }
 
 fn unreachable_state() -> LockError {
@@ -217,7 +228,7 @@ pub(crate) async fn release(
     if taken.is_empty() {
         return Ok(released);
     }
-    let updates = release_items(&taken, owner);
+    let updates = release_items(&taken, owner, calls.now);
     let labels: Vec<String> = {
         let mut by_id: std::collections::HashMap<&str, String> = taken
             .iter()
@@ -277,7 +288,9 @@ pub(crate) async fn release(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lock_doc::{exclusive_source, shared_with, LockMode};
     use crate::plan::TreeLockRequest;
+    use serde_json::json;
 
     fn owner() -> Owner {
         Owner {
@@ -291,24 +304,40 @@ mod tests {
     fn both_protocols_create_the_same_documents() {
         let path = FsPath::parse("/clinton/projects/README.txt").expect("path");
         let items = TreeLockRequest::path(&path).items().expect("items");
-        let updates = acquire_items(&items, &owner(), 10, 40);
+        let owner = owner();
+        let req = Request {
+            owner: &owner,
+            now: 10,
+            expires_at: 40,
+            waiter_expires_at: 20,
+            since: 10,
+            queue: true,
+        };
+        let updates = acquire_items(&items, &req);
         assert_eq!(updates.len(), 3);
         let clinton = FsPath::parse("/clinton").expect("path");
         assert_eq!(
             updates[0].upsert,
-            Some(shared_with(None, &owner(), &clinton, 10, 40))
+            Some(shared_with(
+                None,
+                &owner,
+                &clinton,
+                LockMode::IntentExclusive,
+                (10, 40)
+            ))
         );
         assert_eq!(
             updates[2].upsert,
-            Some(exclusive_source(&owner(), Some(&path), 10, 40))
+            Some(exclusive_source(&owner, Some(&path), 10, 40))
         );
-        assert_eq!(updates[0].script, SHARED_ACQUIRE);
-        assert_eq!(updates[2].script, EXCLUSIVE_ACQUIRE);
+        assert!(updates.iter().all(|u| u.script == ACQUIRE));
         assert_eq!(updates[0].params["entry"]["expires_at"], 40);
+        assert_eq!(updates[0].params["mode"], "IX");
+        assert_eq!(updates[2].params["mode"], "X");
     }
 
     #[test]
-    fn release_goes_exclusive_first_then_deepest_first() {
+    fn release_goes_targets_first_then_deepest_first() {
         let path = FsPath::parse("/a/b/c").expect("path");
         let items = TreeLockRequest::path(&path).items().expect("items");
         let taken: Vec<Taken> = items
@@ -319,17 +348,10 @@ mod tests {
                 source: json!({}),
             })
             .collect();
-        let order: Vec<(String, String)> = release_items(&taken, &owner())
+        let order: Vec<String> = release_items(&taken, &owner(), 0)
             .into_iter()
-            .map(|u| (u.id, u.script))
+            .map(|u| u.id)
             .collect();
-        assert_eq!(
-            order,
-            [
-                ("/a/b/c".to_owned(), EXCLUSIVE_RELEASE.to_owned()),
-                ("/a/b".to_owned(), SHARED_RELEASE.to_owned()),
-                ("/a".to_owned(), SHARED_RELEASE.to_owned()),
-            ]
-        );
+        assert_eq!(order, ["/a/b/c", "/a/b", "/a"]);
     }
 }

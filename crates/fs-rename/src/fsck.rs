@@ -222,7 +222,7 @@ fn is_expired(lock: &LockInfo, now: i64) -> bool {
         Observed::Exclusive {
             expires_at: None, ..
         } => false,
-        Observed::Shared { holders, .. } => {
+        Observed::Group { holders, .. } => {
             lock.observed.foreign_shares() == 0
                 && !holders.is_empty()
                 && holders.values().all(|h| h.expires_at < now)

@@ -369,7 +369,7 @@ impl Recovery {
             for doc in docs.into_iter().flatten() {
                 let valid = match Observed::from_source(&doc.source) {
                     Observed::Exclusive { expires_at, .. } => expires_at.is_none_or(|t| t >= now),
-                    Observed::Shared { holders, .. } => {
+                    Observed::Group { holders, .. } => {
                         holders.values().any(|h| h.expires_at >= now)
                     }
                 };
@@ -412,7 +412,7 @@ impl Recovery {
                     expires_at.is_some_and(|t| t > 0 && t < now)
                         && !process_id.as_ref().is_some_and(|p| spare.contains(p))
                 }
-                Observed::Shared { holders, .. } => holders
+                Observed::Group { holders, .. } => holders
                     .iter()
                     .any(|(pid, h)| h.expires_at < now && !spare.contains(pid)),
             };
@@ -422,7 +422,7 @@ impl Recovery {
             if self.dry_run {
                 match &lock.observed {
                     Observed::Exclusive { .. } => report.locks_released += 1,
-                    Observed::Shared { holders, .. } => {
+                    Observed::Group { holders, .. } => {
                         report.shares_reaped += holders
                             .iter()
                             .filter(|(pid, h)| h.expires_at < now && !spare.contains(*pid))

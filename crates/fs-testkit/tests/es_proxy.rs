@@ -28,11 +28,12 @@ async fn with_scripts(store: &fs_store::ElasticStore) -> String {
 }
 
 fn share(id: &str, process: &str) -> ScriptedUpdate {
-    let entry = json!({"holder": process, "acquired_at": 1, "expires_at": 100});
+    let entry = json!({"holder": process, "acquired_at": 1, "expires_at": 100, "mode": "IX"});
     ScriptedUpdate {
         id: id.to_owned(),
-        script: lock_scripts::SHARED_ACQUIRE.id.to_owned(),
-        params: json!({"process_id": process, "path": id, "entry": entry}),
+        script: lock_scripts::ACQUIRE.id.to_owned(),
+        params: json!({"process_id": process, "path": id, "entry": entry, "mode": "IX",
+                       "since": 1, "now": 1, "queue": true, "exclusive": {}}),
         upsert: Some(
             json!({"lock_type": "shared", "lock_count": 1, "path": id, "expires_at": 100,
                    "holders": {process: entry}}),
@@ -105,8 +106,8 @@ async fn a_refusal_is_not_a_race() {
     // A release of what is not ours does nothing; a missing document is not found.
     let release = ScriptedUpdate {
         id: "/x".into(),
-        script: lock_scripts::EXCLUSIVE_RELEASE.id.into(),
-        params: json!({"process_id": "p1"}),
+        script: lock_scripts::RELEASE.id.into(),
+        params: json!({"process_id": "p1", "now": 1}),
         upsert: None,
     };
     let missing = ScriptedUpdate {

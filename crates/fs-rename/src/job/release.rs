@@ -127,6 +127,6 @@ fn names(source: &serde_json::Value, process_id: &str) -> bool {
         Observed::Exclusive {
             process_id: owner, ..
         } => owner.as_deref() == Some(process_id),
-        Observed::Shared { holders, .. } => holders.contains_key(process_id),
+        Observed::Group { holders, .. } => holders.contains_key(process_id),
     }
 }

@@ -197,7 +197,7 @@ async fn check_locks(store: &SqliteStore) -> Result<(), String> {
         let locked = path(lock_path)?;
         let complete = locked.ancestors().into_iter().skip(1).all(|ancestor| {
             matches!(docs.get(&tree_lock_id(&ancestor)),
-                Some((Observed::Shared { holders, .. }, _)) if holders.contains_key(pid))
+                Some((Observed::Group { holders, .. }, _)) if holders.contains_key(pid))
         });
         if complete {
             granted.push((locked, pid.clone()));
