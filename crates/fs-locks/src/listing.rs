@@ -6,7 +6,7 @@ use fs_store::{BulkOp, Scan, Scope};
 
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
-use crate::lock_doc::Observed;
+use crate::lock_doc::{LockMode, Observed};
 
 /// One lock document as found in the lock index.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,6 +19,88 @@ pub struct LockInfo {
     pub observed: Observed,
     /// When it expires, epoch milliseconds, if recorded.
     pub expires_at: Option<i64>,
+}
+
+impl LockInfo {
+    /// Returns the grants on this document: `(process id, mode, label, expires_at)`, one per
+    /// holder; the book's shares without a holder entry appear once with an empty process id
+    /// and their count as the label.
+    pub fn grants(&self) -> Vec<(String, LockMode, String, Option<i64>)> {
+        match &self.observed {
+            Observed::Exclusive {
+                process_id,
+                holder,
+                expires_at,
+                ..
+            } => vec![(
+                process_id.clone().unwrap_or_default(),
+                LockMode::Exclusive,
+                holder.clone().unwrap_or_default(),
+                *expires_at,
+            )],
+            Observed::Group { holders, .. } => {
+                let mut grants: Vec<(String, LockMode, String, Option<i64>)> = holders
+                    .iter()
+                    .map(|(pid, h)| (pid.clone(), h.mode, h.holder.clone(), Some(h.expires_at)))
+                    .collect();
+                let foreign = self.observed.foreign_shares();
+                if foreign > 0 {
+                    grants.push((
+                        String::new(),
+                        LockMode::IntentExclusive,
+                        format!("{foreign} share(s) without a process_id (the book's)"),
+                        None,
+                    ));
+                }
+                grants
+            }
+        }
+    }
+
+    /// Describes the document as JSON for `fsrename locks --json` and the service: its mode,
+    /// each grant with its mode and lease, and the waiters in queue order with their age.
+    pub fn to_json(&self, now: i64) -> serde_json::Value {
+        let grants: Vec<serde_json::Value> = self
+            .grants()
+            .into_iter()
+            .map(|(pid, mode, holder, expires_at)| {
+                serde_json::json!({
+                    "process_id": pid,
+                    "mode": mode,
+                    "holder": holder,
+                    "expires_at": expires_at,
+                    "expired": expires_at.is_some_and(|t| t < now),
+                })
+            })
+            .collect();
+        let waiters: Vec<serde_json::Value> = self
+            .observed
+            .queue()
+            .into_iter()
+            .map(|(pid, w)| {
+                serde_json::json!({
+                    "process_id": pid,
+                    "mode": w.mode,
+                    "holder": w.holder,
+                    "waiting_ms": (now - w.since).max(0),
+                    "expires_at": w.expires_at,
+                    "expired": w.expires_at < now,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "id": self.id,
+            "path": self.path,
+            "mode": self.observed.mode(),
+            "lock_type": if self.observed.mode() == LockMode::Exclusive { "exclusive" } else { "shared" },
+            "holders": self.observed.describe_holders(),
+            "grants": grants,
+            "waiters": waiters,
+            "journal": self.observed.jobs(),
+            "expires_at": self.expires_at,
+            "expired": self.expires_at.is_some_and(|at| at < now),
+        })
+    }
 }
 
 const PAGE: usize = 1_000;

@@ -10,7 +10,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use fs_locks::{LeaseClock, LockClient, LockMode};
+use fs_locks::{LeaseClock, LockClient};
 use fs_model::FsPath;
 use fs_rename::{FsTree, Strategy};
 use fs_store::Scope;
@@ -177,19 +177,7 @@ async fn locks(State(jobs): State<Jobs>) -> Result<Response, ApiError> {
         .await
         .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
     let now = LeaseClock::new().now_ms();
-    let locks: Vec<Value> = locks
-        .iter()
-        .map(|l| {
-            json!({
-                "id": l.id,
-                "path": l.path,
-                "lock_type": if l.observed.mode() == LockMode::IntentExclusive { "shared" } else { "exclusive" },
-                "holders": l.observed.describe_holders(),
-                "expires_at": l.expires_at,
-                "expired": l.expires_at.is_some_and(|at| at < now),
-            })
-        })
-        .collect();
+    let locks: Vec<Value> = locks.iter().map(|l| l.to_json(now)).collect();
     Ok(Json(json!({ "locks": locks })).into_response())
 }
 

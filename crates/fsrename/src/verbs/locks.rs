@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use fs_locks::{LeaseClock, LockClient, LockInfo};
+use fs_locks::{LeaseClock, LockClient};
 
 use super::open_tree;
 use crate::cli::Cli;
@@ -21,16 +21,7 @@ pub async fn run(cli: &Cli, json: bool) -> anyhow::Result<u8> {
     let mut out = Printer::stdout();
     if json {
         for lock in &locks {
-            let line = serde_json::json!({
-                "id": lock.id,
-                "path": lock.path,
-                "lock_type": lock_type(lock),
-                "holders": lock.observed.describe_holders(),
-                "journal": lock.observed.jobs(),
-                "expires_at": lock.expires_at,
-                "expired": lock.expires_at.is_some_and(|at| at < now),
-            });
-            out.line(line)?;
+            out.line(lock.to_json(now))?;
         }
         out.flush()?;
         return Ok(EXIT_OK);
@@ -51,19 +42,54 @@ pub async fn run(cli: &Cli, json: bool) -> anyhow::Result<u8> {
         } else {
             format!("  for journal {}", jobs.join(", "))
         };
-        out.line(format_args!(
-            "{:<9} {what}  held by {}  ({expiry}){journal}",
-            lock_type(lock),
-            lock.observed.describe_holders()
-        ))?;
+        let grants = lock.grants();
+        if grants.is_empty() {
+            out.line(format_args!("{what}  held by nobody ({expiry})"))?;
+        } else {
+            out.line(format_args!("{what}  ({expiry}){journal}"))?;
+        }
+        for (pid, mode, holder, expires_at) in grants {
+            let lease = match expires_at {
+                Some(at) if at < now => format!("EXPIRED {:.0} s ago", (now - at) as f64 / 1e3),
+                Some(at) => format!("expires in {:.0} s", (at - now) as f64 / 1e3),
+                None => "no lease".to_owned(),
+            };
+            let process = if pid.is_empty() {
+                String::new()
+            } else {
+                format!(" (process {pid})")
+            };
+            out.line(format_args!(
+                "  {:<2} {:<9} {holder}{process}  {lease}",
+                mode.as_str(),
+                lock_word(mode)
+            ))?;
+        }
+        for (place, (pid, waiter)) in lock.observed.queue().into_iter().enumerate() {
+            let state = if waiter.expires_at < now {
+                "  (gone: its registration expired)"
+            } else {
+                ""
+            };
+            out.line(format_args!(
+                "  waiting {}. {:<2} {} (process {pid}) for {:.1} s{state}",
+                place + 1,
+                waiter.mode.as_str(),
+                waiter.holder,
+                (now - waiter.since).max(0) as f64 / 1e3
+            ))?;
+        }
     }
     out.flush()?;
     Ok(EXIT_OK)
 }
 
-fn lock_type(lock: &LockInfo) -> &'static str {
-    match lock.observed.mode() {
+/// The word beside a mode's letters: the book's names for IX and X.
+fn lock_word(mode: fs_locks::LockMode) -> &'static str {
+    match mode {
         fs_locks::LockMode::Exclusive => "exclusive",
-        _ => "shared",
+        fs_locks::LockMode::IntentExclusive => "shared",
+        fs_locks::LockMode::Shared => "read",
+        fs_locks::LockMode::IntentShared => "intent",
     }
 }
