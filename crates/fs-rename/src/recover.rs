@@ -90,6 +90,9 @@ pub struct RecoveryReport {
     pub locks_released: usize,
     /// Expired shares removed from shared locks by the sweep.
     pub shares_reaped: usize,
+    /// Expired waiter registrations removed by the sweep (requests that died or gave up
+    /// while waiting their turn; they blocked nobody once expired).
+    pub waiters_reaped: usize,
     /// Journal ids the sweep fenced before clearing the expired locks that named them (see
     /// [`Journal::fence`]): jobs whose locks expired before they journaled, which may never
     /// journal now, and jobs that finished and closed their entry but could not release their
@@ -106,6 +109,7 @@ impl RecoveryReport {
             && self.failed.is_empty()
             && self.locks_released == 0
             && self.shares_reaped == 0
+            && self.waiters_reaped == 0
             && self.fenced == 0
             && self.fences_removed == 0
     }
@@ -140,6 +144,9 @@ impl std::fmt::Display for RecoveryReport {
             self.locks_released,
             self.shares_reaped
         )?;
+        if self.waiters_reaped > 0 {
+            write!(f, ", {reap} {} expired waiter(s)", self.waiters_reaped)?;
+        }
         if self.fenced > 0 {
             write!(
                 f,
@@ -403,23 +410,31 @@ impl Recovery {
         // Each job is fenced once per run, however many of its locks are cleared.
         let mut fenced: HashMap<String, bool> = HashMap::new();
         for lock in locks {
-            let candidate = match &lock.observed {
-                Observed::Exclusive {
-                    process_id,
-                    expires_at,
-                    ..
-                } => {
-                    expires_at.is_some_and(|t| t > 0 && t < now)
-                        && !process_id.as_ref().is_some_and(|p| spare.contains(p))
-                }
-                Observed::Group { holders, .. } => holders
-                    .iter()
-                    .any(|(pid, h)| h.expires_at < now && !spare.contains(pid)),
-            };
+            let dead_waiters = lock
+                .observed
+                .waiters()
+                .values()
+                .filter(|w| w.expires_at < now)
+                .count();
+            let candidate = dead_waiters > 0
+                || match &lock.observed {
+                    Observed::Exclusive {
+                        process_id,
+                        expires_at,
+                        ..
+                    } => {
+                        expires_at.is_some_and(|t| t > 0 && t < now)
+                            && !process_id.as_ref().is_some_and(|p| spare.contains(p))
+                    }
+                    Observed::Group { holders, .. } => holders
+                        .iter()
+                        .any(|(pid, h)| h.expires_at < now && !spare.contains(pid)),
+                };
             if !candidate {
                 continue;
             }
             if self.dry_run {
+                report.waiters_reaped += dead_waiters;
                 match &lock.observed {
                     Observed::Exclusive { .. } => report.locks_released += 1,
                     Observed::Group { holders, .. } => {
@@ -481,7 +496,10 @@ impl Recovery {
             }
             match client.reap_expired_holders(&expired, &reap).await {
                 Ok(Reaped::Exclusive(_)) => report.locks_released += 1,
-                Ok(Reaped::Shares(pids)) => report.shares_reaped += pids.len(),
+                Ok(Reaped::Shares(pids)) => {
+                    report.shares_reaped += pids.len();
+                    report.waiters_reaped += dead_waiters;
+                }
                 Ok(Reaped::Nothing) => {}
                 // Renewed or changed since read: whoever did that is alive; next run.
                 Err(e) => tracing::debug!(lock = %lock.id, error = %e, "not swept"),

@@ -337,6 +337,86 @@ async fn expired_locks_are_swept_and_live_shares_kept(env: Env) {
     );
 }
 
+/// Fair waiting: a live older waiter keeps younger conflicting requests out; once its
+/// registration expires (the waiter died) it blocks nobody, and the sweep removes what it left.
+async fn a_dead_waiter_blocks_nobody_and_is_swept(env: Env) {
+    let tree = env.tree();
+    tree.ensure_indices().await.expect("indices");
+    let locks = env.lock_index();
+    let client = |label: &str| {
+        LockClient::builder(Arc::clone(&env.store), locks.clone())
+            .holder(label)
+            .lease(LEASE)
+            .wait(Duration::from_millis(300))
+            .build()
+    };
+    let now = fs_locks::LeaseClock::new().now_ms();
+    let ghost = |expires_at: i64| {
+        serde_json::json!({"lock_type": "shared", "lock_count": 0, "holders": {}, "path": "/w",
+            "waiters": {"ghost": {"mode": "X", "since": 1, "expires_at": expires_at,
+                                  "holder": "mv /w /elsewhere (a waiter)"}}})
+    };
+    // An old request waits for X on `/w`: a younger writer below it may not barge in.
+    env.store
+        .index(&locks, "/w", ghost(now + 60_000), None)
+        .await
+        .expect("a live waiter");
+    let younger = client("mv /w/f /w/g");
+    let message = match younger.lock_tree(&p("/w/f")).await {
+        Err(e @ fs_locks::LockError::Timeout { .. }) => e.to_string(),
+        other => panic!("expected a timeout behind the waiter, got {other:?}"),
+    };
+    assert!(
+        message.contains("older request waiting") && message.contains("`/w`"),
+        "{message}"
+    );
+    // The waiter dies: its registration runs out, and the same request passes.
+    env.store
+        .index(&locks, "/w", ghost(now - 1), None)
+        .await
+        .expect("a dead waiter");
+    let guard = younger.lock_tree(&p("/w/f")).await.expect("granted");
+    guard.release().await.expect("release");
+    // What a dead waiter leaves where nobody comes by is swept.
+    let mut left = ghost(now - 1);
+    left["path"] = serde_json::json!("/z");
+    env.store
+        .index(&locks, "/z", left, None)
+        .await
+        .expect("a forgotten waiter");
+    let report = recovery(&env).run().await.expect("recover");
+    assert_eq!(report.waiters_reaped, 1, "{report}");
+    assert!(report.to_string().contains("expired waiter"), "{report}");
+    assert_eq!(locks_left(&env).await, 0);
+}
+
+/// A request refused by a holder whose lease ran out says so, and what clears it, instead of
+/// reading like a live holder's.
+async fn a_refusal_by_a_dead_holder_says_so(env: Env) {
+    let tree = env.tree();
+    tree.ensure_indices().await.expect("indices");
+    let dead = LockClient::builder(Arc::clone(&env.store), env.lock_index())
+        .holder("mv /p/s2 /p/t2")
+        .lease(LEASE)
+        .renew_every(Duration::from_secs(3600))
+        .build();
+    let _held = dead.lock_tree(&p("/p/s2")).await.expect("dead");
+    tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
+    let asker = LockClient::builder(Arc::clone(&env.store), env.lock_index())
+        .wait(Duration::from_millis(100))
+        .build();
+    let message = match asker.lock_tree(&p("/p/s2/x")).await {
+        Err(e @ fs_locks::LockError::Timeout { .. }) => e.to_string(),
+        other => panic!("expected a timeout, got {other:?}"),
+    };
+    assert!(
+        message.contains("held by mv /p/s2 /p/t2")
+            && message.contains("expired")
+            && message.contains("`fsrename recover` finishes what it left and clears it"),
+        "{message}"
+    );
+}
+
 /// Freezes the job the first time it is about to write its journal entry (after its lease
 /// check).
 struct FreezeBeforeJournal {
@@ -429,4 +509,6 @@ on_every_backend!(
     a_zombie_stops_at_its_first_write,
     live_jobs_are_left_alone,
     expired_locks_are_swept_and_live_shares_kept,
+    a_dead_waiter_blocks_nobody_and_is_swept,
+    a_refusal_by_a_dead_holder_says_so,
 );
