@@ -328,8 +328,10 @@ pub(crate) async fn attempt(
 }
 
 /// Registers the request as a waiter on the documents of `items` (fair waiting), or renews its
-/// registration there: one `mget` and one conditional `bulk`. A document that changed
-/// meanwhile, or is gone, is skipped: the next attempt reads it again. Returns the ids where
+/// registration there: an `mget` and a conditional `bulk`, again at once for the documents
+/// that changed in between (a busy ancestor changes all the time, and a request that cannot
+/// get its registration in is the one that starves), a bounded number of rounds. A document
+/// that is gone is skipped: the next attempt is likely granted there. Returns the ids where
 /// the request is now registered.
 pub(crate) async fn register_waiter(
     calls: &mut Calls<'_>,
@@ -337,45 +339,56 @@ pub(crate) async fn register_waiter(
     req: &Request<'_>,
     lease_ms: i64,
 ) -> Result<Vec<String>> {
-    let ids: Vec<String> = items.iter().map(|i| i.id.clone()).collect();
-    let current = calls.mget(&ids).await?;
-    let mut ops = Vec::new();
-    let mut writing = Vec::new();
-    for item in items {
-        let Some(doc) = current.get(&item.id) else {
-            continue;
-        };
-        // Already registered with more than half a lease to run: nothing to write.
-        let fresh_enough = Observed::from_source(&doc.source)
-            .waiters()
-            .get(&req.owner.process_id)
-            .is_some_and(|w| w.since == req.since && w.expires_at - req.now > lease_ms / 2);
-        if fresh_enough {
-            writing.push((item.id.clone(), None));
-            continue;
+    let mut registered = Vec::new();
+    let mut pending: Vec<&LockItem> = items.iter().collect();
+    for _ in 0..MAX_ROUNDS {
+        if pending.is_empty() {
+            break;
         }
-        let params = wait_params(item, req);
-        if let Ok((ScriptOp::Index, source)) =
-            run_locally(&lock_scripts::WAIT, &doc.source, &params)
-        {
-            ops.push(BulkOp::Index {
-                id: item.id.clone(),
-                source,
-                if_version: Some(doc.version),
-            });
-            writing.push((item.id.clone(), Some(ops.len() - 1)));
+        let ids: Vec<String> = pending.iter().map(|i| i.id.clone()).collect();
+        let current = calls.mget(&ids).await?;
+        let mut ops = Vec::new();
+        let mut writing = Vec::new();
+        for item in pending {
+            let Some(doc) = current.get(&item.id) else {
+                continue;
+            };
+            // Already registered with more than half a lease to run: nothing to write.
+            let fresh_enough = Observed::from_source(&doc.source)
+                .waiters()
+                .get(&req.owner.process_id)
+                .is_some_and(|w| w.since == req.since && w.expires_at - req.now > lease_ms / 2);
+            if fresh_enough {
+                registered.push(item.id.clone());
+                continue;
+            }
+            let params = wait_params(item, req);
+            if let Ok((ScriptOp::Index, source)) =
+                run_locally(&lock_scripts::WAIT, &doc.source, &params)
+            {
+                ops.push(BulkOp::Index {
+                    id: item.id.clone(),
+                    source,
+                    if_version: Some(doc.version),
+                });
+                writing.push(item);
+            }
         }
+        if ops.is_empty() {
+            break;
+        }
+        let results = calls.bulk(ops).await?;
+        let mut again = Vec::new();
+        for (item, result) in writing.into_iter().zip(results) {
+            match result {
+                Ok(_) => registered.push(item.id.clone()),
+                Err(e) if e.is_conflict() => again.push(item),
+                Err(_) => {}
+            }
+        }
+        pending = again;
     }
-    let results = if ops.is_empty() {
-        Vec::new()
-    } else {
-        calls.bulk(ops).await?
-    };
-    Ok(writing
-        .into_iter()
-        .filter(|(_, at)| at.is_none_or(|i| results.get(i).is_some_and(|r| r.is_ok())))
-        .map(|(id, _)| id)
-        .collect())
+    Ok(registered)
 }
 
 /// Removes the request's waiter entries from `ids` (it gave up): read, then conditional

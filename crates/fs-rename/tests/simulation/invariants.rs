@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use fs_locks::{LeaseClock, Observed};
+use fs_locks::{LeaseClock, LockMode, Observed};
 use fs_model::{journal_index_name, lock_index_name, tree_lock_id, DocKind, FsDoc, FsPath};
 use fs_rename::JournalEntry;
 use fs_store::{SqliteStore, StoreError, StoredDoc};
@@ -163,9 +163,12 @@ pub async fn check(store: &SqliteStore, expected: &Expected) -> Result<(), Strin
     Ok(())
 }
 
-/// Invariant 3: a lock set counts as granted once its owner's exclusive lock is valid and its
-/// shares on every ancestor are in place; mid-acquisition (items written out of order after a
-/// failed bulk item) or mid-release a set is incomplete, and grants nothing.
+/// Invariant 3: no two incompatible grants overlap. A target lock (X, or S) counts as granted
+/// once it is valid and its owner's intention locks on every ancestor are in place;
+/// mid-acquisition (items written out of order after a failed bulk item) or mid-release a set
+/// is incomplete, and grants nothing. Two granted targets of different owners on overlapping
+/// paths (one at or under the other) must both be S; and on every group document the valid
+/// holders' modes must be pairwise compatible (Gray's table).
 async fn check_locks(store: &SqliteStore) -> Result<(), String> {
     let now = LeaseClock::new().now_ms();
     let docs: BTreeMap<String, (Observed, Option<String>)> = live(store, &lock_index_name(INDEX))
@@ -180,34 +183,66 @@ async fn check_locks(store: &SqliteStore) -> Result<(), String> {
             (d.id, (Observed::from_source(&d.source), path))
         })
         .collect();
-    let mut granted: Vec<(FsPath, String)> = Vec::new();
-    for (observed, lock_path) in docs.values() {
-        let Observed::Exclusive {
-            process_id: Some(pid),
-            expires_at: Some(t),
-            ..
-        } = observed
-        else {
-            continue;
-        };
-        let Some(lock_path) = lock_path else { continue };
-        if *t < now {
-            continue;
-        }
-        let locked = path(lock_path)?;
-        let complete = locked.ancestors().into_iter().skip(1).all(|ancestor| {
-            matches!(docs.get(&tree_lock_id(&ancestor)),
-                Some((Observed::Group { holders, .. }, _)) if holders.contains_key(pid))
-        });
-        if complete {
-            granted.push((locked, pid.clone()));
+    // (locked path, owner, mode, expiry) of every X and S.
+    let mut targets: Vec<(String, String, LockMode, i64)> = Vec::new();
+    for (id, (observed, lock_path)) in &docs {
+        match observed {
+            Observed::Exclusive {
+                process_id: Some(pid),
+                expires_at: Some(t),
+                ..
+            } => {
+                if let Some(p) = lock_path {
+                    targets.push((p.clone(), pid.clone(), LockMode::Exclusive, *t));
+                }
+            }
+            Observed::Group { holders, .. } => {
+                let valid: Vec<(&String, LockMode)> = holders
+                    .iter()
+                    .filter(|(_, h)| h.expires_at >= now)
+                    .map(|(pid, h)| (pid, h.mode))
+                    .collect();
+                for (i, (pa, ma)) in valid.iter().enumerate() {
+                    for (pb, mb) in &valid[i + 1..] {
+                        if !ma.compatible(*mb) {
+                            return Err(format!(
+                                "lock document `{id}` holds {ma} ({pa}) and {mb} ({pb}) at once"
+                            ));
+                        }
+                    }
+                }
+                for (pid, h) in holders {
+                    if h.mode == LockMode::Shared {
+                        if let Some(p) = lock_path {
+                            targets.push((p.clone(), pid.clone(), LockMode::Shared, h.expires_at));
+                        }
+                    }
+                }
+            }
+            Observed::Exclusive { .. } => {}
         }
     }
-    for (i, (a, pa)) in granted.iter().enumerate() {
-        for (b, pb) in &granted[i + 1..] {
-            if pa != pb && a.overlaps(b) {
+    let mut granted: Vec<(FsPath, String, LockMode)> = Vec::new();
+    for (lock_path, pid, mode, expires_at) in targets {
+        if expires_at < now {
+            continue;
+        }
+        let locked = path(&lock_path)?;
+        let complete = locked.ancestors().into_iter().skip(1).all(|ancestor| {
+            ancestor.is_root()
+                || matches!(docs.get(&tree_lock_id(&ancestor)),
+                    Some((Observed::Group { holders, .. }, _)) if holders.contains_key(&pid))
+        });
+        if complete {
+            granted.push((locked, pid, mode));
+        }
+    }
+    for (i, (a, pa, ma)) in granted.iter().enumerate() {
+        for (b, pb, mb) in &granted[i + 1..] {
+            let both_read = *ma == LockMode::Shared && *mb == LockMode::Shared;
+            if pa != pb && a.overlaps(b) && !both_read {
                 return Err(format!(
-                    "granted exclusive locks on `{a}` ({pa}) and `{b}` ({pb}) overlap"
+                    "granted {ma} on `{a}` ({pa}) and {mb} on `{b}` ({pb}) overlap"
                 ));
             }
         }
