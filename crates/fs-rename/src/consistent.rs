@@ -15,7 +15,7 @@ use fs_model::{DocKind, FsPath};
 use fs_store::SharedStore;
 
 use crate::error::{RenameError, Result};
-use crate::fsck::{fsck, FsckReport};
+use crate::fsck::{fsck_ignoring, FsckReport};
 use crate::ops::{list, under_lock, LockSettings};
 use crate::tree::{Entry, FsTree};
 
@@ -56,12 +56,13 @@ where
     .await
 }
 
-/// Runs [`fsck`] on `scope` while a shared lock on it keeps every writer out: the report
-/// describes one state of the subtree, not a mix of the states it went through while it was
-/// read. `holder` labels the lock.
+/// Runs [`fsck`](crate::fsck()) on `scope` while a shared lock on it keeps every writer out:
+/// the report describes one state of the subtree, not a mix of the states it went through
+/// while it was read. `holder` labels the lock; the lock documents held by this check alone
+/// are left out of the report's lock counts.
 ///
 /// # Errors
-/// [`RenameError::RootNotLockable`] for `/`; a lock error; as [`fsck`].
+/// [`RenameError::RootNotLockable`] for `/`; a lock error; as [`fsck`](crate::fsck()).
 pub async fn fsck_consistent(
     store: SharedStore,
     index: &str,
@@ -75,5 +76,6 @@ pub async fn fsck_consistent(
     let tree = FsTree::new(Arc::clone(&store), index);
     let client = locks.client(&tree, holder.into());
     let guard = client.lock_read(scope).await?;
-    under_lock(guard, fsck(store, index, scope)).await
+    let own = client.owner().process_id.clone();
+    under_lock(guard, fsck_ignoring(store, index, scope, Some(&own))).await
 }
