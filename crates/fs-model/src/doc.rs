@@ -71,6 +71,17 @@ impl FsDoc {
         crate::entropy::uuid()
     }
 
+    /// Returns the id of the copy that the copy job `job_id` makes of the document
+    /// `source_id`: a name-based (version 5) UUID of the two, so the same job copying the same
+    /// document always writes the same id. That makes a copy idempotent: a job, or the
+    /// recovery that finishes it, that creates a copy already there gets a conflict and knows
+    /// the copy is its own, instead of adding a second one under a fresh random id.
+    pub fn copy_id(job_id: &str, source_id: &str) -> String {
+        // The length prefix keeps the pair unambiguous whatever characters the ids contain.
+        let name = format!("fsrename-copy:{}:{job_id}:{source_id}", job_id.len());
+        uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, name.as_bytes()).to_string()
+    }
+
     /// Returns true if `parent`, `name` and `depth` agree with `path`.
     pub fn is_consistent(&self) -> bool {
         self.parent == self.path.parent()
@@ -130,6 +141,28 @@ mod tests {
             (7, 9, DocKind::File)
         );
         assert!(moved.is_consistent());
+    }
+
+    #[test]
+    fn copy_ids_depend_on_the_job_and_the_source_only() {
+        let a = FsDoc::copy_id("job-1", "doc-1");
+        assert_eq!(a, FsDoc::copy_id("job-1", "doc-1"), "deterministic");
+        assert_ne!(
+            a,
+            FsDoc::copy_id("job-2", "doc-1"),
+            "another job, another copy"
+        );
+        assert_ne!(
+            a,
+            FsDoc::copy_id("job-1", "doc-2"),
+            "another source, another copy"
+        );
+        // The split between the two ids is part of the name.
+        assert_ne!(FsDoc::copy_id("a:b", "c"), FsDoc::copy_id("a", "b:c"));
+        assert_eq!(
+            uuid::Uuid::parse_str(&a).expect("uuid").get_version_num(),
+            5
+        );
     }
 
     #[test]

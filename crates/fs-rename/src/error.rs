@@ -42,6 +42,30 @@ pub enum RenameError {
     /// The root cannot be renamed.
     #[error("the root `/` cannot be moved")]
     RootCannotMove,
+    /// The destination of a copy lies inside its source (or is the source): the copy would
+    /// copy itself.
+    #[error("cannot copy `{from}` into itself (`{to}`)")]
+    CopyIntoItself {
+        /// The source.
+        from: FsPath,
+        /// The destination.
+        to: FsPath,
+    },
+    /// The root cannot be deleted.
+    #[error("the root `/` cannot be removed")]
+    RootCannotDelete,
+    /// A directory with entries was to be removed without `recursive`.
+    #[error("`{path}` is a directory with {entries} entries; use -r to remove it and everything under it")]
+    DirectoryNotEmpty {
+        /// The directory.
+        path: FsPath,
+        /// How many entries it holds directly.
+        entries: u64,
+    },
+    /// A consistent read (under a shared lock) of the root was asked for. Writers take no
+    /// lock on the root (only below it), so no lock there would keep them out.
+    #[error("`/` cannot be read consistently: writers take no lock on the root, so no shared lock there would keep them out; read a directory under it, or read without a lock")]
+    RootNotLockable,
     /// A path operation failed (a rebased path would be too long, say).
     #[error(transparent)]
     Path(#[from] PathError),
@@ -49,18 +73,19 @@ pub enum RenameError {
     #[error(transparent)]
     Lock(#[from] LockError),
     /// A document changed between the job's read and its conditional write: someone else
-    /// wrote it. The job stopped there; what it wrote before stays written.
-    #[error("`{path}` changed while it was being renamed (version conflict); stopped after rewriting {rewritten} of {found} documents")]
+    /// wrote it (for a copy: a document holds the copy's id but not what the copy would
+    /// write). The job stopped there; what it wrote before stays written.
+    #[error("`{path}` changed while the job was writing it (version conflict); stopped after writing {rewritten} of {found} documents")]
     Conflict {
         /// The document that changed.
         path: String,
-        /// Documents rewritten before the job stopped.
+        /// Documents written before the job stopped.
         rewritten: u64,
         /// Documents found so far.
         found: u64,
     },
-    /// Fewer documents were rewritten than found.
-    #[error("rewrote {rewritten} documents but found {found}")]
+    /// Fewer documents were written (rewritten, copied or deleted) than found.
+    #[error("wrote {rewritten} documents but found {found}")]
     CountMismatch {
         /// Documents rewritten.
         rewritten: u64,
@@ -94,11 +119,11 @@ pub enum RenameError {
         /// Documents found so far.
         found: u64,
     },
-    /// The job stopped half-way, after its journal entry was written. Its locks were left in
-    /// place (not released) so nobody sees or changes the half-renamed tree; once their lease
-    /// runs out, `fsrename recover` (or a running `fsrename serve`) takes them over and
-    /// finishes the rename.
-    #[error("{cause}; the rename is unfinished: it stays locked, and journal entry `{job}` lets `fsrename recover` finish it once the locks' lease runs out")]
+    /// The job (a rename, copy or delete) stopped half-way, after its journal entry was
+    /// written. Its locks were left in place (not released) so nobody sees or changes the
+    /// half-done tree; once their lease runs out, `fsrename recover` (or a running
+    /// `fsrename serve`) takes them over and finishes the job.
+    #[error("{cause}; the job is unfinished: it stays locked, and journal entry `{job}` lets `fsrename recover` finish it once the locks' lease runs out")]
     Unfinished {
         /// The journal entry (the job id).
         job: String,

@@ -91,6 +91,17 @@ const MAX_LISTED: usize = 100;
 /// # Errors
 /// [`RenameError::Store`] if the store failed (a broken tree is a report, not an error).
 pub async fn fsck(store: SharedStore, index: &str, scope: &FsPath) -> Result<FsckReport> {
+    fsck_ignoring(store, index, scope, None).await
+}
+
+/// [`fsck`], leaving out of the lock counts the lock documents held by `ignore` alone (the
+/// owner of the shared lock a consistent check holds while it runs).
+pub(crate) async fn fsck_ignoring(
+    store: SharedStore,
+    index: &str,
+    scope: &FsPath,
+    ignore: Option<&str>,
+) -> Result<FsckReport> {
     let tree = FsTree::new(Arc::clone(&store), index);
     tree.refresh().await?;
     let mut report = FsckReport {
@@ -185,7 +196,7 @@ pub async fn fsck(store: SharedStore, index: &str, scope: &FsPath) -> Result<Fsc
         problems.push(format!("... and {more} more"));
     }
     report.problems = problems;
-    let (active, expired) = count_locks(&store, &tree.lock_index()).await?;
+    let (active, expired) = count_locks(&store, &tree.lock_index(), ignore).await?;
     report.locks_active = active;
     report.locks_expired = expired;
     report.journals_open = crate::journal::Journal::new(Arc::clone(&store), index)
@@ -195,8 +206,13 @@ pub async fn fsck(store: SharedStore, index: &str, scope: &FsPath) -> Result<Fsc
     Ok(report)
 }
 
-/// Counts lock documents with a running lease and with an expired one.
-async fn count_locks(store: &SharedStore, lock_index: &str) -> Result<(usize, usize)> {
+/// Counts lock documents with a running lease and with an expired one, but those held by
+/// `ignore` alone.
+async fn count_locks(
+    store: &SharedStore,
+    lock_index: &str,
+    ignore: Option<&str>,
+) -> Result<(usize, usize)> {
     let client = LockClient::builder(Arc::clone(store), lock_index).build();
     let locks = match client.list_locks().await {
         Ok(locks) => locks,
@@ -206,9 +222,27 @@ async fn count_locks(store: &SharedStore, lock_index: &str) -> Result<(usize, us
         }) => Vec::new(),
         Err(e) => return Err(e.into()),
     };
+    let locks: Vec<LockInfo> = locks
+        .into_iter()
+        .filter(|l| !ignore.is_some_and(|pid| held_only_by(l, pid)))
+        .collect();
     let now = fs_locks::LeaseClock::new().now_ms();
     let expired = locks.iter().filter(|l| is_expired(l, now)).count();
     Ok((locks.len() - expired, expired))
+}
+
+/// True if `process_id` is the lock's only holder.
+fn held_only_by(lock: &LockInfo, process_id: &str) -> bool {
+    match &lock.observed {
+        Observed::Exclusive {
+            process_id: owner, ..
+        } => owner.as_deref() == Some(process_id),
+        Observed::Shared { holders, .. } => {
+            lock.observed.foreign_shares() == 0
+                && !holders.is_empty()
+                && holders.keys().all(|holder| holder == process_id)
+        }
+    }
 }
 
 /// A lock is expired when it records leases and all of them have run out; foreign locks,

@@ -1,10 +1,12 @@
-//! The rename journal: one document per rename that has started rewriting and not finished.
+//! The journal: one document per job (a rename, a copy or a delete) that has started writing
+//! and not finished.
 //!
 //! A job writes its entry once it holds its locks and its checks passed, before its first
-//! rewrite; it deletes the entry after its last rewrite, before releasing its locks. So an
-//! entry exists exactly while the tree may be half-renamed, and its locks (listed in it) stay
+//! write; it deletes the entry after its last write, before releasing its locks. So an
+//! entry exists exactly while the tree may be half-renamed (half-copied, half-deleted), and its locks (listed in it) stay
 //! in the lock index until the entry is gone: a job that dies leaves both, and recovery
-//! takes the locks over and rolls the rename forward. Entries live in `<index>-journal`.
+//! takes the locks over and rolls the job forward. Entries live in `<index>-journal`; each
+//! records its [`JobKind`], so that recovery knows how to finish it.
 //!
 //! **Fences.** A job picks its entry's id before it locks anything, and every lock it takes
 //! records that id (`job`). A recovery that finds such a lock expired and no entry for it may
@@ -26,16 +28,22 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{RenameError, Result};
+use crate::kind::JobKind;
 use crate::strategy::Strategy;
 
-/// A journal entry: what a rename job set out to do and which locks protect it.
+/// A journal entry: what a job set out to do and which locks protect it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JournalEntry {
-    /// The job id (the document id).
+    /// The job id (the document id). A copy's new document ids derive from it
+    /// ([`fs_model::FsDoc::copy_id`]), so the recovery of a copy writes the same ids.
     pub job_id: String,
-    /// The source.
+    /// What the job does. Entries written before copies and deletes existed have none and
+    /// are renames.
+    #[serde(default)]
+    pub kind: JobKind,
+    /// The source (a delete's path).
     pub from: String,
-    /// The destination.
+    /// The destination (a delete's path again).
     pub to: String,
     /// The locking scheme the job used.
     pub strategy: Strategy,
@@ -50,14 +58,14 @@ pub struct JournalEntry {
     pub previous_owners: Vec<String>,
     /// The owner's readable label.
     pub holder: String,
-    /// When the job started rewriting, epoch milliseconds.
+    /// When the job started writing, epoch milliseconds.
     pub started_at: i64,
     /// The lease of the job's locks, in milliseconds.
     pub lease_ms: u64,
     /// How many recoverers have claimed it.
     #[serde(default)]
     pub recoveries: u32,
-    /// The lock documents that protect the rename, which recovery takes over.
+    /// The lock documents that protect the job, which recovery takes over.
     pub locks: Vec<JournalLock>,
 }
 
@@ -83,7 +91,7 @@ pub enum FenceOutcome {
         /// True if this call created the tombstone.
         new: bool,
     },
-    /// The job has journaled: its locks protect a rename to recover, not to clear.
+    /// The job has journaled: its locks protect a job to recover, not to clear.
     Open(Box<JournalEntry>),
 }
 
@@ -403,4 +411,41 @@ fn to_source(entry: &JournalEntry, index: &str) -> Result<serde_json::Value> {
         id: entry.job_id.clone(),
         message: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An entry as journals wrote it before copies and deletes: no `kind`, the book's lock
+    /// words.
+    fn old_entry() -> Value {
+        serde_json::json!({
+            "job_id": "j1", "from": "/a", "to": "/b", "strategy": "tree", "state": "running",
+            "owner": "p1", "holder": "mv /a /b", "started_at": 1, "lease_ms": 30000,
+            "locks": [{"id": "l1", "path": "/a", "mode": "exclusive"}]
+        })
+    }
+
+    #[test]
+    fn an_entry_without_a_kind_is_a_rename() {
+        let JournalDoc::Entry(entry) = parse_doc("fs-journal", "j1", old_entry()).expect("parse")
+        else {
+            panic!("read as a fence");
+        };
+        assert_eq!(entry.kind, JobKind::Rename);
+        assert_eq!(entry.locks[0].mode, LockMode::Exclusive);
+    }
+
+    #[test]
+    fn the_kind_is_written_and_read_back() {
+        let mut source = old_entry();
+        source["kind"] = serde_json::json!("delete");
+        let JournalDoc::Entry(entry) = parse_doc("fs-journal", "j1", source).expect("parse") else {
+            panic!("read as a fence");
+        };
+        assert_eq!(entry.kind, JobKind::Delete);
+        let written = to_source(&entry, "fs-journal").expect("serialize");
+        assert_eq!(written["kind"], "delete");
+    }
 }

@@ -1,16 +1,20 @@
-//! Rename jobs on an fsrename tree, safe under concurrency.
+//! Rename, copy and delete jobs on an fsrename tree, safe under concurrency.
 //!
-//! - [`Renamer`]: renames a file or directory: takes the locks of its [`Strategy`] (the book's
-//!   tree, global or document locking), checks source and destination under them, rewrites
-//!   every affected document with writes conditional on what it read, and releases on every
-//!   exit path. Returns a [`RenameReport`]; progress is observable through [`RenameEvent`]s.
-//! - [`Journal`]: one entry per rename between its first and last rewrite; [`Recovery`]
-//!   finishes the renames of jobs that died (taking over their expired locks) and sweeps
-//!   the expired locks nobody will finish anything under.
+//! - [`Renamer`]: renames a file or directory ([`Renamer::rename`]), copies one
+//!   ([`Renamer::copy`], `cp -r`) or removes one ([`Renamer::remove`], `rm [-r]`): takes the
+//!   locks of its [`Strategy`] (the book's tree, global or document locking), checks under
+//!   them, writes every affected document with writes conditional on what it read, and
+//!   releases on every exit path. Returns a [`RenameReport`]; progress is observable through
+//!   [`RenameEvent`]s.
+//! - [`Journal`]: one entry per job ([`JobKind`]: rename, copy or delete) between its first and
+//!   last write; [`Recovery`] finishes the jobs that died (taking over their expired locks)
+//!   and sweeps the expired locks nobody will finish anything under.
 //! - [`FsTree`]: the tree index as a set of paths (find, count, insert, scan).
 //! - [`fsck()`]: checks that a tree is well-formed and reports leftover locks.
 //! - [`index_dir`]: indexes a local directory tree; [`mkdir`], [`touch`], [`list`], [`stat`]:
-//!   the small operations of the command line, under the same locks.
+//!   the small operations of the command line, under the same locks; [`list_consistent`] and
+//!   [`fsck_consistent`] read a subtree under a shared lock, so nothing in it changes while
+//!   they read.
 //! - [`clinton`]: the book's `/clinton` scenario, run four ways, for `fsrename demo`.
 //!
 //! ```no_run
@@ -24,23 +28,28 @@
 //! let renamer = Renamer::builder(store, "fs").strategy(Strategy::Tree).build();
 //! let report = renamer.rename(&FsPath::parse("/clinton")?, &FsPath::parse("/gormley")?).await?;
 //! println!("moved {} documents in {} round trips", report.rewritten, report.round_trips);
+//! renamer.copy(&FsPath::parse("/gormley")?, &FsPath::parse("/backup")?).await?; // cp -r
+//! renamer.remove(&FsPath::parse("/backup")?, true).await?; // rm -r
 //! # Ok(())
 //! # }
 //! ```
 #![deny(missing_docs)]
 
 pub mod clinton;
+mod consistent;
 mod error;
 mod fsck;
 mod indexer;
 mod job;
 mod journal;
+mod kind;
 mod ops;
 mod recover;
 mod report;
 mod strategy;
 mod tree;
 
+pub use consistent::{fsck_consistent, list_consistent};
 pub use error::{RenameError, Result};
 pub use fsck::{fsck, FsckReport};
 pub use indexer::{
@@ -48,6 +57,7 @@ pub use indexer::{
 };
 pub use job::{RenameOutcome, Renamer, RenamerBuilder};
 pub use journal::{FenceOutcome, Journal, JournalEntry, JournalFence, JournalLock};
+pub use kind::JobKind;
 pub use ops::{list, mkdir, stat, touch, LockSettings, Made};
 pub use recover::{Recovered, Recovery, RecoveryReport};
 pub use report::{PhaseTimes, ProgressSink, RenameEvent, RenameHooks, RenameReport};

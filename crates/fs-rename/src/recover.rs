@@ -1,11 +1,14 @@
-//! Recovery: finishing the renames of jobs that died, and clearing the locks they left.
+//! Recovery: finishing the jobs (renames, copies, deletes) that died, and clearing the locks
+//! they left.
 //!
 //! One run:
 //!
 //! 1. For each [journal entry](crate::journal) whose locks have all expired (its owner died or
 //!    stopped renewing): claim the entry (a conditional write, so one recoverer wins), take
-//!    over its whole lock set ([`LockClient::adopt`]), roll the rename forward (rewrite
-//!    whatever still lies under the source; idempotent), close the entry, release the locks.
+//!    over its whole lock set ([`LockClient::adopt`]), roll the job forward by its kind
+//!    ([`Renamer::roll_forward`]: a rename rewrites whatever still lies under the source, a
+//!    copy creates the copies still missing, a delete deletes what is left, deepest first;
+//!    each idempotent), close the entry, release the locks.
 //!    An entry whose locks are still valid belongs to a live job and is left alone.
 //! 2. Sweep the lock index: expired exclusive locks are deleted and expired shares removed
 //!    from shared locks, except those of owners of entries still open (they protect a
@@ -34,6 +37,7 @@ use serde::Serialize;
 use crate::error::{RenameError, Result};
 use crate::job::{journaled, Renamer};
 use crate::journal::{FenceOutcome, Journal, JournalEntry};
+use crate::kind::JobKind;
 use crate::report::{ProgressSink, RenameHooks};
 
 /// Runs recovery on one tree. Build it with [`Recovery::new`] and the setters.
@@ -60,16 +64,20 @@ impl std::fmt::Debug for Recovery {
     }
 }
 
-/// A rename that recovery finished (or, in a dry run, would finish).
+/// A job (a rename, a copy or a delete) that recovery finished (or, in a dry run, would
+/// finish).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Recovered {
     /// The journal entry.
     pub job_id: String,
-    /// The source.
+    /// What the job was doing.
+    pub kind: JobKind,
+    /// The source (a delete's path).
     pub from: String,
-    /// The destination.
+    /// The destination (a delete's path again).
     pub to: String,
-    /// Documents this recovery moved (0 in a dry run).
+    /// Documents this recovery moved, copied or deleted (0 in a dry run). A copy counts the
+    /// copies the dead job had made too, since it finds them again.
     pub rewritten: u64,
     /// How many recoverers have claimed the entry, this one included.
     pub recoveries: u32,
@@ -80,7 +88,7 @@ pub struct Recovered {
 pub struct RecoveryReport {
     /// True if nothing was changed: the report says what a real run would do.
     pub dry_run: bool,
-    /// Renames rolled forward.
+    /// Jobs rolled forward: renames, copies and deletes (each says its kind).
     pub finished: Vec<Recovered>,
     /// Journal entries whose owner still holds valid locks: jobs at work, left alone.
     pub running: Vec<String>,
@@ -103,6 +111,11 @@ pub struct RecoveryReport {
 }
 
 impl RecoveryReport {
+    /// Returns the finished jobs of `kind`.
+    pub fn finished_of(&self, kind: JobKind) -> impl Iterator<Item = &Recovered> {
+        self.finished.iter().filter(move |r| r.kind == kind)
+    }
+
     /// Returns true if the run found nothing to do and nothing left undone.
     pub fn is_idle(&self) -> bool {
         self.finished.is_empty()
@@ -123,10 +136,18 @@ impl std::fmt::Display for RecoveryReport {
             ("finished", "released", "removed")
         };
         for r in &self.finished {
+            let done = match r.kind {
+                JobKind::Rename => "moved",
+                JobKind::Copy => "copied",
+                JobKind::Delete => "deleted",
+            };
             writeln!(
                 f,
-                "{finish} mv {} {} (journal {}, recovery #{}): {} documents moved",
-                r.from, r.to, r.job_id, r.recoveries, r.rewritten
+                "{finish} {} (journal {}, recovery #{}): {} documents {done}",
+                r.kind.describe(&r.from, &r.to),
+                r.job_id,
+                r.recoveries,
+                r.rewritten
             )?;
         }
         for job in &self.running {
@@ -135,10 +156,13 @@ impl std::fmt::Display for RecoveryReport {
         for failure in &self.failed {
             writeln!(f, "not finished: {failure}")?;
         }
+        let count = |kind| self.finished_of(kind).count();
         write!(
             f,
-            "{} rename(s) {finish}, {} running, {} not finished; {release} {} expired lock(s), {reap} {} expired share(s)",
-            self.finished.len(),
+            "{} rename(s), {} copy(ies), {} delete(s) {finish}, {} running, {} not finished; {release} {} expired lock(s), {reap} {} expired share(s)",
+            count(JobKind::Rename),
+            count(JobKind::Copy),
+            count(JobKind::Delete),
             self.running.len(),
             self.failed.len(),
             self.locks_released,
@@ -251,10 +275,11 @@ impl Recovery {
                     spare_owners(&mut spare, &entry);
                 }
                 Err(e) => {
-                    tracing::warn!(job = %entry.job_id, error = %e, "could not finish a journaled rename");
+                    tracing::warn!(job = %entry.job_id, kind = %entry.kind, error = %e, "could not finish a journaled job");
                     report.failed.push(format!(
-                        "journal {} (mv {} {}): {e}",
-                        entry.job_id, entry.from, entry.to
+                        "journal {} ({}): {e}",
+                        entry.job_id,
+                        entry.kind.describe(&entry.from, &entry.to)
                     ));
                     spare_owners(&mut spare, &entry);
                 }
@@ -288,10 +313,8 @@ impl Recovery {
         if self.owner_alive(entry).await? {
             return Ok(None);
         }
-        let client = self.lock_client(
-            format!("recover mv {} {}", entry.from, entry.to),
-            Some(&entry.job_id),
-        );
+        let described = entry.kind.describe(&entry.from, &entry.to);
+        let client = self.lock_client(format!("recover {described}"), Some(&entry.job_id));
         let mut claimed = entry.clone();
         claimed.previous_owners.push(claimed.owner.clone());
         claimed.owner = client.owner().process_id.clone();
@@ -299,6 +322,7 @@ impl Recovery {
         claimed.recoveries += 1;
         let mut done = Recovered {
             job_id: entry.job_id.clone(),
+            kind: entry.kind,
             from: entry.from.clone(),
             to: entry.to.clone(),
             rewritten: 0,
@@ -313,10 +337,7 @@ impl Recovery {
             Err(e) => return Err(e),
         }
         let items = claimed.locks.iter().map(|l| l.item()).collect();
-        let wanted = format!(
-            "the locks of journal {} (mv {} {})",
-            entry.job_id, entry.from, entry.to
-        );
+        let wanted = format!("the locks of journal {} ({described})", entry.job_id);
         let mut guard = client
             .adopt(wanted, items, &claimed.previous_owners)
             .await?;
@@ -343,7 +364,7 @@ impl Recovery {
                     // The rename is finished and recorded; what is left expires and is swept.
                     tracing::warn!(error = %e, "releasing recovered locks failed");
                 }
-                tracing::info!(job = %done.job_id, from = %done.from, to = %done.to, moved = done.rewritten, "finished a rename left by a job that died");
+                tracing::info!(job = %done.job_id, kind = %done.kind, from = %done.from, to = %done.to, written = done.rewritten, "finished a job left by a job that died");
                 Ok(Some(done))
             }
             Err(e) => {

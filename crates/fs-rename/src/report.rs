@@ -1,4 +1,5 @@
-//! What a rename job reports: events while it runs, and a report when it ends.
+//! What a job (rename, copy or delete) reports: events while it runs, and a report when it
+//! ends.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,10 +8,11 @@ use async_trait::async_trait;
 use fs_model::FsPath;
 use serde::Serialize;
 
+use crate::kind::JobKind;
 use crate::strategy::Strategy;
 use crate::tree::Entry;
 
-/// Something a running rename job did, in order.
+/// Something a running job (a rename, a copy or a delete) did, in order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum RenameEvent {
@@ -28,9 +30,9 @@ pub enum RenameEvent {
         /// Time spent waiting for them.
         waited: Duration,
     },
-    /// The checks passed; `total` documents are to be moved.
+    /// The checks passed; `total` documents are to be moved (copied, deleted).
     Checked {
-        /// Documents at or under the source.
+        /// Documents at or under the source (the path of a delete).
         total: u64,
     },
     /// The journal entry is written: from here on the rename is finished by recovery if the
@@ -39,11 +41,11 @@ pub enum RenameEvent {
         /// The journal entry's id.
         job: String,
     },
-    /// Documents rewritten so far.
+    /// Documents rewritten (copied, deleted) so far.
     Progress {
-        /// Rewritten.
+        /// Written.
         done: u64,
-        /// To rewrite.
+        /// To write.
         total: u64,
     },
     /// The journal entry is closed: every document is in place, and the locks are released
@@ -74,13 +76,15 @@ pub trait RenameHooks: Send + Sync {
     /// Called once the checks passed and the job found its locks still its own, just
     /// before it writes its journal entry.
     async fn journaling(&self) {}
-    /// Called with a page of documents just before they are rewritten.
+    /// Called with a page of documents just before they are rewritten (copied, or, for a
+    /// delete, deleted: a delete's pages come deepest first, one depth per page).
     async fn before_write(&self, _page: &[Entry]) {}
     /// Called after the last write, while the locks are still held.
     async fn rewritten(&self) {}
     /// Called once the rename of `from` to `to` is complete (after [`RenameHooks::rewritten`]),
     /// by the job or by the recovery that finished it, while the locks are still held: the
-    /// moment its effect is in place.
+    /// moment its effect is in place. Renames only: copies and deletes call
+    /// [`RenameHooks::rewritten`] alone.
     async fn committed(&self, _from: &FsPath, _to: &FsPath) {}
 }
 
@@ -97,18 +101,21 @@ pub struct PhaseTimes {
     pub releasing: Duration,
 }
 
-/// What a rename did and cost.
+/// What a job (a rename, a copy or a delete) did and cost.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RenameReport {
-    /// The source.
+    /// What the job did.
+    pub kind: JobKind,
+    /// The source (a delete's path).
     pub from: FsPath,
-    /// The destination.
+    /// The destination (a delete's path again).
     pub to: FsPath,
     /// The locking scheme.
     pub strategy: Strategy,
     /// Documents found at or under the source.
     pub found: u64,
-    /// Documents rewritten.
+    /// Documents written: rewritten by a rename, created by a copy (or found already created
+    /// by this job, after a resend), deleted by a delete.
     pub rewritten: u64,
     /// Store round trips, locks included.
     pub round_trips: u64,
@@ -134,8 +141,14 @@ pub struct RenameReport {
 }
 
 impl RenameReport {
-    pub(crate) fn new(from: &FsPath, to: &FsPath, strategy: Strategy) -> RenameReport {
+    pub(crate) fn new(
+        kind: JobKind,
+        from: &FsPath,
+        to: &FsPath,
+        strategy: Strategy,
+    ) -> RenameReport {
         RenameReport {
+            kind,
             from: from.clone(),
             to: to.clone(),
             strategy,

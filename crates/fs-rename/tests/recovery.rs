@@ -42,43 +42,13 @@ fn renamer(store: SharedStore, env: &Env, hooks: Arc<dyn RenameHooks>) -> Rename
         .build()
 }
 
-/// Kills the job's store when it is about to write page `page` (1-based).
-struct KillAtPage {
-    page: usize,
-    seen: AtomicUsize,
-    store: Arc<FaultyStore>,
-}
-
-#[async_trait]
-impl RenameHooks for KillAtPage {
-    async fn before_write(&self, _page: &[Entry]) {
-        if self.seen.fetch_add(1, Ordering::SeqCst) + 1 == self.page {
-            self.store.kill();
-        }
-    }
-}
-
-async fn wait_until_dead(store: &FaultyStore) {
-    for _ in 0..500 {
-        if store.is_dead() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the job never reached the point where it dies");
-}
-
 /// Starts `mv /src /dst-parent/dst` through a store that dies before page `page`.
 async fn start_dying_job(
     env: &Env,
     page: usize,
 ) -> (tokio::task::JoinHandle<()>, Arc<FaultyStore>) {
     let store = faulty(Arc::clone(&env.store), FaultPlan::default(), 1);
-    let hooks = Arc::new(KillAtPage {
-        page,
-        seen: AtomicUsize::new(0),
-        store: Arc::clone(&store),
-    });
+    let hooks = Arc::new(KillAtPage::new(page, Arc::clone(&store)));
     let job = renamer(store.clone(), env, hooks);
     let handle = tokio::spawn(async move {
         let _ = job.rename(&p("/src"), &p("/dst-parent/dst")).await;
@@ -161,11 +131,7 @@ async fn a_dying_recoverer_is_recovered_in_turn(env: Env) {
     tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
 
     let store = faulty(Arc::clone(&env.store), FaultPlan::default(), 2);
-    let hooks = Arc::new(KillAtPage {
-        page: 2,
-        seen: AtomicUsize::new(0),
-        store: Arc::clone(&store),
-    });
+    let hooks = Arc::new(KillAtPage::new(2, Arc::clone(&store)));
     let first = Recovery::new(store.clone(), env.index.clone())
         .lease(LEASE)
         .page_size(PAGE)

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use fs_locks::LockProtocol;
 use fs_model::FsPath;
 use fs_rename::Strategy;
@@ -91,6 +91,10 @@ pub enum Verb {
         path: FsPath,
     },
     /// Renames a file or directory (and everything under it) under locks.
+    ///
+    /// With tree locks (the default) it takes an exclusive lock on FROM and on TO, and
+    /// intention locks on their ancestors. It journals itself before its first write: if it
+    /// dies half-way, `fsrename recover` finishes the rename once its locks' lease runs out.
     Mv {
         /// What to rename.
         #[arg(value_parser = parse_path)]
@@ -98,35 +102,63 @@ pub enum Verb {
         /// Its new path; its parent must be an existing directory.
         #[arg(value_parser = parse_path)]
         to: FsPath,
-        /// The locking scheme: `tree` (source, destination and their ancestors), `global`
-        /// (one rename at a time) or `document` (one lock per affected document).
-        #[arg(long, default_value = "tree", value_parser = parse_strategy)]
-        strategy: Strategy,
-        /// How long to wait for the locks; `0s` makes one attempt. Exit code 3 if they are not
-        /// granted in time.
-        #[arg(long, default_value = "30s", value_parser = parse_duration)]
-        wait: Duration,
-        /// Documents read and rewritten per round trip.
-        #[arg(long, default_value_t = 1_000, value_parser = parse_page_size)]
-        page_size: usize,
-        /// How to show progress on stderr: `auto` (a bar on a terminal, otherwise `lines`),
-        /// `lines` (when waiting for a lock, and every 2 s of rewriting), `json` (every event
-        /// as a JSON line, at once) or `none`.
-        #[arg(long, value_enum, default_value = "auto")]
-        progress: ProgressMode,
-        /// Prints the report as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        job: JobArgs,
     },
-    /// Finishes the renames of jobs that died half-way and clears the locks they left.
+    /// Copies a file, or with -r a directory and everything under it, under locks.
     ///
-    /// A rename journals itself before its first rewrite; if it dies, its locks stay until
-    /// their lease (--lease of the job that took them) runs out, and nobody can touch the
-    /// half-renamed tree. Then this takes the locks over, moves what is still under the source,
+    /// With tree locks (the default) it takes a shared lock on SRC, so nothing under it is
+    /// renamed, copied over or deleted while it is read, and an exclusive lock on DST, with
+    /// intention locks on their ancestors. DST must not exist and its parent must be an
+    /// existing directory. Every copy gets a new id and keeps the kind, size and modification
+    /// time of its original. It journals itself before its first write: if it dies half-way,
+    /// `fsrename recover` finishes the copy once its locks' lease runs out (a copy is never
+    /// left half-done).
+    Cp {
+        /// Copies a directory and everything under it (without it, a directory is refused, as
+        /// by cp).
+        #[arg(short = 'r', short_alias = 'R', long)]
+        recursive: bool,
+        /// What to copy.
+        #[arg(value_parser = parse_path)]
+        from: FsPath,
+        /// Where the copy goes; it must not exist, and its parent must be an existing
+        /// directory.
+        #[arg(value_parser = parse_path)]
+        to: FsPath,
+        #[command(flatten)]
+        job: JobArgs,
+    },
+    /// Removes a file or an empty directory, or with -r a directory and everything under it,
+    /// under locks.
+    ///
+    /// With tree locks (the default) it takes an exclusive lock on PATH and intention locks on
+    /// its ancestors. It deletes deepest first, so a directory goes only after everything in
+    /// it: at no moment is a document left whose parent is gone. It journals itself before its
+    /// first delete: if it dies half-way, `fsrename recover` finishes the delete once its
+    /// locks' lease runs out. The root cannot be removed.
+    Rm {
+        /// Removes a directory and everything under it (without it, a directory with entries
+        /// is refused).
+        #[arg(short = 'r', short_alias = 'R', long)]
+        recursive: bool,
+        /// What to remove.
+        #[arg(value_parser = parse_path)]
+        path: FsPath,
+        #[command(flatten)]
+        job: JobArgs,
+    },
+    /// Finishes the renames, copies and deletes of jobs that died half-way and clears the
+    /// locks they left.
+    ///
+    /// A job journals itself before its first write; if it dies, its locks stay until their
+    /// lease (--lease of the job that took them) runs out, and nobody can touch the half-done
+    /// tree. Then this takes the locks over, finishes the job (moves what is still under a
+    /// rename's source, creates the copies a copy has not made yet, deletes what a delete left),
     /// and releases them. Expired locks that no journaled rename needs are deleted, and
     /// expired shares removed (valid locks and shares are never touched). It acts on what has
     /// expired when it runs: run it again later for the rest. `fsrename serve` does this at
-    /// start and every --recover-every. Exits 1 if a journaled rename could not be finished.
+    /// start and every --recover-every. Exits 1 if a journaled job could not be finished.
     Recover {
         /// Only reports what would be done.
         #[arg(long)]
@@ -139,6 +171,11 @@ pub enum Verb {
         json: bool,
     },
     /// Lists a directory.
+    ///
+    /// Without --consistent it takes no lock: a listing made while jobs change the tree may
+    /// show part of it before a change and part after. With --consistent it holds a shared
+    /// lock on PATH (and intention locks on its ancestors) from before the first entry to
+    /// after the last, so nothing under PATH is renamed, copied over or deleted meanwhile.
     Ls {
         /// The directory (or file) to list.
         #[arg(default_value = "/", value_parser = parse_path)]
@@ -152,6 +189,14 @@ pub enum Verb {
         /// Prints the entries as JSON lines.
         #[arg(long)]
         json: bool,
+        /// Lists under a shared lock on PATH, released at the end (a lock not granted within
+        /// --wait exits 3). Not for `/`: writers lock only below the root, so no lock there
+        /// would keep them out.
+        #[arg(long)]
+        consistent: bool,
+        /// How long --consistent waits for its lock; `0s` makes one attempt.
+        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        wait: Duration,
     },
     /// Lists the lock documents: what is locked, how, by whom, until when.
     Locks {
@@ -160,8 +205,12 @@ pub enum Verb {
         json: bool,
     },
     /// Checks the tree: every document's parent exists and is a directory, parent/name/depth
-    /// agree with the path, no path is stored twice. Reports lock documents left behind.
-    /// Exits 1 if the tree is broken.
+    /// agree with the path, no path is stored twice. Reports lock documents left behind and
+    /// unfinished jobs in the journal. Exits 1 if the tree is broken.
+    ///
+    /// Without --consistent it takes no lock, so a job at work may show as a broken tree
+    /// (half-renamed, half-copied). With --consistent it holds a shared lock on PATH while it
+    /// reads, so the report describes one state of the subtree.
     Fsck {
         /// The subtree to check.
         #[arg(default_value = "/", value_parser = parse_path)]
@@ -169,16 +218,27 @@ pub enum Verb {
         /// Prints the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Checks under a shared lock on PATH, released at the end (a lock not granted within
+        /// --wait exits 3). Not for `/`: writers lock only below the root, so no lock there
+        /// would keep them out.
+        #[arg(long)]
+        consistent: bool,
+        /// How long --consistent waits for its lock; `0s` makes one attempt.
+        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        wait: Duration,
     },
-    /// Serves rename jobs over HTTP: POST /renames {"from", "to", "strategy"?} → 202 with a job
-    /// id; GET /renames/{id}; GET /renames; GET /locks; GET /tree?path=&depth=; GET /healthz;
-    /// GET /metrics. Stops on SIGINT/SIGTERM after letting running jobs finish.
+    /// Serves rename, copy and delete jobs over HTTP: POST /renames {"from", "to",
+    /// "strategy"?}, POST /copies {"from", "to", "strategy"?}, POST /deletes {"path",
+    /// "recursive"?, "strategy"?} → 202 with a job id; GET /jobs/{id} (any kind), GET
+    /// /renames/{id}, /copies/{id}, /deletes/{id}; GET /jobs, /renames, /copies, /deletes;
+    /// GET /locks; GET /tree?path=&depth=; GET /healthz; GET /metrics. Stops on
+    /// SIGINT/SIGTERM after letting running jobs finish.
     Serve {
         /// Where to listen. A non-loopback address requires FSRENAME_TOKEN, which clients then
         /// send as `Authorization: Bearer <token>` (if set, it is required on loopback too).
         #[arg(long, default_value = "127.0.0.1:7070")]
         listen: std::net::SocketAddr,
-        /// Rename jobs running at once.
+        /// Jobs (renames, copies, deletes) running at once.
         #[arg(long, default_value_t = 8)]
         max_jobs: usize,
         /// Jobs accepted but not finished, at most; more get 429.
@@ -200,8 +260,8 @@ pub enum Verb {
         /// The strategy of requests that name none.
         #[arg(long, default_value = "tree", value_parser = parse_strategy)]
         strategy: Strategy,
-        /// How often to finish the renames of jobs that died (as `fsrename recover`, which
-        /// also runs at start); `0s` runs it at start only.
+        /// How often to finish the jobs that died (as `fsrename recover`, which also runs at
+        /// start); `0s` runs it at start only.
         #[arg(long, default_value = "30s", value_parser = parse_duration)]
         recover_every: Duration,
     },
@@ -212,6 +272,30 @@ pub enum Verb {
         #[arg(long, default_value_t = 20_000)]
         files: usize,
     },
+}
+
+/// The options of the verbs that run a job on a subtree: `mv`, `cp` and `rm`.
+#[derive(Debug, Clone, Args)]
+pub struct JobArgs {
+    /// The locking scheme: `tree` (the paths and their ancestors), `global` (one job at a
+    /// time) or `document` (one lock per affected document).
+    #[arg(long, default_value = "tree", value_parser = parse_strategy)]
+    pub strategy: Strategy,
+    /// How long to wait for the locks; `0s` makes one attempt. Exit code 3 if they are not
+    /// granted in time.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub wait: Duration,
+    /// Documents read and written per round trip.
+    #[arg(long, default_value_t = 1_000, value_parser = parse_page_size)]
+    pub page_size: usize,
+    /// How to show progress on stderr: `auto` (a bar on a terminal, otherwise `lines`),
+    /// `lines` (when waiting for a lock, and every 2 s of writing), `json` (every event as a
+    /// JSON line, at once) or `none`.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub progress: ProgressMode,
+    /// Prints the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Parses a path argument, so a bad one is a usage error (exit 2) naming the rule it breaks.

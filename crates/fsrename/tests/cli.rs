@@ -275,7 +275,7 @@ fn two_mv_processes_on_one_file_exclude_each_other() {
 #[test]
 fn every_verb_explains_itself() {
     for verb in [
-        "index", "mkdir", "touch", "mv", "ls", "locks", "fsck", "demo",
+        "index", "mkdir", "touch", "mv", "cp", "rm", "ls", "locks", "fsck", "demo",
     ] {
         let out = fsrename(&[verb, "--help"]);
         assert_eq!(out.status.code(), Some(0), "{verb}");
@@ -290,6 +290,25 @@ fn every_verb_explains_itself() {
             && mv.contains("[default: tree]"),
         "{mv}"
     );
+    let cp = text(&fsrename(&["cp", "--help"]).stdout);
+    assert!(
+        cp.contains("shared lock on SRC")
+            && cp.contains("exclusive lock on DST")
+            && cp.contains("-r, --recursive"),
+        "{cp}"
+    );
+    let rm = text(&fsrename(&["rm", "--help"]).stdout);
+    assert!(
+        rm.contains("exclusive lock on PATH") && rm.contains("deepest first"),
+        "{rm}"
+    );
+    for verb in ["ls", "fsck"] {
+        let help = text(&fsrename(&[verb, "--help"]).stdout);
+        assert!(
+            help.contains("--consistent") && help.contains("shared lock"),
+            "{verb}: {help}"
+        );
+    }
     let bad = fsrename(&["mv", "/a", "/b", "--wait", "soon"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(
@@ -555,4 +574,155 @@ fn serve_goes_on_serving_when_its_stderr_reader_goes_away() {
     assert!(term.success());
     let status = child.wait().expect("serve ends");
     assert_eq!(status.code(), Some(0), "{status:?}");
+}
+
+/// The output of `fsrename ls -R PATH` on `db`, one path a line.
+fn ls_r(db: &std::path::Path, path: &str) -> Vec<String> {
+    let out = with_db(db, &["ls", "-R", path]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    text(&out.stdout).lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn cp_rm_and_consistent_reads() {
+    let work = tempfile::tempdir().expect("temp dir");
+    let db = work.path().join("tree.db");
+    for args in [
+        &["mkdir", "-p", "/src/sub"][..],
+        &["touch", "/src/sub/f"],
+        &["touch", "/src/g"],
+        &["mkdir", "/dst"],
+    ] {
+        let out = with_db(&db, args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+
+    // A directory needs -r, as with cp; nothing is copied.
+    let out = with_db(&db, &["cp", "/src", "/dst/copy"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("`/src` is a directory") && stderr.contains("use -r"),
+        "{stderr}"
+    );
+    assert!(ls_r(&db, "/dst").is_empty());
+
+    let out = with_db(
+        &db,
+        &[
+            "cp",
+            "-r",
+            "/src",
+            "/dst/copy",
+            "--json",
+            "--progress",
+            "none",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report = json_of(&out);
+    assert_eq!(
+        (report["kind"].as_str(), report["rewritten"].as_u64()),
+        (Some("copy"), Some(4))
+    );
+    assert_eq!(
+        ls_r(&db, "/dst"),
+        [
+            "/dst/copy/",
+            "/dst/copy/g",
+            "/dst/copy/sub/",
+            "/dst/copy/sub/f"
+        ]
+    );
+    // A file needs no -r.
+    let out = with_db(&db, &["cp", "/src/g", "/dst/g2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with("copied /src/g to /dst/g2: 1 documents"),
+        "{}",
+        text(&out.stdout)
+    );
+    // The library's checks come through with their own words.
+    let out = with_db(&db, &["cp", "-r", "/src", "/src/sub/x"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("cannot copy `/src` into itself"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = with_db(&db, &["cp", "-r", "/src", "/dst/copy"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("`/dst/copy` already exists"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // ls and fsck under a shared lock; not on `/`.
+    let out = with_db(&db, &["ls", "-R", "--consistent", "/dst/copy"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "/dst/copy/g\n/dst/copy/sub/\n/dst/copy/sub/f\n"
+    );
+    let out = with_db(&db, &["ls", "--consistent", "/dst/g2"]);
+    assert_eq!(text(&out.stdout), "/dst/g2\n", "{}", text(&out.stderr));
+    let out = with_db(&db, &["ls", "-R", "--consistent", "/"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("writers take no lock on the root"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = with_db(&db, &["fsck", "/dst", "--consistent", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let fsck = json_of(&out);
+    assert_eq!(fsck["documents"], 6);
+    assert_eq!(
+        fsck["locks_active"], 0,
+        "its own lock is not counted: {fsck}"
+    );
+    let out = with_db(&db, &["fsck", "--consistent"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("`/` cannot be read consistently"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // rm: a directory with entries needs -r; the root never goes.
+    let out = with_db(&db, &["rm", "/dst/copy"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("`/dst/copy` is a directory with 2 entries; use -r"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = with_db(&db, &["rm", "-r", "/"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("the root `/` cannot be removed"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = with_db(&db, &["rm", "/dst/g2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = with_db(&db, &["rm", "-r", "/dst/copy"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with("removed /dst/copy: 4 documents"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(ls_r(&db, "/dst").is_empty());
+    assert_eq!(ls_r(&db, "/src"), ["/src/g", "/src/sub/", "/src/sub/f"]);
+    let out = with_db(&db, &["fsck"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let out = with_db(&db, &["locks"]);
+    assert_eq!(text(&out.stdout).trim(), "no locks");
 }

@@ -71,14 +71,19 @@ impl Service {
     }
 
     async fn post(&self, body: &str) -> (u16, Value) {
+        self.post_to("/renames", body).await
+    }
+
+    /// `POST` of `body` to `path` (`/renames`, `/copies`, `/deletes`).
+    async fn post_to(&self, path: &str, body: &str) -> (u16, Value) {
         let answer = self
             .http
-            .post(format!("{}/renames", self.base))
+            .post(format!("{}{path}", self.base))
             .header("content-type", "application/json")
             .body(body.to_owned())
             .send()
             .await
-            .expect("POST /renames");
+            .expect("POST");
         let status = answer.status().as_u16();
         (status, answer.json().await.unwrap_or(Value::Null))
     }
@@ -102,12 +107,22 @@ impl Service {
         body["id"].as_str().expect("job id").to_owned()
     }
 
-    /// Polls the job until it is done or failed, backing off as a polite client would.
+    /// Submits a job to `path` (`/copies`, `/deletes`) and returns its id.
+    async fn submit_to(&self, path: &str, body: Value) -> String {
+        let (status, answer) = self.post_to(path, &body.to_string()).await;
+        assert_eq!(status, 202, "{answer}");
+        let id = answer["id"].as_str().expect("job id").to_owned();
+        assert_eq!(answer["location"], format!("{path}/{id}"), "{answer}");
+        id
+    }
+
+    /// Polls the job (of any kind) until it is done or failed, backing off as a polite
+    /// client would.
     async fn finished(&self, id: &str) -> Value {
         let deadline = Instant::now() + Duration::from_secs(120);
         let mut pause = Duration::from_millis(5);
         loop {
-            let (status, job) = self.get(&format!("/renames/{id}")).await;
+            let (status, job) = self.get(&format!("/jobs/{id}")).await;
             assert_eq!(status, 200, "{job}");
             if job["state"] == "done" || job["state"] == "failed" {
                 return job;
@@ -164,6 +179,8 @@ async fn a_rename_through_the_api(backend: Backend) {
     assert_eq!(job["progress"], json!({ "done": 9, "total": 9 }));
     assert_eq!(job["report"]["rewritten"], 9);
     assert!(job["started_at"].as_i64() <= job["finished_at"].as_i64());
+    let (status, same) = service.get(&format!("/renames/{id}")).await;
+    assert_eq!((status, &same["kind"]), (200, &json!("rename")), "{same}");
     let (_, list) = service.get("/renames").await;
     assert_eq!(list["renames"][0]["id"], id.as_str());
     let (_, tree) = service.get("/tree?path=/moved&depth=2").await;
@@ -201,6 +218,125 @@ async fn a_rename_through_the_api(backend: Backend) {
             .expect("count"),
         docs
     );
+    service.stop().await;
+}
+
+async fn copies_and_deletes_through_the_api(backend: Backend) {
+    let service = Service::start(backend, |_| {}).await;
+    let docs = service.build(2, 2, 3).await;
+    let count = |path: &'static str| {
+        let tree = service.tree();
+        async move {
+            tree.refresh().await.expect("refresh");
+            tree.count_under(&p(path)).await.expect("count")
+        }
+    };
+
+    let copy = service
+        .submit_to("/copies", json!({ "from": "/t000", "to": "/copy" }))
+        .await;
+    let job = service.finished(&copy).await;
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(
+        (&job["kind"], &job["from"], &job["to"]),
+        (&json!("copy"), &json!("/t000"), &json!("/copy")),
+        "{job}"
+    );
+    assert_eq!(job["progress"], json!({ "done": 9, "total": 9 }));
+    assert_eq!(job["report"]["rewritten"], 9);
+    assert_eq!(count("/copy").await, 9);
+    assert_eq!(count("/t000").await, 9, "the source stays");
+    let (status, same) = service.get(&format!("/copies/{copy}")).await;
+    assert_eq!(status, 200, "{same}");
+    let (status, other) = service.get(&format!("/renames/{copy}")).await;
+    assert_eq!(status, 404, "{other}");
+    assert!(
+        other["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("is a copy")),
+        "{other}"
+    );
+
+    // Without `recursive` a directory with entries is refused, and nothing is deleted.
+    let refused = service
+        .submit_to("/deletes", json!({ "path": "/copy" }))
+        .await;
+    let job = service.finished(&refused).await;
+    assert_eq!(job["state"], "failed", "{job}");
+    assert!(
+        job["error"].as_str().is_some_and(|e| e.contains("use -r")),
+        "{job}"
+    );
+    assert_eq!(count("/copy").await, 9);
+    let delete = service
+        .submit_to("/deletes", json!({ "path": "/copy", "recursive": true }))
+        .await;
+    let job = service.finished(&delete).await;
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(
+        (&job["kind"], &job["path"], &job["recursive"]),
+        (&json!("delete"), &json!("/copy"), &json!(true)),
+        "{job}"
+    );
+    assert_eq!(job["report"]["rewritten"], 9);
+    assert_eq!(count("/copy").await, 0);
+    assert_eq!(count("/").await, docs);
+
+    let (_, all) = service.get("/jobs").await;
+    assert_eq!(all["jobs"].as_array().map(Vec::len), Some(3), "{all}");
+    assert_eq!(all["jobs"][0]["id"], delete.as_str(), "newest first");
+    let (_, deletes) = service.get("/deletes").await;
+    assert_eq!(deletes["deletes"].as_array().map(Vec::len), Some(2));
+    let (_, copies) = service.get("/copies").await;
+    assert_eq!(copies["copies"][0]["id"], copy.as_str());
+
+    // Bad requests, each with its field.
+    let cases: &[(&str, Value, &str, &str)] = &[
+        (
+            "/deletes",
+            json!({ "path": "/" }),
+            "path",
+            "cannot be removed",
+        ),
+        (
+            "/deletes",
+            json!({ "path": "/t000", "recursive": "yes" }),
+            "recursive",
+            "true or false",
+        ),
+        (
+            "/deletes",
+            json!({ "from": "/t000" }),
+            "body",
+            "unknown field `from`",
+        ),
+        (
+            "/copies",
+            json!({ "from": "/t000", "to": "/t000/x" }),
+            "to",
+            "into itself",
+        ),
+        (
+            "/copies",
+            json!({ "from": "/t000" }),
+            "to",
+            "`to` is missing",
+        ),
+    ];
+    for (path, body, field, message) in cases {
+        let (status, answer) = service.post_to(path, &body.to_string()).await;
+        assert_eq!(status, 400, "{path} {body}: {answer}");
+        assert_eq!(answer["field"], *field, "{path} {body}: {answer}");
+        assert!(
+            answer["error"]
+                .as_str()
+                .is_some_and(|e| e.contains(message)),
+            "{path} {body}: {answer}"
+        );
+    }
+    assert_eq!(count("/").await, docs, "nothing changed");
+    let (_, locks) = service.get("/locks").await;
+    assert_eq!(locks["locks"], json!([]));
     service.stop().await;
 }
 
@@ -751,6 +887,7 @@ async fn the_service_finishes_what_a_dead_job_left(backend: Backend) {
 on_every_backend!(
     the_service_finishes_what_a_dead_job_left,
     a_rename_through_the_api,
+    copies_and_deletes_through_the_api,
     bad_requests_get_a_clear_4xx_and_change_nothing,
     a_full_queue_answers_429,
     the_token_is_required_when_set,

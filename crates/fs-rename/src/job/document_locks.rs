@@ -1,11 +1,15 @@
 //! The book's document locking: one lock per document under the source.
+//!
+//! A copy locks like a rename (its source documents and its destination); a delete locks the
+//! documents under its path and the document of its parent directory, so that nobody renames
+//! or deletes the directory it is emptying.
 
 use std::collections::HashSet;
 
 use fs_locks::{LockClient, LockGuard};
 use fs_model::{tree_lock_id, FsPath};
 
-use super::Renamer;
+use super::{Renamer, Task};
 use crate::error::Result;
 use crate::tree::FsTree;
 
@@ -15,15 +19,20 @@ const DOCUMENT_LOCK_ROUNDS: usize = 8;
 impl Renamer {
     /// The book's document locking: a lock per document under the source, plus the
     /// destination's path and its parent's document, so that two renames to one destination,
-    /// or a rename into a directory being moved, still exclude each other. Scans again after
-    /// locking until no document was added meanwhile.
+    /// or a rename into a directory being moved, still exclude each other (a delete has no
+    /// destination: it locks its parent's document). Scans again after locking until no
+    /// document was added meanwhile.
     pub(super) async fn lock_documents(
         &self,
         locks: &LockClient,
         tree: &FsTree,
-        from: &FsPath,
-        to: &FsPath,
+        task: &Task,
     ) -> Result<Vec<LockGuard>> {
+        let from = task.from();
+        // The path whose parent's document is locked too; a delete's is its own path, whose
+        // document is among those under its source already.
+        let to = task.to();
+        let locks_destination = !matches!(task, Task::Delete { .. });
         let mut guards: Vec<LockGuard> = Vec::new();
         let mut locked: HashSet<String> = HashSet::new();
         for _ in 0..DOCUMENT_LOCK_ROUNDS {
@@ -34,7 +43,9 @@ impl Renamer {
                 Ok(())
             })
             .await?;
-            wanted.push((tree_lock_id(to), Some(to.clone())));
+            if locks_destination {
+                wanted.push((tree_lock_id(to), Some(to.clone())));
+            }
             if let Some(parent) = to.parent().filter(|p| !p.is_root()) {
                 if let Some(entry) = tree.find(&parent).await? {
                     wanted.push((entry.id, Some(parent)));

@@ -1,6 +1,6 @@
-//! How a run gives its locks back: released after any end but an unfinished rename, which
-//! abandons them for recovery; and a complete rename whose release fails is still done, with
-//! the locks it left named in its report.
+//! How a run gives its locks back: released after any end but an unfinished job (rename, copy
+//! or delete), which abandons them for recovery; and a complete job whose release fails is
+//! still done, with the locks it left named in its report.
 
 use fs_locks::{LockClient, LockError, LockGuard, LockItem, Observed};
 
@@ -102,19 +102,20 @@ impl Renamer {
             }
         }
         let lease = self.config.lease;
+        let kind = report.kind;
         let warning = if left.is_empty() {
             format!(
-                "the rename is complete; releasing its locks failed ({error}), but none of them is left in the store"
+                "the {kind} is complete; releasing its locks failed ({error}), but none of them is left in the store"
             )
         } else {
             let listed: Vec<String> = left.iter().map(|l| format!("`{l}`")).collect();
             format!(
-                "the rename is complete, but releasing its locks failed ({error}): {} left locked until the lease ({lease:?}) runs out; then `fsrename recover` (or a running `fsrename serve`) deletes them (journal id {job_id})",
+                "the {kind} is complete, but releasing its locks failed ({error}): {} left locked until the lease ({lease:?}) runs out; then `fsrename recover` (or a running `fsrename serve`) deletes them (journal id {job_id})",
                 listed.join(", ")
             )
         };
-        tracing::warn!(job = %job_id, locks = ?left, ?lease, error = %error,
-            "rename complete, but its locks were not released: they expire with their lease and `fsrename recover` clears them");
+        tracing::warn!(job = %job_id, %kind, locks = ?left, ?lease, error = %error,
+            "job complete, but its locks were not released: they expire with their lease and `fsrename recover` clears them");
         report.locks_left = left;
         report.warnings.push(warning);
     }

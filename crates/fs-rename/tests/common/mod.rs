@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use fs_model::{DocKind, FsDoc, FsPath};
-use fs_rename::FsTree;
+use fs_rename::{Entry, FsTree, RenameHooks};
 use fs_store::{
     BulkItemResult, BulkOp, DocStore, Page, Scan, Scope, SearchRequest, SharedStore, StoreError,
     StoredDoc, Version,
 };
-use fs_testkit::Backend;
+use fs_testkit::{Backend, FaultyStore};
 use serde_json::Value;
 
 /// A store and a tree index (with its lock index) of a test's own.
@@ -276,4 +276,42 @@ impl DocStore for Flaky {
     async fn refresh(&self, index: &str) -> fs_store::Result<()> {
         self.inner.refresh(index).await
     }
+}
+
+/// Kills the job's store when it is about to write page `page` (1-based): the job stops there
+/// for good, as if its process died, leaving its locks and journal entry.
+pub struct KillAtPage {
+    page: usize,
+    seen: AtomicUsize,
+    store: Arc<FaultyStore>,
+}
+
+impl KillAtPage {
+    pub fn new(page: usize, store: Arc<FaultyStore>) -> KillAtPage {
+        KillAtPage {
+            page,
+            seen: AtomicUsize::new(0),
+            store,
+        }
+    }
+}
+
+#[async_trait]
+impl RenameHooks for KillAtPage {
+    async fn before_write(&self, _page: &[Entry]) {
+        if self.seen.fetch_add(1, Ordering::SeqCst) + 1 == self.page {
+            self.store.kill();
+        }
+    }
+}
+
+/// Waits until `store` has been killed (by a [`KillAtPage`]); panics after 5 s.
+pub async fn wait_until_dead(store: &FaultyStore) {
+    for _ in 0..500 {
+        if store.is_dead() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the job never reached the point where it dies");
 }

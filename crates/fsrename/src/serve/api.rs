@@ -12,11 +12,11 @@ use axum::routing::get;
 use axum::{Json, Router};
 use fs_locks::{LeaseClock, LockClient};
 use fs_model::FsPath;
-use fs_rename::{FsTree, Strategy};
+use fs_rename::{FsTree, JobKind, Strategy};
 use fs_store::Scope;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
-use super::jobs::{Jobs, Refusal};
+use super::jobs::{Jobs, Refusal, Work};
 
 /// The most entries `GET /tree` returns.
 const TREE_LIMIT: usize = 10_000;
@@ -58,8 +58,14 @@ impl IntoResponse for ApiError {
 
 pub fn routes(jobs: Jobs) -> Router {
     Router::new()
-        .route("/renames", get(list_renames).post(submit))
+        .route("/renames", get(list_renames).post(submit_rename))
         .route("/renames/{id}", get(get_rename))
+        .route("/copies", get(list_copies).post(submit_copy))
+        .route("/copies/{id}", get(get_copy))
+        .route("/deletes", get(list_deletes).post(submit_delete))
+        .route("/deletes/{id}", get(get_delete))
+        .route("/jobs", get(list_jobs))
+        .route("/jobs/{id}", get(get_job))
         .route("/locks", get(locks))
         .route("/tree", get(tree))
         .route("/healthz", get(healthz))
@@ -67,11 +73,13 @@ pub fn routes(jobs: Jobs) -> Router {
         .with_state(jobs)
 }
 
-/// `POST /renames {"from", "to", "strategy"?}`.
-async fn submit(
-    State(jobs): State<Jobs>,
+/// Reads a request body as a JSON object whose fields are all among `allowed`; `wanted`
+/// says what is expected, for the error message.
+fn object(
     body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
+    allowed: &[&str],
+    wanted: &str,
+) -> Result<Map<String, Value>, ApiError> {
     let body = body.map_err(|e| {
         ApiError::new(
             e.status(),
@@ -83,44 +91,56 @@ async fn submit(
     let Value::Object(fields) = value else {
         return Err(ApiError::bad(
             "body",
-            "expected a JSON object with `from` and `to`",
+            format!("expected a JSON object with {wanted}"),
         ));
     };
-    if let Some(unknown) = fields
-        .keys()
-        .find(|k| !["from", "to", "strategy"].contains(&k.as_str()))
-    {
-        let message =
-            format!("unknown field `{unknown}`: expected `from`, `to` and optionally `strategy`");
-        return Err(ApiError {
-            status: StatusCode::BAD_REQUEST,
-            message,
-            field: Some("body"),
-        });
+    if let Some(unknown) = fields.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(ApiError::bad(
+            "body",
+            format!("unknown field `{unknown}`: expected {wanted}"),
+        ));
     }
-    let path = |name: &'static str| -> Result<FsPath, ApiError> {
-        let text = fields
-            .get(name)
-            .ok_or_else(|| ApiError::bad(name, format!("`{name}` is missing")))?
-            .as_str()
-            .ok_or_else(|| ApiError::bad(name, format!("`{name}` must be a string")))?;
-        FsPath::parse(text).map_err(|e| ApiError::bad(name, e.to_string()))
-    };
-    let (from, to) = (path("from")?, path("to")?);
-    let strategy = match fields.get("strategy") {
-        None | Some(Value::Null) => jobs.config().strategy,
+    Ok(fields)
+}
+
+/// The path in the field `name`, which must be there.
+fn path_field(fields: &Map<String, Value>, name: &'static str) -> Result<FsPath, ApiError> {
+    let text = fields
+        .get(name)
+        .ok_or_else(|| ApiError::bad(name, format!("`{name}` is missing")))?
+        .as_str()
+        .ok_or_else(|| ApiError::bad(name, format!("`{name}` must be a string")))?;
+    FsPath::parse(text).map_err(|e| ApiError::bad(name, e.to_string()))
+}
+
+/// The strategy in the field `strategy`, or the service's default.
+fn strategy_field(jobs: &Jobs, fields: &Map<String, Value>) -> Result<Strategy, ApiError> {
+    match fields.get("strategy") {
+        None | Some(Value::Null) => Ok(jobs.config().strategy),
         Some(Value::String(s)) => match s.parse::<Strategy>() {
-            Ok(Strategy::None) => {
-                return Err(ApiError::bad(
-                    "strategy",
-                    "`none` exists only for the demonstration",
-                ))
-            }
-            Ok(strategy) => strategy,
-            Err(e) => return Err(ApiError::bad("strategy", e)),
+            Ok(Strategy::None) => Err(ApiError::bad(
+                "strategy",
+                "`none` exists only for the demonstration",
+            )),
+            Ok(strategy) => Ok(strategy),
+            Err(e) => Err(ApiError::bad("strategy", e)),
         },
-        Some(_) => return Err(ApiError::bad("strategy", "`strategy` must be a string")),
-    };
+        Some(_) => Err(ApiError::bad("strategy", "`strategy` must be a string")),
+    }
+}
+
+/// `POST /renames {"from", "to", "strategy"?}`.
+async fn submit_rename(
+    State(jobs): State<Jobs>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let fields = object(
+        body,
+        &["from", "to", "strategy"],
+        "`from`, `to` and optionally `strategy`",
+    )?;
+    let (from, to) = (path_field(&fields, "from")?, path_field(&fields, "to")?);
+    let strategy = strategy_field(&jobs, &fields)?;
     if from.is_root() {
         return Err(ApiError::bad("from", "the root `/` cannot be moved"));
     }
@@ -130,10 +150,68 @@ async fn submit(
             format!("cannot move `{from}` into itself (`{to}`)"),
         ));
     }
-    match jobs.submit(from, to, strategy) {
+    accept(&jobs, Work::Rename { from, to }, strategy)
+}
+
+/// `POST /copies {"from", "to", "strategy"?}`: `cp -r`.
+async fn submit_copy(
+    State(jobs): State<Jobs>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let fields = object(
+        body,
+        &["from", "to", "strategy"],
+        "`from`, `to` and optionally `strategy`",
+    )?;
+    let (from, to) = (path_field(&fields, "from")?, path_field(&fields, "to")?);
+    let strategy = strategy_field(&jobs, &fields)?;
+    if to.is_inside(&from) {
+        return Err(ApiError::bad(
+            "to",
+            format!("cannot copy `{from}` into itself (`{to}`)"),
+        ));
+    }
+    accept(&jobs, Work::Copy { from, to }, strategy)
+}
+
+/// `POST /deletes {"path", "recursive"?, "strategy"?}`: `rm [-r]`; `recursive` defaults to
+/// false, which refuses a directory with entries.
+async fn submit_delete(
+    State(jobs): State<Jobs>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let fields = object(
+        body,
+        &["path", "recursive", "strategy"],
+        "`path` and optionally `recursive` and `strategy`",
+    )?;
+    let path = path_field(&fields, "path")?;
+    let recursive = match fields.get("recursive") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(ApiError::bad(
+                "recursive",
+                "`recursive` must be true or false",
+            ))
+        }
+    };
+    let strategy = strategy_field(&jobs, &fields)?;
+    if path.is_root() {
+        return Err(ApiError::bad("path", "the root `/` cannot be removed"));
+    }
+    accept(&jobs, Work::Delete { path, recursive }, strategy)
+}
+
+/// Submits `work`: 202 with the job's id, state and location, or 429 if the queue is full.
+fn accept(jobs: &Jobs, work: Work, strategy: Strategy) -> Result<Response, ApiError> {
+    let collection = collection(work.kind());
+    match jobs.submit(work, strategy) {
         Ok(job) => {
-            let location = format!("/renames/{}", job.id);
-            let body = Json(json!({ "id": job.id, "state": job.state, "location": location }));
+            let location = format!("/{collection}/{}", job.id);
+            let body = Json(json!({
+                "id": job.id, "kind": job.work.kind(), "state": job.state, "location": location
+            }));
             Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)], body).into_response())
         }
         Err(Refusal::Full { limit }) => Err(ApiError::new(
@@ -143,22 +221,62 @@ async fn submit(
     }
 }
 
-async fn get_rename(
-    State(jobs): State<Jobs>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    match jobs.get(&id) {
-        Some(job) => Ok(Json(job).into_response()),
+/// The path segment of a kind's jobs: `renames`, `copies`, `deletes`.
+fn collection(kind: JobKind) -> &'static str {
+    match kind {
+        JobKind::Rename => "renames",
+        JobKind::Copy => "copies",
+        JobKind::Delete => "deletes",
+    }
+}
+
+/// The job `id`, if it is of `kind` (any kind for `None`).
+fn find(jobs: &Jobs, id: &str, kind: Option<JobKind>) -> Result<Response, ApiError> {
+    match jobs.get(id) {
+        Some(job) if kind.is_none_or(|k| job.work.kind() == k) => Ok(Json(job).into_response()),
+        Some(job) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!(
+                "job `{id}` is a {}: see /{}/{id} or /jobs/{id}",
+                job.work.kind(),
+                collection(job.work.kind())
+            ),
+        )),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            format!("no rename job `{id}` (finished jobs are forgotten after a while)"),
+            format!("no job `{id}` (finished jobs are forgotten after a while)"),
         )),
     }
 }
 
-async fn list_renames(
+async fn get_rename(
     State(jobs): State<Jobs>,
-    Query(query): Query<HashMap<String, String>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    find(&jobs, &id, Some(JobKind::Rename))
+}
+
+async fn get_copy(State(jobs): State<Jobs>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    find(&jobs, &id, Some(JobKind::Copy))
+}
+
+async fn get_delete(
+    State(jobs): State<Jobs>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    find(&jobs, &id, Some(JobKind::Delete))
+}
+
+async fn get_job(State(jobs): State<Jobs>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    find(&jobs, &id, None)
+}
+
+/// The most recent jobs of `kind` (all for `None`) under the key `key`; `?limit=` (100).
+fn recent(
+    jobs: &Jobs,
+    query: &HashMap<String, String>,
+    kind: Option<JobKind>,
+    key: &str,
 ) -> Result<Response, ApiError> {
     let limit = match query.get("limit") {
         Some(n) => n
@@ -166,7 +284,35 @@ async fn list_renames(
             .map_err(|_| ApiError::bad("limit", format!("`{n}` is not a number")))?,
         None => 100,
     };
-    Ok(Json(json!({ "renames": jobs.recent(limit) })).into_response())
+    Ok(Json(json!({ key: jobs.recent(kind, limit) })).into_response())
+}
+
+async fn list_renames(
+    State(jobs): State<Jobs>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    recent(&jobs, &query, Some(JobKind::Rename), "renames")
+}
+
+async fn list_copies(
+    State(jobs): State<Jobs>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    recent(&jobs, &query, Some(JobKind::Copy), "copies")
+}
+
+async fn list_deletes(
+    State(jobs): State<Jobs>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    recent(&jobs, &query, Some(JobKind::Delete), "deletes")
+}
+
+async fn list_jobs(
+    State(jobs): State<Jobs>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    recent(&jobs, &query, None, "jobs")
 }
 
 async fn locks(State(jobs): State<Jobs>) -> Result<Response, ApiError> {

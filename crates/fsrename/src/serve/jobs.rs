@@ -1,11 +1,12 @@
-//! [`Jobs`]: accepted rename jobs, their states, and the tasks that run them.
+//! [`Jobs`]: accepted jobs (renames, copies, deletes), their states, and the tasks that run
+//! them.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fs_model::FsPath;
-use fs_rename::{RenameError, RenameEvent, RenameReport, Renamer, Strategy};
+use fs_rename::{JobKind, RenameError, RenameEvent, RenameReport, Renamer, Strategy};
 use fs_store::SharedStore;
 use serde::Serialize;
 use tokio::sync::{watch, Semaphore};
@@ -22,7 +23,7 @@ pub enum JobState {
     Queued,
     /// Waiting for its locks.
     WaitingForLocks,
-    /// Holding its locks, checking and rewriting.
+    /// Holding its locks, checking and writing (rewriting, copying or deleting).
     Rewriting,
     /// Finished successfully.
     Done,
@@ -54,21 +55,55 @@ impl JobState {
     }
 }
 
-/// What `GET /renames/{id}` shows.
+/// What a job does, shown in its JSON as `kind` with its paths: `{"kind": "rename", "from",
+/// "to"}`, `{"kind": "copy", "from", "to"}`, `{"kind": "delete", "path", "recursive"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Work {
+    /// `mv FROM TO`.
+    Rename { from: FsPath, to: FsPath },
+    /// `cp -r FROM TO`.
+    Copy { from: FsPath, to: FsPath },
+    /// `rm [-r] PATH`.
+    Delete { path: FsPath, recursive: bool },
+}
+
+impl Work {
+    pub fn kind(&self) -> JobKind {
+        match self {
+            Work::Rename { .. } => JobKind::Rename,
+            Work::Copy { .. } => JobKind::Copy,
+            Work::Delete { .. } => JobKind::Delete,
+        }
+    }
+
+    /// `mv FROM TO`, `cp -r FROM TO`, `rm [-r] PATH`: for labels and logs.
+    pub fn describe(&self) -> String {
+        match self {
+            Work::Rename { from, to } => format!("mv {from} {to}"),
+            Work::Copy { from, to } => format!("cp -r {from} {to}"),
+            Work::Delete { path, recursive } => {
+                format!("rm{} {path}", if *recursive { " -r" } else { "" })
+            }
+        }
+    }
+}
+
+/// What `GET /jobs/{id}` (and `/renames/{id}`, `/copies/{id}`, `/deletes/{id}`) shows.
 #[derive(Debug, Clone, Serialize)]
 pub struct Job {
     pub id: String,
-    pub from: FsPath,
-    pub to: FsPath,
+    #[serde(flatten)]
+    pub work: Work,
     pub strategy: Strategy,
     pub state: JobState,
-    /// Documents rewritten so far, and to rewrite.
+    /// Documents written (rewritten, copied, deleted) so far, and to write.
     pub progress: Progress,
     /// The lock that made it wait last, if any.
     pub waiting_for: Option<String>,
     pub report: Option<RenameReport>,
     pub error: Option<String>,
-    /// What went wrong without making the job fail: a rename that was complete but could not
+    /// What went wrong without making the job fail: a job that was complete but could not
     /// release its locks is `done`, and says here which locks it left to expire (also in
     /// `report.locks_left`).
     pub warnings: Vec<String>,
@@ -113,7 +148,7 @@ struct Inner {
 #[derive(Default)]
 struct Table {
     jobs: HashMap<String, Job>,
-    /// Job ids, oldest first, for `GET /renames` and for forgetting old finished jobs.
+    /// Job ids, oldest first, for `GET /jobs` and for forgetting old finished jobs.
     order: VecDeque<String>,
     unfinished: usize,
 }
@@ -160,7 +195,7 @@ impl Jobs {
     }
 
     /// Accepts a job and starts its task; it runs when a slot is free.
-    pub fn submit(&self, from: FsPath, to: FsPath, strategy: Strategy) -> Result<Job, Refusal> {
+    pub fn submit(&self, work: Work, strategy: Strategy) -> Result<Job, Refusal> {
         let job = {
             let mut table = self.table();
             if table.unfinished >= self.inner.config.queue {
@@ -171,8 +206,7 @@ impl Jobs {
             }
             let job = Job {
                 id: uuid_like(),
-                from,
-                to,
+                work,
                 strategy,
                 state: JobState::Queued,
                 progress: Progress::default(),
@@ -204,15 +238,17 @@ impl Jobs {
         self.table().jobs.get(id).cloned()
     }
 
-    /// The most recent jobs, newest first.
-    pub fn recent(&self, limit: usize) -> Vec<Job> {
+    /// The most recent jobs of `kind` (of every kind if `None`), newest first.
+    pub fn recent(&self, kind: Option<JobKind>, limit: usize) -> Vec<Job> {
         let table = self.table();
         table
             .order
             .iter()
             .rev()
+            .filter_map(|id| table.jobs.get(id))
+            .filter(|job| kind.is_none_or(|k| job.work.kind() == k))
             .take(limit)
-            .filter_map(|id| table.jobs.get(id).cloned())
+            .cloned()
             .collect()
     }
 
@@ -253,16 +289,20 @@ impl Jobs {
             .lease(c.lease)
             .wait(c.wait)
             .lock_protocol(c.protocol)
-            .holder(format!("serve job {id}: mv {} {}", job.from, job.to))
+            .holder(format!("serve job {id}: {}", job.work.describe()))
             .cancel(self.inner.cancel_tx.subscribe())
             .progress(Arc::new(move |event| sink_jobs.on_event(&sink_id, event)))
             .build();
-        let outcome = renamer.rename_reporting(&job.from, &job.to).await;
+        let outcome = match &job.work {
+            Work::Rename { from, to } => renamer.rename_reporting(from, to).await,
+            Work::Copy { from, to } => renamer.copy_reporting(from, to).await,
+            Work::Delete { path, recursive } => renamer.remove_reporting(path, *recursive).await,
+        };
         let m = &self.inner.metrics;
         Metrics::add(&m.retries, outcome.report.retries);
         Metrics::add(&m.documents, outcome.report.rewritten);
         let (state, error) = match &outcome.result {
-            // Done even if its release failed: the rename has happened (see
+            // Done even if its release failed: the job has happened (see
             // `RenameReport::locks_left`); what it left is cleared once it expires.
             Ok(()) => {
                 Metrics::add(&m.done, 1);
@@ -279,8 +319,8 @@ impl Jobs {
                 (JobState::Failed, Some(e.to_string()))
             }
         };
-        tracing::info!(job = %id, from = %job.from, to = %job.to, state = state.name(),
-            documents = outcome.report.rewritten, error = error.as_deref().unwrap_or(""), "rename job finished");
+        tracing::info!(job = %id, work = %job.work.describe(), state = state.name(),
+            documents = outcome.report.rewritten, error = error.as_deref().unwrap_or(""), "job finished");
         let mut table = self.table();
         if let Some(j) = table.jobs.get_mut(&id) {
             j.state = state;

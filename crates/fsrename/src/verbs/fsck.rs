@@ -1,18 +1,31 @@
-//! `fsrename fsck [PATH]`: checks a tree.
+//! `fsrename fsck [PATH] [--consistent]`: checks a tree.
 
 use anyhow::Context;
 use fs_model::FsPath;
-use fs_rename::RenameError;
+use fs_rename::{LockSettings, RenameError};
 use fs_store::StoreError;
 
 use crate::cli::Cli;
 use crate::output::{self, Printer};
 use crate::{EXIT_FAILED, EXIT_OK};
 
-pub async fn run(cli: &Cli, scope: &FsPath, json: bool) -> anyhow::Result<u8> {
+/// Checks `scope`; under a shared lock taken with `consistent`'s settings if given.
+pub async fn run(
+    cli: &Cli,
+    scope: &FsPath,
+    json: bool,
+    consistent: Option<&LockSettings>,
+) -> anyhow::Result<u8> {
     let scope = scope.clone();
     let store = cli.store.open(cli.replicas)?;
-    let report = match fs_rename::fsck(store, &cli.index, &scope).await {
+    let checked = match consistent {
+        Some(settings) => {
+            let holder = format!("fsck --consistent {scope}");
+            fs_rename::fsck_consistent(store, &cli.index, &scope, settings, holder).await
+        }
+        None => fs_rename::fsck(store, &cli.index, &scope).await,
+    };
+    let report = match checked {
         Ok(report) => report,
         Err(RenameError::Store {
             cause: StoreError::IndexNotFound { .. },

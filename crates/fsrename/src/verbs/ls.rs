@@ -1,48 +1,70 @@
-//! `fsrename ls [PATH] [-R] [--long]`.
+//! `fsrename ls [PATH] [-R] [--long] [--consistent]`.
 
 use anyhow::Context;
 use fs_model::{DocKind, FsPath};
-use fs_rename::{Entry, RenameError};
+use fs_rename::{Entry, LockSettings, RenameError};
 
 use super::open_tree;
 use crate::cli::Cli;
 use crate::output::Printer;
 use crate::EXIT_OK;
 
-pub async fn run(
-    cli: &Cli,
-    path: &FsPath,
-    recursive: bool,
-    long: bool,
-    json: bool,
-) -> anyhow::Result<u8> {
+/// How `ls` lists.
+pub struct LsOptions {
+    pub recursive: bool,
+    pub long: bool,
+    pub json: bool,
+    /// Lists under a shared lock taken with these settings (`--consistent`).
+    pub consistent: Option<LockSettings>,
+}
+
+pub async fn run(cli: &Cli, path: &FsPath, options: &LsOptions) -> anyhow::Result<u8> {
     let tree = open_tree(cli).await?;
-    let top = fs_rename::stat(&tree, path)
-        .await
-        .with_context(|| format!("ls `{path}`"))?;
+    let LsOptions {
+        recursive,
+        long,
+        json,
+        ..
+    } = *options;
     let mut out = Printer::stdout();
-    let full_path = recursive || top.doc.kind == DocKind::File;
-    if top.doc.kind == DocKind::File {
-        print_entry(&mut out, &top, full_path, long, json)?;
-    } else {
-        // The listing's callback can only fail with a `RenameError`: a failed write stops it
-        // as a cancellation, and the write's own error (a closed reader, say) is kept here.
-        let mut unprinted = None;
-        let listed = fs_rename::list(tree.store(), tree.index(), path, recursive, |entry| {
-            print_entry(&mut out, entry, full_path, long, json).map_err(|e| {
-                unprinted = Some(e);
-                RenameError::Cancelled {
-                    rewritten: 0,
-                    found: 0,
-                }
-            })
+    // The listing's callback can only fail with a `RenameError`: a failed write stops it as a
+    // cancellation, and the write's own error (a closed reader, say) is kept here.
+    let mut unprinted = None;
+    let mut print = |entry: &Entry, full_path: bool| {
+        print_entry(&mut out, entry, full_path, long, json).map_err(|e| {
+            unprinted = Some(e);
+            RenameError::Cancelled {
+                rewritten: 0,
+                found: 0,
+            }
         })
-        .await;
-        if let Some(e) = unprinted {
-            return Err(e);
+    };
+    let listed = if let Some(settings) = &options.consistent {
+        // The lock is taken before the first entry is read and released after the last, also
+        // when the reader goes away; a file at PATH is listed alone, under the same lock.
+        let holder = format!("ls{} {path}", if recursive { " -R" } else { "" });
+        fs_rename::list_consistent(&tree, settings, holder, path, recursive, |entry| {
+            let file_itself = entry.doc.path == *path;
+            print(entry, recursive || file_itself)
+        })
+        .await
+    } else {
+        let top = fs_rename::stat(&tree, path)
+            .await
+            .with_context(|| format!("ls `{path}`"))?;
+        if top.doc.kind == DocKind::File {
+            print(&top, true)
+        } else {
+            fs_rename::list(tree.store(), tree.index(), path, recursive, |entry| {
+                print(entry, recursive)
+            })
+            .await
         }
-        listed.with_context(|| format!("ls `{path}`"))?;
+    };
+    if let Some(e) = unprinted {
+        return Err(e);
     }
+    listed.with_context(|| format!("ls `{path}`"))?;
     out.flush()?;
     Ok(EXIT_OK)
 }

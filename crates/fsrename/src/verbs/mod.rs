@@ -1,14 +1,17 @@
 //! The verbs, one file each, and what they share.
 
+mod cp;
 mod demo;
 mod fsck;
 mod index;
+mod job;
 mod locks;
 mod ls;
 mod make;
 mod mv;
 mod mv_progress;
 mod recover;
+mod rm;
 mod serve;
 
 use std::future::Future;
@@ -49,7 +52,15 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
 async fn run_verb(cli: &Cli) -> anyhow::Result<u8> {
     match &cli.verb {
         Verb::Demo { files } => demo::run(*files).await,
-        Verb::Fsck { path, json } => fsck::run(cli, path, *json).await,
+        Verb::Fsck {
+            path,
+            json,
+            consistent,
+            wait,
+        } => {
+            let consistent = consistent.then(|| lock_settings(cli, *wait));
+            fsck::run(cli, path, *json, consistent.as_ref()).await
+        }
         Verb::Index {
             dir,
             at,
@@ -59,24 +70,18 @@ async fn run_verb(cli: &Cli) -> anyhow::Result<u8> {
         } => index::run(cli, dir, at.as_ref(), *batch_size, *prune, *json).await,
         Verb::Mkdir { parents, path } => make::mkdir(cli, path, *parents).await,
         Verb::Touch { path } => make::touch(cli, path).await,
-        Verb::Mv {
+        Verb::Mv { from, to, job } => mv::run(cli, from, to, job).await,
+        Verb::Cp {
+            recursive,
             from,
             to,
-            strategy,
-            wait,
-            page_size,
-            progress,
-            json,
-        } => {
-            let options = mv::MvOptions {
-                strategy: *strategy,
-                wait: *wait,
-                page_size: *page_size,
-                progress: *progress,
-                json: *json,
-            };
-            mv::run(cli, from, to, options).await
-        }
+            job,
+        } => cp::run(cli, from, to, *recursive, job).await,
+        Verb::Rm {
+            recursive,
+            path,
+            job,
+        } => rm::run(cli, path, *recursive, job).await,
         Verb::Recover {
             dry_run,
             wait,
@@ -87,7 +92,17 @@ async fn run_verb(cli: &Cli) -> anyhow::Result<u8> {
             recursive,
             long,
             json,
-        } => ls::run(cli, path, *recursive, *long, *json).await,
+            consistent,
+            wait,
+        } => {
+            let options = ls::LsOptions {
+                recursive: *recursive,
+                long: *long,
+                json: *json,
+                consistent: consistent.then(|| lock_settings(cli, *wait)),
+            };
+            ls::run(cli, path, &options).await
+        }
         Verb::Locks { json } => locks::run(cli, *json).await,
         Verb::Serve { .. } => serve::run(cli, std::future::pending()).await,
     }

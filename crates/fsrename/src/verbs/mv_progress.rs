@@ -1,12 +1,12 @@
-//! How `fsrename mv` shows a rename while it runs: a bar on a terminal, a line now and then
-//! in a log, or every event as a JSON line for scripts (and for the crash test, which aims
-//! its kills at them).
+//! How `fsrename mv`, `cp` and `rm` show a job while it runs: a bar on a terminal, a line now
+//! and then in a log, or every event as a JSON line for scripts (and for the crash test, which
+//! aims its kills at them).
 
 use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fs_rename::{ProgressSink, RenameEvent};
+use fs_rename::{JobKind, ProgressSink, RenameEvent};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::output::to_stderr;
@@ -14,12 +14,12 @@ use crate::output::to_stderr;
 /// How often the line mode reports progress.
 const LINE_EVERY: Duration = Duration::from_secs(2);
 
-/// How `fsrename mv` shows its progress (`--progress`).
+/// How `fsrename mv`, `cp` and `rm` show their progress (`--progress`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ProgressMode {
     /// A bar when stderr is a terminal, otherwise `lines`.
     Auto,
-    /// A line on stderr when the job starts waiting for a lock and every 2 s of rewriting;
+    /// A line on stderr when the job starts waiting for a lock and every 2 s of writing;
     /// a quick rename prints nothing.
     Lines,
     /// Every event as one JSON object per line on stderr, at once (`{"event":"locked",...}`):
@@ -36,11 +36,11 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Returns the display for `mode`.
-    pub fn new(mode: ProgressMode) -> Progress {
+    /// Returns the display for `mode`, of a job of `kind`.
+    pub fn new(mode: ProgressMode, kind: JobKind) -> Progress {
         match mode {
             ProgressMode::Auto if std::io::stderr().is_terminal() => bar(),
-            ProgressMode::Auto | ProgressMode::Lines => lines(),
+            ProgressMode::Auto | ProgressMode::Lines => lines(kind),
             ProgressMode::Json => Progress {
                 sink: Some(Arc::new(|event: RenameEvent| {
                     // An event that cannot be serialised or shown (stderr closed) is not worth
@@ -107,7 +107,12 @@ fn bar() -> Progress {
     }
 }
 
-fn lines() -> Progress {
+fn lines(kind: JobKind) -> Progress {
+    let done_word = match kind {
+        JobKind::Rename => "moved",
+        JobKind::Copy => "copied",
+        JobKind::Delete => "deleted",
+    };
     let started = Instant::now();
     let last = Mutex::new(started);
     let sink = Arc::new(move |event: RenameEvent| match event {
@@ -125,7 +130,7 @@ fn lines() -> Progress {
             if last.elapsed() >= LINE_EVERY {
                 *last = Instant::now();
                 to_stderr(format_args!(
-                    "fsrename: {done} of {total} documents moved ({:.0} s)",
+                    "fsrename: {done} of {total} documents {done_word} ({:.0} s)",
                     started.elapsed().as_secs_f64()
                 ));
             }

@@ -1,0 +1,120 @@
+//! [`RenamerBuilder`]: the options of a [`Renamer`]'s jobs, each with its default.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fs_locks::LockProtocol;
+use fs_store::SharedStore;
+
+use super::Renamer;
+use crate::report::{ProgressSink, RenameHooks};
+use crate::strategy::Strategy;
+
+/// Builds a [`Renamer`].
+#[derive(Clone)]
+pub struct RenamerBuilder {
+    pub(super) store: SharedStore,
+    pub(super) index: String,
+    pub(super) strategy: Strategy,
+    pub(super) versioned: bool,
+    pub(super) page_size: usize,
+    pub(super) lease: Duration,
+    pub(super) wait: Duration,
+    pub(super) holder: Option<String>,
+    pub(super) progress: Option<ProgressSink>,
+    pub(super) hooks: Option<Arc<dyn RenameHooks>>,
+    pub(super) protocol: LockProtocol,
+    pub(super) cancel: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+impl RenamerBuilder {
+    /// Stops the job when `cancel` turns true: while it waits for locks, or before its next
+    /// page; it then releases its locks and fails with [`RenameError::Cancelled`](crate::RenameError::Cancelled) (or a lock
+    /// error saying so). Default: never cancelled.
+    pub fn cancel(mut self, cancel: tokio::sync::watch::Receiver<bool>) -> RenamerBuilder {
+        self.cancel = Some(cancel);
+        self
+    }
+
+    /// Sets how lock documents are written. Default: [`LockProtocol::Auto`].
+    pub fn lock_protocol(mut self, protocol: LockProtocol) -> RenamerBuilder {
+        self.protocol = protocol;
+        self
+    }
+
+    /// Sets the locking scheme. Default: [`Strategy::Tree`].
+    pub fn strategy(mut self, strategy: Strategy) -> RenamerBuilder {
+        self.strategy = strategy;
+        self
+    }
+
+    /// Makes every rewrite (and every delete) conditional on the version read (`if_seq_no`/`if_primary_term`).
+    /// Turn it off only to show the lost update it prevents. Default: true.
+    pub fn versioned(mut self, yes: bool) -> RenamerBuilder {
+        self.versioned = yes;
+        self
+    }
+
+    /// Sets how many documents are read and written (rewritten, copied, deleted) per round
+    /// trip. Default: 1 000.
+    pub fn page_size(mut self, size: usize) -> RenamerBuilder {
+        self.page_size = size.max(1);
+        self
+    }
+
+    /// Sets the lease of the job's locks. Default: 30 s.
+    pub fn lease(mut self, lease: Duration) -> RenamerBuilder {
+        self.lease = lease;
+        self
+    }
+
+    /// Sets how long the job waits for its locks. Default: 30 s.
+    pub fn wait(mut self, wait: Duration) -> RenamerBuilder {
+        self.wait = wait;
+        self
+    }
+
+    /// Sets the label written into lock documents. Default: `mv FROM TO` (`cp FROM TO`,
+    /// `rm PATH`).
+    pub fn holder(mut self, holder: impl Into<String>) -> RenamerBuilder {
+        self.holder = Some(holder.into());
+        self
+    }
+
+    /// Calls `sink` with every [`RenameEvent`](crate::RenameEvent). Default: none.
+    pub fn progress(mut self, sink: ProgressSink) -> RenamerBuilder {
+        self.progress = Some(sink);
+        self
+    }
+
+    /// Steps into the job at its [`RenameHooks`]. Default: none.
+    pub fn hooks(mut self, hooks: Arc<dyn RenameHooks>) -> RenamerBuilder {
+        self.hooks = Some(hooks);
+        self
+    }
+
+    /// Returns the renamer.
+    pub fn build(self) -> Renamer {
+        Renamer { config: self }
+    }
+}
+
+impl Renamer {
+    /// Starts building a renamer for the tree index `index` on `store`.
+    pub fn builder(store: SharedStore, index: impl Into<String>) -> RenamerBuilder {
+        RenamerBuilder {
+            store,
+            index: index.into(),
+            strategy: Strategy::Tree,
+            versioned: true,
+            page_size: 1_000,
+            lease: Duration::from_secs(30),
+            wait: Duration::from_secs(30),
+            holder: None,
+            progress: None,
+            hooks: None,
+            protocol: LockProtocol::Auto,
+            cancel: None,
+        }
+    }
+}

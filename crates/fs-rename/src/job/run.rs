@@ -1,0 +1,266 @@
+//! One job, from taking the locks to releasing them, whatever its kind: the restarts after a
+//! fence, the locks of each strategy, the checks, the journal around the writes, the count.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fs_locks::{LockClient, LockEvent, LockGuard};
+use fs_store::{CountingStore, SharedStore};
+use tokio::time::Instant;
+
+use super::{journaled, RenameOutcome, Renamer, Task};
+use crate::error::{RenameError, Result};
+use crate::journal::{Journal, JournalEntry, JournalLock};
+use crate::report::{RenameEvent, RenameReport};
+use crate::strategy::Strategy;
+use crate::tree::FsTree;
+
+/// How many times a job fenced off before journaling starts over (see [`Journal::fence`]).
+const FENCED_RESTARTS: u32 = 3;
+
+impl Renamer {
+    /// Runs `task` to its end, starting over when a recovery fenced it off before it
+    /// journaled; returns the report whatever the outcome.
+    pub(super) async fn run(&self, task: Task) -> RenameOutcome {
+        let c = &self.config;
+        let mut report = RenameReport::new(task.kind(), task.from(), task.to(), c.strategy);
+        if let Err(e) = task.check_paths() {
+            return RenameOutcome {
+                report,
+                result: Err(e),
+            };
+        }
+        let mut restarts = 0;
+        loop {
+            let result = self.run_once(&task, &mut report).await;
+            match result {
+                // Nothing was written and the locks are released: starting over is safe.
+                Err(RenameError::Fenced { job, by }) if restarts < FENCED_RESTARTS => {
+                    restarts += 1;
+                    report.restarts = restarts;
+                    tracing::info!(%job, %by, task = %task.describe(), "fenced off before journaling (the locks expired meanwhile); starting over");
+                }
+                result => return RenameOutcome { report, result },
+            }
+        }
+    }
+
+    /// One run of the job, from taking the locks to releasing them.
+    async fn run_once(&self, task: &Task, report: &mut RenameReport) -> Result<()> {
+        let c = &self.config;
+        let counted = CountingStore::new(Arc::clone(&c.store));
+        let store: SharedStore = Arc::new(counted.clone());
+        let tree = FsTree::new(Arc::clone(&store), c.index.clone());
+        // The journal id is chosen before any lock is taken, and every lock records it: a
+        // recovery that clears these locks after they expire fences this id first.
+        let job_id = fs_model::entropy::uuid();
+        let locks = self.lock_client(store, &tree, task, &job_id);
+
+        let started = Instant::now();
+        let guards = self.lock(&locks, &tree, task).await;
+        report.phases.locking += started.elapsed();
+        let result = match guards {
+            Ok(guards) => {
+                report.lock_attempts = guards.iter().map(|g| g.grant().attempts).max().unwrap_or(0);
+                let mut guards = guards;
+                let result = self
+                    .locked_work(&tree, &locks, &mut guards, task, &job_id, report)
+                    .await;
+                let started = Instant::now();
+                let result = self
+                    .end(&tree, &locks, guards, result, &job_id, report)
+                    .await;
+                report.phases.releasing += started.elapsed();
+                result
+            }
+            Err(e) => Err(e),
+        };
+        report.round_trips += counted.round_trips();
+        result
+    }
+
+    fn lock_client(
+        &self,
+        store: SharedStore,
+        tree: &FsTree,
+        task: &Task,
+        job_id: &str,
+    ) -> LockClient {
+        let c = &self.config;
+        let holder = c.holder.clone().unwrap_or_else(|| task.describe());
+        let mut builder = LockClient::builder(store, tree.lock_index())
+            .holder(holder)
+            .job(job_id)
+            .lease(c.lease)
+            .wait(c.wait)
+            .protocol(c.protocol);
+        if let Some(cancel) = c.cancel.clone() {
+            builder = builder.cancel(cancel);
+        }
+        if let Some(sink) = c.progress.clone() {
+            builder = builder.on_event(Arc::new(move |event| {
+                sink(match event {
+                    LockEvent::Refused {
+                        blocker, attempts, ..
+                    } => RenameEvent::Waiting {
+                        blocker: blocker.to_string(),
+                        attempts,
+                    },
+                    LockEvent::Granted { grant, .. } => RenameEvent::Locked {
+                        round_trips: grant.round_trips,
+                        waited: grant.waited,
+                    },
+                })
+            }));
+        }
+        builder.build()
+    }
+
+    /// Takes the strategy's locks; returns the guards to release, in acquisition order.
+    async fn lock(&self, locks: &LockClient, tree: &FsTree, task: &Task) -> Result<Vec<LockGuard>> {
+        match self.config.strategy {
+            Strategy::Tree => Ok(vec![task.lock_tree(locks).await?]),
+            Strategy::Global => Ok(vec![locks.lock_global().await?]),
+            Strategy::Document => self.lock_documents(locks, tree, task).await,
+            Strategy::None => {
+                self.emit(RenameEvent::Locked {
+                    round_trips: 0,
+                    waited: Duration::ZERO,
+                });
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    async fn locked_work(
+        &self,
+        tree: &FsTree,
+        locks: &LockClient,
+        guards: &mut [LockGuard],
+        task: &Task,
+        job_id: &str,
+        report: &mut RenameReport,
+    ) -> Result<()> {
+        if let Some(hooks) = &self.config.hooks {
+            hooks.locked().await;
+        }
+        let started = Instant::now();
+        tree.refresh().await?;
+        task.check(tree).await?;
+        let total = tree.count_under(task.from()).await?;
+        report.phases.checking += started.elapsed();
+        self.emit(RenameEvent::Checked { total });
+        if self.config.strategy == Strategy::None {
+            return self.finish(tree, locks, task, job_id, total, report).await;
+        }
+        // A job paused past its lease (by its own clock, less the allowed skew) stops here,
+        // before journaling: a recovery may already be clearing its locks. A pause after this
+        // check is caught by the fence (see `crate::journal`).
+        if let Some(lost) = locks.lost_locks().borrow().first() {
+            return Err(fs_locks::LockError::LeaseLost { path: lost.clone() }.into());
+        }
+        if locks.lease_left().await.is_some_and(|left| left.is_zero()) {
+            return Err(fs_locks::LockError::LeaseLost {
+                path: task.from().to_string(),
+            }
+            .into());
+        }
+        if let Some(hooks) = &self.config.hooks {
+            hooks.journaling().await;
+        }
+        let entry = self.journal_entry(locks, task, job_id).await;
+        let journal = Journal::new(Arc::clone(tree.store()), tree.index());
+        let job_id = entry.job_id.clone();
+        let unfinished = |cause: RenameError, report: &RenameReport| RenameError::Unfinished {
+            job: job_id.clone(),
+            rewritten: report.rewritten,
+            found: report.found,
+            cause: Box::new(cause),
+        };
+        for guard in guards.iter_mut() {
+            guard.keep_on_drop();
+        }
+        // Until this write is known to have landed or not, the job may be journaled: an
+        // unknown outcome counts as journaled, so the locks are left for recovery to resolve.
+        // A fence means it was not and never will be: nothing was written, so the locks
+        // (what is left of them) are released.
+        match journaled(|| async { journal.open(&entry).await.map(|_| ()) }).await {
+            Ok(()) => {}
+            Err(fenced @ RenameError::Fenced { .. }) => return Err(fenced),
+            Err(e) => return Err(unfinished(e, report)),
+        }
+        self.emit(RenameEvent::Journaled {
+            job: job_id.clone(),
+        });
+        if let Err(e) = self.finish(tree, locks, task, &job_id, total, report).await {
+            return Err(unfinished(e, report));
+        }
+        if let Err(e) = journaled(|| journal.close(&job_id)).await {
+            return Err(unfinished(e, report));
+        }
+        self.emit(RenameEvent::Closed { job: job_id });
+        Ok(())
+    }
+
+    /// Writes everything the task writes and checks the count: the part of a job that a
+    /// recovery repeats. `job_id` is the journal id (a copy's new ids derive from it).
+    pub(super) async fn finish(
+        &self,
+        tree: &FsTree,
+        locks: &LockClient,
+        task: &Task,
+        job_id: &str,
+        total: u64,
+        report: &mut RenameReport,
+    ) -> Result<()> {
+        let started = Instant::now();
+        let written = match task {
+            Task::Rename { from, to } => self.rewrite(tree, locks, from, to, total, report).await,
+            Task::Copy { from, to } => {
+                self.copy_all(tree, locks, (from, to), job_id, total, report)
+                    .await
+            }
+            Task::Delete { path, .. } => self.delete_all(tree, locks, path, report).await,
+        };
+        report.phases.rewriting = started.elapsed();
+        written?;
+        if report.rewritten != report.found {
+            return Err(RenameError::CountMismatch {
+                rewritten: report.rewritten,
+                found: report.found,
+            });
+        }
+        tree.refresh().await?;
+        if let Some(hooks) = &self.config.hooks {
+            hooks.rewritten().await;
+            if let Task::Rename { from, to } = task {
+                hooks.committed(from, to).await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn journal_entry(&self, locks: &LockClient, task: &Task, job_id: &str) -> JournalEntry {
+        let owner = locks.owner();
+        JournalEntry {
+            job_id: job_id.to_owned(),
+            kind: task.kind(),
+            from: task.from().as_str().to_owned(),
+            to: task.to().as_str().to_owned(),
+            strategy: self.config.strategy,
+            state: "running".to_owned(),
+            owner: owner.process_id.clone(),
+            previous_owners: Vec::new(),
+            holder: owner.holder.clone(),
+            started_at: fs_locks::LeaseClock::new().now_ms(),
+            lease_ms: u64::try_from(self.config.lease.as_millis()).unwrap_or(u64::MAX),
+            recoveries: 0,
+            locks: locks
+                .held_items()
+                .await
+                .iter()
+                .map(JournalLock::from)
+                .collect(),
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! [`Task`]: what one run of a job does (rename, copy or delete), with what each kind needs
+//! before its locks, from its locks and under them.
+
+use fs_locks::{LockClient, LockGuard};
+use fs_model::{DocKind, FsPath};
+use fs_store::Scope;
+
+use crate::error::{RenameError, Result};
+use crate::kind::JobKind;
+use crate::tree::FsTree;
+
+/// What a run does to the tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Task {
+    /// Rewrites every document at or under `from` to lie under `to`.
+    Rename { from: FsPath, to: FsPath },
+    /// Creates a copy of every document at or under `from` under `to`.
+    Copy { from: FsPath, to: FsPath },
+    /// Deletes every document at or under `path`; a directory with entries only if
+    /// `recursive`.
+    Delete { path: FsPath, recursive: bool },
+}
+
+impl Task {
+    /// Returns the task a journal entry of `kind` records. A journaled delete passed its
+    /// checks, so finishing it is recursive whatever it was asked.
+    pub fn journaled(kind: JobKind, from: FsPath, to: FsPath) -> Task {
+        match kind {
+            JobKind::Rename => Task::Rename { from, to },
+            JobKind::Copy => Task::Copy { from, to },
+            JobKind::Delete => Task::Delete {
+                path: from,
+                recursive: true,
+            },
+        }
+    }
+
+    pub fn kind(&self) -> JobKind {
+        match self {
+            Task::Rename { .. } => JobKind::Rename,
+            Task::Copy { .. } => JobKind::Copy,
+            Task::Delete { .. } => JobKind::Delete,
+        }
+    }
+
+    /// The source: the subtree the job reads (and, but for a copy, changes).
+    pub fn from(&self) -> &FsPath {
+        match self {
+            Task::Rename { from, .. } | Task::Copy { from, .. } => from,
+            Task::Delete { path, .. } => path,
+        }
+    }
+
+    /// The destination; a delete's is its path.
+    pub fn to(&self) -> &FsPath {
+        match self {
+            Task::Rename { to, .. } | Task::Copy { to, .. } => to,
+            Task::Delete { path, .. } => path,
+        }
+    }
+
+    /// The default label of the job's locks: `mv FROM TO`, `cp FROM TO`, `rm PATH`.
+    pub fn describe(&self) -> String {
+        self.kind()
+            .describe(self.from().as_str(), self.to().as_str())
+    }
+
+    /// The checks that need no lock: what the paths alone say.
+    pub fn check_paths(&self) -> Result<()> {
+        match self {
+            Task::Rename { from, .. } if from.is_root() => Err(RenameError::RootCannotMove),
+            Task::Rename { from, to } if to.is_inside(from) => Err(RenameError::MoveIntoItself {
+                from: from.clone(),
+                to: to.clone(),
+            }),
+            Task::Copy { from, to } if to.is_inside(from) => Err(RenameError::CopyIntoItself {
+                from: from.clone(),
+                to: to.clone(),
+            }),
+            // The root always exists, so this answer needs no lock (and the root is never
+            // locked).
+            Task::Rename { to, .. } | Task::Copy { to, .. } if to.is_root() => {
+                Err(RenameError::DestinationExists { path: to.clone() })
+            }
+            Task::Delete { path, .. } if path.is_root() => Err(RenameError::RootCannotDelete),
+            _ => Ok(()),
+        }
+    }
+
+    /// Takes the tree locks of the task: exclusive on source and destination for a rename;
+    /// shared on the source (nothing under it changes while it is read) and exclusive on the
+    /// destination for a copy; exclusive on the path for a delete.
+    pub async fn lock_tree(&self, locks: &LockClient) -> Result<LockGuard> {
+        Ok(match self {
+            Task::Rename { from, to } => locks.lock_rename(from, to).await?,
+            Task::Copy { from, to } => locks.lock_copy(from, to).await?,
+            Task::Delete { path, .. } => locks.lock_tree(path).await?,
+        })
+    }
+
+    /// The checks a task makes once its locks are held; before that their answers are stale.
+    pub async fn check(&self, tree: &FsTree) -> Result<()> {
+        match self {
+            Task::Rename { from, to } | Task::Copy { from, to } => {
+                check_source_and_destination(tree, from, to).await
+            }
+            Task::Delete { path, recursive } => check_delete(tree, path, *recursive).await,
+        }
+    }
+}
+
+/// A rename or a copy: the source exists, the destination does not, and its parent is a
+/// directory.
+async fn check_source_and_destination(tree: &FsTree, from: &FsPath, to: &FsPath) -> Result<()> {
+    if tree.find(from).await?.is_none() {
+        return Err(RenameError::SourceNotFound { path: from.clone() });
+    }
+    if tree.find(to).await?.is_some() {
+        return Err(RenameError::DestinationExists { path: to.clone() });
+    }
+    let Some(parent) = to.parent() else {
+        return Err(RenameError::DestinationExists { path: to.clone() });
+    };
+    match tree.kind_of(&parent).await? {
+        None => Err(RenameError::DestinationParentMissing { path: parent }),
+        Some(DocKind::File) => Err(RenameError::DestinationParentNotDir { path: parent }),
+        Some(DocKind::Dir) => Ok(()),
+    }
+}
+
+/// A delete: the path exists, and unless `recursive` it is a file or an empty directory.
+async fn check_delete(tree: &FsTree, path: &FsPath, recursive: bool) -> Result<()> {
+    let Some(entry) = tree.find(path).await? else {
+        return Err(RenameError::SourceNotFound { path: path.clone() });
+    };
+    if recursive || entry.doc.kind == DocKind::File {
+        return Ok(());
+    }
+    let entries = tree
+        .store()
+        .count(tree.index(), &Scope::Children(path.clone()))
+        .await
+        .map_err(RenameError::store(format!(
+            "counting the entries of `{path}`"
+        )))?;
+    if entries > 0 {
+        return Err(RenameError::DirectoryNotEmpty {
+            path: path.clone(),
+            entries,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,74 @@
+//! What `fsrename mv`, `cp` and `rm` share: a [`Renamer`] built from the global options and
+//! the job's own, the progress display, and the report at the end.
+
+use std::future::Future;
+use std::io::Write;
+use std::sync::Arc;
+
+use anyhow::Context;
+use fs_rename::{FsTree, JobKind, RenameReport, Renamer};
+
+use super::mv_progress::Progress;
+use crate::cli::{Cli, JobArgs};
+use crate::output::Printer;
+use crate::EXIT_OK;
+
+/// Runs the job `start` starts on a renamer configured by `cli` and `args`; `what` names it in
+/// messages (``cp -r `/a` `/b` ``). Prints warnings on stderr and the report on stdout.
+pub async fn run<F, Fut>(
+    cli: &Cli,
+    tree: &FsTree,
+    args: &JobArgs,
+    kind: JobKind,
+    what: &str,
+    start: F,
+) -> anyhow::Result<u8>
+where
+    F: FnOnce(Renamer) -> Fut,
+    Fut: Future<Output = fs_rename::Result<RenameReport>>,
+{
+    let progress = Progress::new(args.progress, kind);
+    let mut builder = Renamer::builder(Arc::clone(tree.store()), tree.index())
+        .strategy(args.strategy)
+        .lease(cli.lease)
+        .wait(args.wait)
+        .page_size(args.page_size)
+        .lock_protocol(cli.lock_protocol);
+    if let Some(sink) = progress.sink.clone() {
+        builder = builder.progress(sink);
+    }
+    let outcome = start(builder.build()).await;
+    progress.finish();
+    let report = outcome.with_context(|| what.to_owned())?;
+    // A job whose release failed afterwards has still happened: it exits 0, and the warning
+    // says which locks stay until their lease runs out. This process ends now, so it cannot
+    // clear them itself; `fsrename recover` (or a running `fsrename serve`) does.
+    for warning in &report.warnings {
+        // A closed stderr loses the warning, not the exit code: the job has happened.
+        let _ = writeln!(std::io::stderr(), "warning: {what}: {warning}");
+    }
+    // The job is done and its locks released: a reader gone by now loses only the report.
+    let mut out = Printer::stdout();
+    if args.json {
+        out.line(serde_json::to_string_pretty(&report)?)?;
+    } else {
+        let p = report.phases;
+        let (from, to) = (&report.from, &report.to);
+        let done = match report.kind {
+            JobKind::Rename => format!("renamed {from} to {to}"),
+            JobKind::Copy => format!("copied {from} to {to}"),
+            JobKind::Delete => format!("removed {from}"),
+        };
+        out.line(format_args!(
+            "{done}: {} documents, {} round trips ({} strategy); locks {:.1} ms, writes {:.1} ms, total {:.1} ms",
+            report.rewritten,
+            report.round_trips,
+            report.strategy,
+            p.locking.as_secs_f64() * 1e3,
+            p.rewriting.as_secs_f64() * 1e3,
+            report.elapsed().as_secs_f64() * 1e3,
+        ))?;
+    }
+    out.flush()?;
+    Ok(EXIT_OK)
+}
