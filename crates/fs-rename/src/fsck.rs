@@ -237,7 +237,7 @@ fn held_only_by(lock: &LockInfo, process_id: &str) -> bool {
         Observed::Exclusive {
             process_id: owner, ..
         } => owner.as_deref() == Some(process_id),
-        Observed::Shared { holders, .. } => {
+        Observed::Group { holders, .. } => {
             lock.observed.foreign_shares() == 0
                 && !holders.is_empty()
                 && holders.keys().all(|holder| holder == process_id)

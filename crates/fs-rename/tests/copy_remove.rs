@@ -536,7 +536,109 @@ async fn consistent_reads_hold_a_shared_lock_and_refuse_the_root(env: Env) {
     assert_clean(&env).await;
 }
 
+/// A copy holds S on its source: renames inside the source, attempted all the time it runs,
+/// each happen entirely before or entirely after it. The copy must equal the source as it was
+/// after some prefix of the renames that completed, in their order.
+async fn a_copy_sees_nothing_change_below_it(env: Env) {
+    const FILES: usize = 40;
+    src_tree(&env, FILES).await;
+    let relative =
+        |paths: &BTreeMap<String, String>, root: &str| -> std::collections::BTreeSet<String> {
+            paths
+                .values()
+                .filter_map(|path| path.strip_prefix(root))
+                .filter(|rest| rest.is_empty() || rest.starts_with('/'))
+                .map(str::to_owned)
+                .collect()
+        };
+    let initial = relative(&paths_by_id(&env).await, "/src");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done: Arc<std::sync::Mutex<Vec<(String, String)>>> = Arc::default();
+    let mover = {
+        let (env, stop, done) = (env.clone(), Arc::clone(&stop), Arc::clone(&done));
+        tokio::spawn(async move {
+            let renamer = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+                .holder("mover")
+                .wait(Duration::from_secs(30))
+                .build();
+            for k in 0usize.. {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                // Out to /src/b and back, file after file: the source never stays the same.
+                let n = (k / 2) % FILES;
+                let (from, to) = if k % 2 == 0 {
+                    (format!("/src/a/f{n:02}"), format!("/src/b/moved{n:02}"))
+                } else {
+                    (format!("/src/b/moved{n:02}"), format!("/src/a/f{n:02}"))
+                };
+                renamer
+                    .rename(&p(&from), &p(&to))
+                    .await
+                    .expect("a rename inside the source");
+                done.lock().expect("done").push((from, to));
+            }
+        })
+    };
+    while done.lock().expect("done").len() < 3 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let copier = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+        .page_size(5)
+        .holder("copier")
+        .wait(Duration::from_secs(30))
+        .build();
+    let report = copier
+        .copy(&p("/src"), &p("/dst-parent/copy"))
+        .await
+        .expect("copy");
+    // Let a few renames happen after the copy too, then stop.
+    let after_copy = done.lock().expect("done").len();
+    while done.lock().expect("done").len() < after_copy + 3 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    mover.await.expect("mover");
+    let copied = relative(&paths_by_id(&env).await, "/dst-parent/copy");
+    assert_eq!(
+        copied.len(),
+        initial.len(),
+        "{} documents copied",
+        report.rewritten
+    );
+    let done = done.lock().expect("done").clone();
+    // Replay the renames in the order they completed: the copy must be one of the states.
+    let mut state = initial.clone();
+    let mut matched = (state == copied).then_some(0);
+    for (k, (from, to)) in done.iter().enumerate() {
+        if matched.is_some() {
+            break;
+        }
+        state.remove(from.trim_start_matches("/src"));
+        state.insert(to.trim_start_matches("/src").to_owned());
+        if state == copied {
+            matched = Some(k + 1);
+        }
+    }
+    let k = matched.unwrap_or_else(|| {
+        panic!(
+            "the copy matches no state of the source between renames: it saw a rename half-done ({} renames)",
+            done.len()
+        )
+    });
+    println!(
+        "the copy equals the source after {k} of {} renames",
+        done.len()
+    );
+    assert!(
+        k >= 3 && k < done.len(),
+        "renames happened before and after the copy"
+    );
+    assert_clean(&env).await;
+}
+
 on_every_backend!(
+    a_copy_sees_nothing_change_below_it,
     a_file_is_copied,
     a_directory_tree_is_copied,
     each_copy_check_has_its_own_error,
