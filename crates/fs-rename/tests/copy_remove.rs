@@ -565,13 +565,15 @@ async fn a_copy_sees_nothing_change_below_it(env: Env) {
                 if stop.load(std::sync::atomic::Ordering::SeqCst) {
                     break;
                 }
-                // Out to /src/b and back, file after file: the source never stays the same.
-                let n = (k / 2) % FILES;
-                let (from, to) = if k % 2 == 0 {
-                    (format!("/src/a/f{n:02}"), format!("/src/b/moved{n:02}"))
-                } else {
-                    (format!("/src/b/moved{n:02}"), format!("/src/a/f{n:02}"))
+                // One file travels between /src/a and /src/b under a new name each time, so
+                // that no two states of the source are alike and the replay below finds the
+                // one the copy saw without ambiguity.
+                let at = |k: usize| match k {
+                    0 => "/src/a/f00".to_owned(),
+                    k if k % 2 == 0 => format!("/src/a/step{k}"),
+                    k => format!("/src/b/step{k}"),
                 };
+                let (from, to) = (at(k), at(k + 1));
                 renamer
                     .rename(&p(&from), &p(&to))
                     .await

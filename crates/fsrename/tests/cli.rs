@@ -726,3 +726,66 @@ fn cp_rm_and_consistent_reads() {
     let out = with_db(&db, &["locks"]);
     assert_eq!(text(&out.stdout).trim(), "no locks");
 }
+
+#[test]
+fn locks_shows_each_grants_mode_and_the_waiters_in_order() {
+    let work = tempfile::tempdir().expect("temp dir");
+    let db = work.path().join("tree.db");
+    assert_eq!(with_db(&db, &["mkdir", "/clinton"]).status.code(), Some(0));
+    // Locks as jobs leave them, written into the database itself: two writers below
+    // `/clinton` hold IX there, a rename of `/clinton` and a copy wait their turn, and one
+    // waiter's registration has run out (it died).
+    let now = fs_locks::LeaseClock::new().now_ms();
+    let doc = serde_json::json!({
+        "lock_type": "shared", "lock_count": 2, "path": "/clinton", "expires_at": now + 30_000,
+        "holders": {
+            "p-a": {"mode": "IX", "holder": "mv /clinton/a /x", "acquired_at": now, "expires_at": now + 30_000},
+            "p-b": {"mode": "IX", "holder": "mv /clinton/b /y", "acquired_at": now, "expires_at": now + 30_000},
+        },
+        "waiters": {
+            "p-c": {"mode": "X", "since": now - 3_000, "expires_at": now + 2_000, "holder": "mv /clinton /gormley"},
+            "p-d": {"mode": "S", "since": now - 1_000, "expires_at": now + 2_000, "holder": "cp -r /clinton /copy"},
+            "p-e": {"mode": "X", "since": now - 9_000, "expires_at": now - 5_000, "holder": "rm -r /clinton"},
+        },
+    });
+    let store = fs_store::SqliteStore::open(&db).expect("open the database");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        use fs_store::DocStore;
+        store
+            .create_index("fs-lock", &fs_model::lock_index_body())
+            .await
+            .expect("lock index");
+        store
+            .index("fs-lock", "/clinton", doc, None)
+            .await
+            .expect("write the lock");
+    });
+    let out = with_db(&db, &["locks"]);
+    let listing = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{listing}");
+    for line in [
+        "IX shared    mv /clinton/a /x (process p-a)",
+        "IX shared    mv /clinton/b /y (process p-b)",
+        "waiting 1. X  rm -r /clinton (process p-e)",
+        "waiting 2. X  mv /clinton /gormley (process p-c)",
+        "waiting 3. S  cp -r /clinton /copy (process p-d)",
+    ] {
+        assert!(listing.contains(line), "missing `{line}` in:\n{listing}");
+    }
+    assert!(
+        listing.contains("(gone: its registration expired)"),
+        "{listing}"
+    );
+    let json = json_of(&with_db(&db, &["locks", "--json"]));
+    assert_eq!(json["mode"], "IX");
+    assert_eq!(json["grants"].as_array().map(Vec::len), Some(2));
+    let waiters = json["waiters"].as_array().expect("waiters");
+    assert_eq!(waiters.len(), 3);
+    assert_eq!(waiters[1]["holder"], "mv /clinton /gormley");
+    assert_eq!(waiters[1]["mode"], "X");
+    assert!(waiters[1]["waiting_ms"]
+        .as_i64()
+        .is_some_and(|ms| ms >= 3_000));
+    assert_eq!(waiters[0]["expired"], true);
+}
