@@ -6,6 +6,7 @@
 //! `cargo run --release -p fs-bench -- --profile-rename 100000` (one rename, for a profiler)
 
 mod book;
+mod fairness;
 mod measure;
 mod plot;
 mod report;
@@ -14,7 +15,8 @@ use anyhow::Context as _;
 use clap::Parser;
 
 /// Measures lock costs by depth, rename throughput against the raw bulk rewrite, concurrent
-/// disjoint renames per locking scheme, and locking cost by affected documents.
+/// disjoint renames per locking scheme, locking cost by affected documents, and the wait of a
+/// parent's rename under renames below it (fair waiting).
 #[derive(Debug, Parser)]
 #[command(name = "fsrename-bench", version, about)]
 struct Args {
@@ -42,7 +44,7 @@ struct Args {
     /// what fsrename runs), `memory`, or `near-real-time` (the tests' mode).
     #[arg(long, value_enum, default_value = "file")]
     embedded: measure::Embedded,
-    /// Runs only these measurements (comma-separated). Default: all four.
+    /// Runs only these measurements (comma-separated). Default: all.
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<measure::Measurement>,
     /// Runs only on these backends (comma-separated: embedded, osmem, remote). Default: all.

@@ -19,6 +19,8 @@ pub struct Plan {
     pub concurrent_docs: usize,
     pub concurrent_secs: f64,
     pub affected: Vec<usize>,
+    /// Renames of `/p` under the streams of small renames, for each way of waiting.
+    pub fairness_trials: usize,
     /// Runs of each rename and raw rewrite, alternating; the medians are compared.
     pub rename_repeat: usize,
     /// The round trip of the `remote` backend.
@@ -31,7 +33,7 @@ pub struct Plan {
     pub backends: Vec<String>,
 }
 
-/// The four measurements of issue 9.
+/// The measurements: the four of issue 9, and fair waiting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Measurement {
     /// 1: lock + unlock by depth.
@@ -42,6 +44,9 @@ pub enum Measurement {
     Concurrency,
     /// 4: locking cost by affected documents.
     Affected,
+    /// 5: the wait of a rename of `/p` under streams of small renames, before and after fair
+    /// waiting.
+    Fairness,
 }
 
 /// How the embedded store is opened for a benchmark.
@@ -95,6 +100,7 @@ impl Plan {
             } else {
                 vec![10, 100, 1_000, 10_000]
             },
+            fairness_trials: if quick { 5 } else { 30 },
             rename_repeat: if quick { 1 } else { 5 },
             rtt,
             embedded,
@@ -103,6 +109,7 @@ impl Plan {
                 Measurement::Renames,
                 Measurement::Concurrency,
                 Measurement::Affected,
+                Measurement::Fairness,
             ],
             backends: vec!["embedded".into(), "osmem".into(), "remote".into()],
         }
@@ -163,6 +170,8 @@ pub struct BackendResults {
     pub renames: Vec<RenameRow>,
     pub concurrency: Vec<ConcurrencyRow>,
     pub affected: Vec<AffectedRow>,
+    /// Measurement 5, before (no queue) and after (fair waiting).
+    pub fairness: Vec<crate::fairness::FairnessRow>,
 }
 
 /// The backends measured: the embedded store, osmem over HTTP, and the embedded store behind a
@@ -231,6 +240,11 @@ pub async fn run_all(plan: &Plan) -> anyhow::Result<Vec<BackendResults>> {
             },
             affected: if run(Measurement::Affected) {
                 affected(&store, plan).await?
+            } else {
+                Vec::new()
+            },
+            fairness: if run(Measurement::Fairness) {
+                crate::fairness::fairness(&store, plan.fairness_trials).await?
             } else {
                 Vec::new()
             },

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use fs_rename::Strategy;
 
+use crate::fairness::{self, Trial, Waiting};
 use crate::measure::{BackendResults, Plan};
 
 /// One target of issue 9 and whether the run met it.
@@ -118,6 +119,7 @@ pub fn markdown(results: &[BackendResults], plan: &Plan, command: &str) -> Strin
     renames(&mut s, results, plan);
     concurrency(&mut s, results, plan);
     affected(&mut s, results, plan);
+    fairness(&mut s, results, plan);
     s
 }
 
@@ -215,5 +217,68 @@ fn affected(s: &mut String, results: &[BackendResults], plan: &Plan) {
                 );
             }
         }
+    }
+}
+
+fn fairness(s: &mut String, results: &[BackendResults], plan: &Plan) {
+    if results.iter().all(|r| r.fairness.is_empty()) {
+        return;
+    }
+    // Section 4 ends without a blank line; a heading needs one before it.
+    if !s.is_empty() && !s.ends_with("\n\n") {
+        s.push('\n');
+    }
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let _ = writeln!(
+        s,
+        "## 5. A rename of a directory under streams of small renames (fair waiting)\n\n\
+         Whether a rename of a directory can be starved by renames below it. {k} streams, each \
+         with a client of its own, rename `/p/dI/fN` to `/p/dI/gN` over and over (held {hold} ms), \
+         so that someone almost always holds an IX on `/p`; another client renames `/p` to `/q` \
+         (an X on `/p`, held {parent} ms), {trials} times, each time after {warm} more small \
+         renames. The wait runs from its first attempt to its grant, in ms; p50 and p99 by \
+         nearest rank (below 100 trials, p99 is the longest wait). *After* is fair waiting: \
+         refused for 50 ms, the rename registers as a waiter on `/p` and the younger small \
+         renames are refused there, so its wait is bounded (`docs/locking.md`, *The bound*). \
+         *Before* is the same rename by a client that already \
+         holds a lock elsewhere, which ignores the queue as every request did before fair \
+         waiting: it is granted only at an instant when no small rename holds `/p`, and gives up \
+         after {cap} s, a timeout that is starvation (`≥` marks a figure that is such a \
+         timeout). The library's default backoff, 5 ms doubling to 500 ms. No timing is \
+         asserted; to measure again: `cargo run --release -p fs-bench -- --only fairness` \
+         (`--backends` picks the backends, `--quick` runs fewer trials).\n",
+        k = fairness::STREAMS,
+        hold = ms(fairness::STREAM_HOLD),
+        parent = ms(fairness::PARENT_HOLD),
+        trials = plan.fairness_trials,
+        warm = fairness::WARM_UP_RENAMES,
+        cap = fairness::NO_QUEUE_CAP.as_secs(),
+    );
+    let wait = |t: Option<Trial>| match t {
+        Some(t) if t.timed_out => format!("≥ {:.0}", ms(t.waited)),
+        Some(t) => format!("{:.1}", ms(t.waited)),
+        None => "-".to_owned(),
+    };
+    for r in results.iter().filter(|r| !r.fairness.is_empty()) {
+        let _ = writeln!(
+            s,
+            "**{}**\n\n| rename of `/p` | trials | p50 ms | p99 ms | max ms | timeouts |\n| --- | --- | --- | --- | --- | --- |",
+            r.name
+        );
+        for waiting in [Waiting::NoQueue, Waiting::Fair] {
+            if let Some(row) = r.fairness.iter().find(|row| row.waiting == waiting) {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} | {} |",
+                    waiting.label(),
+                    row.trials.len(),
+                    wait(row.percentile(50)),
+                    wait(row.percentile(99)),
+                    wait(row.max()),
+                    row.timeouts(),
+                );
+            }
+        }
+        let _ = writeln!(s);
     }
 }
