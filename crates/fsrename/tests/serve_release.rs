@@ -57,7 +57,13 @@ impl DocStore for FailingRelease {
         s: Value,
         v: Option<Version>,
     ) -> fs_store::Result<Version> {
-        self.inner.index(index, id, s, v).await
+        // Closing a journal entry leaves a tombstone (a fence) at its id.
+        let closing = index == self.journal_index && s["state"] == "fenced";
+        let result = self.inner.index(index, id, s, v).await;
+        if closing && result.is_ok() {
+            self.armed.store(true, Ordering::SeqCst);
+        }
+        result
     }
     async fn delete(&self, index: &str, id: &str, v: Option<Version>) -> fs_store::Result<Version> {
         let result = self.inner.delete(index, id, v).await;
