@@ -224,8 +224,35 @@ mod two_processes {
                 }
             });
         }
+        // The go file starts both children within a poll of each other, but on a loaded
+        // machine one of them can still claim every id before the other is scheduled. So
+        // they meet in the store first (each waits to see the other's mark), and then claim
+        // from opposite ends: once both run, each wins the ids it reaches first, and every id
+        // is still tried by both.
+        let other = if name == "p1" { "p2" } else { "p1" };
+        store
+            .create(INDEX, &format!("started-{name}"), json!({}))
+            .await
+            .expect("mark started");
+        while store
+            .get(INDEX, &format!("started-{other}"))
+            .await
+            .expect("read the other's mark")
+            .is_none()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the other never started"
+            );
+            tokio::task::yield_now().await;
+        }
+        let order: Vec<usize> = if name == "p1" {
+            (0..CREATE_IDS).collect()
+        } else {
+            (0..CREATE_IDS).rev().collect()
+        };
         let mut won = Vec::new();
-        for i in 0..CREATE_IDS {
+        for i in order {
             let id = format!("lock-{i}");
             match store.create(INDEX, &id, json!({"owner": name})).await {
                 Ok(_) => won.push(id),
