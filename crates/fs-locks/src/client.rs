@@ -307,6 +307,26 @@ impl LockClient {
         Some(Duration::from_millis(u64::try_from(left).unwrap_or(0)))
     }
 
+    /// Fails with [`LockError::LeaseLost`] (naming a lost lock, or else `what`) when a lock of
+    /// this client is lost or its lease is past ([`lease_left`](Self::lease_left) is zero).
+    /// A writer calls it before writing what it read; a reader after reading, since what it
+    /// read is only known to be one state of the tree if nobody could have taken over
+    /// meanwhile.
+    ///
+    /// # Errors
+    /// [`LockError::LeaseLost`], as above.
+    pub async fn ensure_held(&self, what: &str) -> Result<()> {
+        if let Some(lost) = self.inner.lost_tx.borrow().first() {
+            return Err(LockError::LeaseLost { path: lost.clone() });
+        }
+        if self.lease_left().await.is_some_and(|left| left.is_zero()) {
+            return Err(LockError::LeaseLost {
+                path: what.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
     /// Returns the lock items this client holds (with the mode each document really has),
     /// sorted by id: what a rename journal records so recovery can take them over.
     pub async fn held_items(&self) -> Vec<LockItem> {

@@ -146,8 +146,10 @@ pub enum LockError {
         /// When it expires, epoch milliseconds (0 when it records no expiry).
         expires_at: i64,
     },
-    /// This owner's lock was taken over or removed by someone else (its lease had expired).
-    #[error("lost the lock on `{path}`: its lease expired and it was taken over or removed")]
+    /// This owner's lock was taken over or removed by someone else (its lease had expired),
+    /// or its lease ran out before the work under it ended (a pause: a stalled request, a
+    /// stopped process), so that someone may have.
+    #[error("lost the lock on `{path}`: its lease ran out, and it was or may have been taken over or removed")]
     LeaseLost {
         /// The lock's path or id.
         path: String,

@@ -41,6 +41,9 @@ pub struct FsDoc {
     pub modified: i64,
 }
 
+/// The `kind` of a copy's claim on an id ([`FsDoc::claim`]).
+const CLAIM_KIND: &str = "claim";
+
 impl FsDoc {
     /// Returns a document for `path` with the derived fields filled in.
     pub fn new(path: FsPath, kind: DocKind, size: u64, modified: i64) -> FsDoc {
@@ -80,6 +83,28 @@ impl FsDoc {
         // The length prefix keeps the pair unambiguous whatever characters the ids contain.
         let name = format!("fsrename-copy:{}:{job_id}:{source_id}", job_id.len());
         uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, name.as_bytes()).to_string()
+    }
+
+    /// Returns the source of a *claim*: what a copy job writes first at a copy's id, with
+    /// `_create`, before it writes the copy itself there conditionally on the claim's version.
+    /// A claim has no `path`, so it is no part of the tree (no path search finds it); its
+    /// `kind` is `claim` and its `name` the job's id.
+    ///
+    /// Why two writes: a `_create` cannot be fenced. A copy job paused past its lease (a GC
+    /// pause, a stopped process) may send its creates after a recovery has finished the copy
+    /// and another job has deleted it, and a create of a free id succeeds. Sent as claims,
+    /// such late creates add only invisible claims, which recovery sweeps; the copies become
+    /// visible only through conditional writes, which fail once anything has changed.
+    pub fn claim(job_id: &str) -> serde_json::Value {
+        serde_json::json!({ "kind": CLAIM_KIND, "name": job_id })
+    }
+
+    /// Returns the job id of a claim ([`FsDoc::claim`]), or `None` if `source` is not one.
+    pub fn claim_job(source: &serde_json::Value) -> Option<&str> {
+        if source.get("path").is_some() || source.get("kind")?.as_str()? != CLAIM_KIND {
+            return None;
+        }
+        source.get("name")?.as_str()
     }
 
     /// Returns true if `parent`, `name` and `depth` agree with `path`.
@@ -141,6 +166,17 @@ mod tests {
             (7, 9, DocKind::File)
         );
         assert!(moved.is_consistent());
+    }
+
+    #[test]
+    fn a_claim_is_no_document_of_the_tree_and_names_its_job() {
+        let claim = FsDoc::claim("job-1");
+        assert_eq!(FsDoc::claim_job(&claim), Some("job-1"));
+        assert!(claim.get("path").is_none(), "no path search finds a claim");
+        assert!(serde_json::from_value::<FsDoc>(claim).is_err());
+        let doc = FsDoc::file(FsPath::parse("/a").expect("path"), 1, 2);
+        let source = serde_json::to_value(&doc).expect("json");
+        assert_eq!(FsDoc::claim_job(&source), None);
     }
 
     #[test]

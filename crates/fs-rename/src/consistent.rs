@@ -26,7 +26,9 @@ use crate::tree::{Entry, FsTree};
 /// # Errors
 /// [`RenameError::RootNotLockable`] for `/`; a lock timeout (or another lock error);
 /// [`RenameError::SourceNotFound`] if nothing is at `path` once the lock is held; store
-/// failures, or whatever `each` returns.
+/// failures, or whatever `each` returns; a lost lease if the lock was not certainly ours
+/// until the read ended: what `each` was given is then no single state of the subtree, and a
+/// caller that streams it says so.
 pub async fn list_consistent<F>(
     tree: &FsTree,
     locks: &LockSettings,
@@ -49,9 +51,11 @@ where
             return Err(RenameError::SourceNotFound { path: path.clone() });
         };
         if top.doc.kind == DocKind::File {
-            return each(&top);
+            each(&top)?;
+        } else {
+            list(tree.store(), tree.index(), path, recursive, each).await?;
         }
-        list(tree.store(), tree.index(), path, recursive, each).await
+        still_held(&client, path).await
     })
     .await
 }
@@ -62,7 +66,8 @@ where
 /// are left out of the report's lock counts.
 ///
 /// # Errors
-/// [`RenameError::RootNotLockable`] for `/`; a lock error; as [`fsck`](crate::fsck()).
+/// [`RenameError::RootNotLockable`] for `/`; a lock error (a lost lease if the lock was not
+/// certainly ours until the check ended); as [`fsck`](crate::fsck()).
 pub async fn fsck_consistent(
     store: SharedStore,
     index: &str,
@@ -77,5 +82,21 @@ pub async fn fsck_consistent(
     let client = locks.client(&tree, holder.into());
     let guard = client.lock_read(scope).await?;
     let own = client.owner().process_id.clone();
-    under_lock(guard, fsck_ignoring(store, index, scope, Some(&own))).await
+    under_lock(guard, async {
+        let report = fsck_ignoring(store, index, scope, Some(&own)).await?;
+        still_held(&client, scope).await?;
+        Ok(report)
+    })
+    .await
+}
+
+/// Fails unless the shared lock on `path` was ours all through the read just made. A reader
+/// paused past its lease (a stalled request, a stopped process) may have been reaped by
+/// `recover`, and writers may have changed the subtree under it since: what it read is then
+/// no single state of the subtree, and saying so is the only honest answer. Checked after the
+/// read, since a lease that is still good now was good all along (an expired lock refuses
+/// every other grant until a recoverer removes it, and a removed one is never ours again).
+async fn still_held(client: &fs_locks::LockClient, path: &FsPath) -> Result<()> {
+    client.ensure_held(path.as_str()).await?;
+    Ok(())
 }

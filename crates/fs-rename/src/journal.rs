@@ -314,6 +314,18 @@ impl Journal {
         }
     }
 
+    /// Returns true if `job_id` has an open entry (it journaled and has not closed); false
+    /// for a tombstone (closed or fenced) or nothing.
+    ///
+    /// # Errors
+    /// Store failures; an unreadable document.
+    pub async fn is_open(&self, job_id: &str) -> Result<bool> {
+        Ok(matches!(
+            self.read(job_id).await?,
+            Some((JournalDoc::Entry(_), _))
+        ))
+    }
+
     /// Reads the document at `id` (realtime), if any.
     async fn read(&self, id: &str) -> Result<Option<(JournalDoc, Version)>> {
         match self.store.get(&self.index, id).await {

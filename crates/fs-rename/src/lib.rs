@@ -35,6 +35,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod claims;
 pub mod clinton;
 mod consistent;
 mod error;

@@ -19,7 +19,9 @@
 //!    same goes for the locks of a job that finished, closed its entry and then failed to
 //!    release them: no entry protects them, so the fence (a harmless tombstone, since the job
 //!    never journals again) is followed by their deletion.
-//! 3. Remove fences older than the retention (24 h by default).
+//! 3. Remove the claims on copy ids whose copy job has no open entry (sent late by a copy job
+//!    paused past its lease; see [`fs_model::FsDoc::claim`]).
+//! 4. Remove fences older than the retention (24 h by default).
 //!
 //! Nothing here acts on a lock before its lease has ended by this machine's clock, and every
 //! write is conditional on what was read, so a recovery racing a late-renewing holder, or
@@ -34,6 +36,7 @@ use fs_model::lock_index_name;
 use fs_store::SharedStore;
 use serde::Serialize;
 
+use crate::claims::sweep_claims;
 use crate::error::{RenameError, Result};
 use crate::job::{journaled, Renamer};
 use crate::journal::{FenceOutcome, Journal, JournalEntry};
@@ -108,6 +111,9 @@ pub struct RecoveryReport {
     pub fenced: usize,
     /// Fences removed after the retention.
     pub fences_removed: usize,
+    /// Claims on copy ids removed: late creates of a copy job paused past its lease, which
+    /// nobody sees (see `FsDoc::claim`).
+    pub claims_removed: usize,
 }
 
 impl RecoveryReport {
@@ -125,6 +131,7 @@ impl RecoveryReport {
             && self.waiters_reaped == 0
             && self.fenced == 0
             && self.fences_removed == 0
+            && self.claims_removed == 0
     }
 }
 
@@ -180,6 +187,18 @@ impl std::fmt::Display for RecoveryReport {
         }
         if self.fences_removed > 0 {
             write!(f, "; removed {} old fence(s)", self.fences_removed)?;
+        }
+        if self.claims_removed > 0 {
+            let remove = if self.dry_run {
+                "would remove"
+            } else {
+                "removed"
+            };
+            write!(
+                f,
+                "; {remove} {} claim(s) a paused copy job sent too late",
+                self.claims_removed
+            )?;
         }
         Ok(())
     }
@@ -286,6 +305,14 @@ impl Recovery {
             }
         }
         self.sweep(&journal, &spare, &mut report).await?;
+        report.claims_removed = sweep_claims(
+            &self.store,
+            &self.index,
+            &journal,
+            self.page_size,
+            self.dry_run,
+        )
+        .await?;
         self.remove_old_fences(&journal, &mut report).await?;
         Ok(report)
     }

@@ -639,7 +639,72 @@ async fn a_copy_sees_nothing_change_below_it(env: Env) {
     assert_clean(&env).await;
 }
 
+/// A copy job paused past its lease may land its first request of a page (the claims) after a
+/// recovery finished the copy and `rm -r` removed it. Such a claim brings nothing back: no
+/// listing, count or fsck sees it, and `recover` removes it (its job has no open entry).
+async fn a_late_claim_is_invisible_and_recover_removes_it(env: Env) {
+    sized_tree(&env, 3).await;
+    let before = docs_by_id(&env).await;
+    let job = Arc::new(std::sync::Mutex::new(None));
+    let seen = Arc::clone(&job);
+    Renamer::builder(Arc::clone(&env.store), env.index.clone())
+        .page_size(PAGE)
+        .progress(Arc::new(move |e| {
+            if let fs_rename::RenameEvent::Journaled { job } = e {
+                *seen.lock().unwrap() = Some(job);
+            }
+        }))
+        .build()
+        .copy(&p("/src"), &p("/dst-parent/copy"))
+        .await
+        .expect("copy");
+    let job = job.lock().unwrap().clone().expect("the copy journaled");
+    renamer(&env)
+        .remove(&p("/dst-parent/copy"), true)
+        .await
+        .expect("rm -r");
+    assert_eq!(docs_by_id(&env).await, before);
+
+    // The paused job's page of claims lands now.
+    let late: Vec<String> = before
+        .keys()
+        .take(4)
+        .map(|source| FsDoc::copy_id(&job, source))
+        .collect();
+    for id in &late {
+        env.store
+            .create(&env.index, id, FsDoc::claim(&job))
+            .await
+            .expect("a late claim lands on a free id");
+    }
+    env.store.refresh(&env.index).await.expect("refresh");
+    let tree = env.tree();
+    let listed = tree.count_under(&FsPath::root()).await.expect("count");
+    assert_eq!(listed, before.len() as u64, "no path search sees a claim");
+    let report = fsck(Arc::clone(&env.store), &env.index, &FsPath::root())
+        .await
+        .expect("fsck");
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.documents, before.len() as u64);
+
+    let report = recovery(&env).run().await.expect("recover");
+    assert_eq!(report.claims_removed, late.len(), "{report}");
+    assert!(
+        report.to_string().contains("removed 4 claim(s)"),
+        "{report}"
+    );
+    assert_eq!(
+        docs_by_id(&env).await,
+        before,
+        "nothing but the tree is left"
+    );
+    let again = recovery(&env).run().await.expect("recover again");
+    assert!(again.is_idle(), "{again}");
+    assert_clean(&env).await;
+}
+
 on_every_backend!(
+    a_late_claim_is_invisible_and_recover_removes_it,
     a_copy_sees_nothing_change_below_it,
     a_file_is_copied,
     a_directory_tree_is_copied,

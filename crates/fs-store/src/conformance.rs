@@ -518,6 +518,41 @@ pub async fn search_all_pages_everything(store: SharedStore) {
     assert_eq!(count, TREE.len() as u64 + 1);
 }
 
+/// [`Scope::Pathless`] finds the documents without a `path` (a copy's claims), in every page
+/// size, and nothing of the tree; no path scope finds them.
+pub async fn search_pathless(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-pathless").await;
+    put_paths(&*store, &index, TREE).await;
+    for id in ["claim-b", "claim-a", "claim-c"] {
+        store
+            .create(&index, id, json!({"kind": "claim", "name": "job-1"}))
+            .await
+            .expect("create a claim");
+    }
+    store.refresh(&index).await.expect("refresh");
+    for size in [1, 2, 1000] {
+        let mut ids = Vec::new();
+        let mut request = SearchRequest::first(Scope::Pathless, size);
+        loop {
+            let page = store.search(&index, request.clone()).await.expect("search");
+            ids.extend(page.docs.into_iter().map(|d| d.id));
+            match page.next {
+                Some(c) => request.after = Some(c),
+                None => break,
+            }
+        }
+        ids.sort();
+        assert_eq!(ids, ["claim-a", "claim-b", "claim-c"], "page size {size}");
+    }
+    let count = store.count(&index, &Scope::Pathless).await.expect("count");
+    assert_eq!(count, 3);
+    let tree = store
+        .count(&index, &Scope::Subtree(FsPath::root()))
+        .await
+        .expect("count");
+    assert_eq!(tree, TREE.len() as u64, "the root's subtree has no claims");
+}
+
 /// A paged search stopped before its last page can be closed, twice without harm; a [`Scan`]
 /// reads everything, or stops and closes.
 pub async fn a_search_stopped_early_is_closed(store: SharedStore) {
@@ -765,7 +800,7 @@ macro_rules! conformance_suite {
             index_lifecycle, create_then_get, ids_may_contain_slashes_and_unicode,
             index_writes_and_conditions, delete_and_conditions, mget_keeps_order,
             bulk_items_are_independent, search_subtree_is_component_wise, search_exact_path, search_children,
-            search_all_pages_everything, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
+            search_all_pages_everything, search_pathless, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
             refresh_makes_writes_searchable, sources_must_be_objects, cas_increments_are_exact,
             create_race_has_one_winner);
     };
@@ -780,7 +815,7 @@ macro_rules! conformance_suite {
             index_lifecycle, create_then_get, ids_may_contain_slashes_and_unicode,
             index_writes_and_conditions, delete_and_conditions, mget_keeps_order,
             bulk_items_are_independent, search_subtree_is_component_wise, search_exact_path, search_children,
-            search_all_pages_everything, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
+            search_all_pages_everything, search_pathless, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
             refresh_makes_writes_searchable, sources_must_be_objects, cas_increments_are_exact,
             create_race_has_one_winner, near_real_time_hides_unrefreshed_writes);
     };

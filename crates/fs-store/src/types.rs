@@ -82,6 +82,17 @@ pub enum Scope {
     Subtree(FsPath),
     /// Documents whose `parent` field equals the path: the entries of one directory.
     Children(FsPath),
+    /// Documents without a `path` field: nothing of the tree, only what holds an id for it (a
+    /// copy's claims, see `fs_model::FsDoc::claim`). Sorted by id, like [`Scope::All`].
+    Pathless,
+}
+
+impl Scope {
+    /// Returns true if a search of this scope is sorted by path (then id); the others are
+    /// sorted by id, or not at all.
+    pub fn sorted_by_path(&self) -> bool {
+        !matches!(self, Scope::All | Scope::Pathless)
+    }
 }
 
 /// An opaque position in a sorted search, to resume after (Elasticsearch's `search_after`).

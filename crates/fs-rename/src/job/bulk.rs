@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fs_store::{BulkOp, StoreError};
+use fs_store::{BulkOp, StoreError, Version};
 
 use super::Renamer;
 use crate::error::{RenameError, Result};
@@ -18,10 +18,10 @@ const ITEM_RETRIES: u32 = 6;
 pub(super) struct ItemAnswer {
     /// The item's position in the page.
     pub index: usize,
-    /// What the store said last: written, or why not (a conflict, or a failure that resends
-    /// did not cure). After a resend a conflict may be the first send having landed: the
-    /// callers check what is there.
-    pub result: Result<(), StoreError>,
+    /// What the store said last: the version written, or why not (a conflict, or a failure
+    /// that resends did not cure). After a resend a conflict may be the first send having
+    /// landed: the callers check what is there.
+    pub result: Result<Version, StoreError>,
 }
 
 impl Renamer {
@@ -58,10 +58,7 @@ impl Renamer {
             for ((index, op), result) in pending.into_iter().zip(results) {
                 match result {
                     Err(e) if e.is_retryable() && attempt < ITEM_RETRIES => again.push((index, op)),
-                    result => answers.push(ItemAnswer {
-                        index,
-                        result: result.map(|_| ()),
-                    }),
+                    result => answers.push(ItemAnswer { index, result }),
                 }
             }
             pending = again;

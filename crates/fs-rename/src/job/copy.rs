@@ -1,18 +1,26 @@
 //! The copy: every document under the source, page by page in path order (parents before
-//! children), created under the destination with an id derived from the journal id and the
+//! children), written under the destination with an id derived from the journal id and the
 //! source document's id.
 //!
-//! The derived ids make the copy idempotent. A create that finds its id taken has found its
-//! own copy, made by an earlier send of this job (an answer lost in a timeout), or by the job
-//! a recovery is finishing: it counts as done once a read shows that document is exactly the
-//! copy. Anything else there is a conflict, and the job stops.
+//! Each page takes two bulk requests. The first *claims* the copies' ids with `_create`
+//! ([`FsDoc::claim`]: a document with no path, so no part of the tree); the second, sent only
+//! after a check that the locks are still this job's, writes each copy over its claim,
+//! conditionally on the claim's version. A `_create` cannot be fenced, a conditional write
+//! can: a job paused past its lease that wakes up and sends its creates after a recovery
+//! finished the copy (and someone deleted it since) adds only claims, which nobody sees and
+//! recovery sweeps, never a document of the tree.
+//!
+//! The derived ids make the copy idempotent. A claim that finds its id taken has found this
+//! job's own claim or copy, made by an earlier send (an answer lost in a timeout) or by the
+//! job a recovery is finishing: a claim goes on to be written over, a copy counts as done
+//! once a read shows it is exactly the copy. Anything else there is a conflict, and the job
+//! stops.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use fs_locks::LockClient;
 use fs_model::{FsDoc, FsPath};
-use fs_store::{BulkOp, Scan, Scope, StoreError};
+use fs_store::{BulkOp, Scan, Scope, StoreError, Version};
 use serde_json::Value;
 
 use super::Renamer;
@@ -59,7 +67,7 @@ impl Renamer {
                     .collect::<Result<Vec<_>>>()?;
                 report.found += entries.len() as u64;
                 self.before_page(locks, &entries, from, report).await?;
-                self.copy_page(tree, &entries, (from, to), job_id, report)
+                self.copy_page(tree, locks, &entries, (from, to), job_id, report)
                     .await?;
                 self.emit(RenameEvent::Progress {
                     done: report.rewritten,
@@ -94,28 +102,22 @@ impl Renamer {
                 found: report.found,
             });
         }
-        if let Some(lost) = locks.lost_locks().borrow().first() {
-            return Err(fs_locks::LockError::LeaseLost { path: lost.clone() }.into());
-        }
-        if locks.lease_left().await.is_some_and(|left| left.is_zero()) {
-            return Err(fs_locks::LockError::LeaseLost {
-                path: path.to_string(),
-            }
-            .into());
-        }
+        locks.ensure_held(path.as_str()).await?;
         Ok(())
     }
 
-    /// Creates the copies of one page in one bulk request.
+    /// Copies one page in two bulk requests: claims on the copies' ids, then, once the
+    /// locks are known to be still this job's, the copies over their claims.
     async fn copy_page(
         &self,
         tree: &FsTree,
+        locks: &LockClient,
         entries: &[Entry],
         (from, to): (&FsPath, &FsPath),
         job_id: &str,
         report: &mut RenameReport,
     ) -> Result<()> {
-        let mut ops = Vec::with_capacity(entries.len());
+        let mut copies = Vec::with_capacity(entries.len());
         for entry in entries {
             let copy = entry.doc.renamed(from, to)?;
             let id = FsDoc::copy_id(job_id, &entry.id);
@@ -124,67 +126,101 @@ impl Renamer {
                 id: id.clone(),
                 message: e.to_string(),
             })?;
-            ops.push(BulkOp::Create { id, source });
+            copies.push(Copy { id, source });
         }
         let context = format!("copying documents under `{from}` to `{to}`");
-        let answers = self.send_page(tree, ops.clone(), &context, report).await?;
         // Every item's fate is tallied before any failure is reported: the other items of a
         // bulk request are written whatever happens to one of them.
+        let mut failure: Option<(usize, StoreError)> = None;
+
+        // 1. Claims. A claim already there is this job's (the id is derived from the job):
+        //    an earlier send whose answer was lost, or the job a recovery is finishing.
+        let claims: Vec<BulkOp> = copies
+            .iter()
+            .map(|c| BulkOp::Create {
+                id: c.id.clone(),
+                source: FsDoc::claim(job_id),
+            })
+            .collect();
+        let mut claimed: Vec<(usize, Version)> = Vec::new();
         let mut taken: Vec<usize> = Vec::new();
-        let mut failure = None;
-        for answer in answers {
+        for answer in self.send_page(tree, claims, &context, report).await? {
             match answer.result {
-                Ok(()) => report.rewritten += 1,
+                Ok(version) => claimed.push((answer.index, version)),
                 Err(e) if e.is_conflict() => taken.push(answer.index),
                 Err(e) => {
                     failure.get_or_insert((answer.index, e));
                 }
             }
         }
-        if !taken.is_empty() {
-            let own = self.own_copies(tree, &ops, &taken).await?;
-            for i in taken {
-                if own.get(&i).copied().unwrap_or(false) {
-                    report.rewritten += 1;
-                } else {
-                    failure.get_or_insert((
-                        i,
-                        StoreError::Conflict {
-                            index: tree.index().to_owned(),
-                            id: ops[i].id().to_owned(),
-                            exists: true,
-                            current: None,
-                        },
-                    ));
+        for (i, found) in self.read_copies(tree, &copies, &taken).await? {
+            match found {
+                Found::Copy => report.rewritten += 1,
+                Found::Claim(version) => claimed.push((i, version)),
+                Found::Other => {
+                    failure.get_or_insert((i, conflict(tree, &copies[i])));
                 }
             }
         }
         if let Some((i, e)) = failure {
-            let path = entries[i].doc.path.to_string();
-            return Err(match e {
-                StoreError::Conflict { .. } => RenameError::Conflict {
-                    path: match entries[i].doc.renamed(from, to) {
-                        Ok(copy) => copy.path.to_string(),
-                        Err(_) => path,
-                    },
-                    rewritten: report.rewritten,
-                    found: report.found,
-                },
-                e => RenameError::store(format!("copying `{path}`"))(e),
-            });
+            return Err(copy_failure(entries, i, e, (from, to), report));
         }
-        Ok(())
+        if claimed.is_empty() {
+            return Ok(());
+        }
+
+        // 2. The copies, each conditional on its claim's version. A job paused after its
+        //    claims were acknowledged and past its lease stops here; one paused after this
+        //    check writes nothing a recovery has changed since (the version moved on), and
+        //    nothing another job deleted (it is gone).
+        locks.ensure_held(from.as_str()).await?;
+        claimed.sort_unstable_by_key(|&(i, _)| i);
+        let writes: Vec<BulkOp> = claimed
+            .iter()
+            .map(|&(i, version)| BulkOp::Index {
+                id: copies[i].id.clone(),
+                source: copies[i].source.clone(),
+                if_version: Some(version),
+            })
+            .collect();
+        let mut changed: Vec<usize> = Vec::new();
+        for answer in self.send_page(tree, writes, &context, report).await? {
+            let i = claimed[answer.index].0;
+            match answer.result {
+                Ok(_) => report.rewritten += 1,
+                Err(e) if e.is_conflict() => changed.push(i),
+                Err(e) => {
+                    failure.get_or_insert((i, e));
+                }
+            }
+        }
+        // A conflict after a resend may be the first send having landed.
+        for (i, found) in self.read_copies(tree, &copies, &changed).await? {
+            match found {
+                Found::Copy => report.rewritten += 1,
+                Found::Claim(_) | Found::Other => {
+                    failure.get_or_insert((i, conflict(tree, &copies[i])));
+                }
+            }
+        }
+        match failure {
+            Some((i, e)) => Err(copy_failure(entries, i, e, (from, to), report)),
+            None => Ok(()),
+        }
     }
 
-    /// Reads the documents at the ids of `ops[i]` for each `i` of `taken` (creates that found
-    /// their id taken) in one request; returns, by `i`, whether each holds exactly the copy.
-    async fn own_copies(
+    /// Reads the documents at the ids of `copies[i]` for each `i` of `which` in one request
+    /// (none for none); returns, by `i`, what each holds.
+    async fn read_copies(
         &self,
         tree: &FsTree,
-        ops: &[BulkOp],
-        taken: &[usize],
-    ) -> Result<HashMap<usize, bool>> {
-        let ids: Vec<String> = taken.iter().map(|&i| ops[i].id().to_owned()).collect();
+        copies: &[Copy],
+        which: &[usize],
+    ) -> Result<Vec<(usize, Found)>> {
+        if which.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = which.iter().map(|&i| copies[i].id.clone()).collect();
         let found = tree
             .store()
             .mget(tree.index(), &ids)
@@ -193,16 +229,64 @@ impl Renamer {
                 "re-reading {} copies already there",
                 ids.len()
             )))?;
-        Ok(taken
+        Ok(which
             .iter()
             .zip(found)
             .map(|(&i, doc)| {
-                let wanted: Option<&Value> = match &ops[i] {
-                    BulkOp::Create { source, .. } => Some(source),
-                    _ => None,
+                let found = match doc {
+                    Some(d) if d.source == copies[i].source => Found::Copy,
+                    Some(d) if FsDoc::claim_job(&d.source).is_some() => Found::Claim(d.version),
+                    _ => Found::Other,
                 };
-                (i, doc.is_some_and(|d| Some(&d.source) == wanted))
+                (i, found)
             })
             .collect())
+    }
+}
+
+/// One copy of a page: its id and its source.
+struct Copy {
+    id: String,
+    source: Value,
+}
+
+/// What is at a copy's id.
+enum Found {
+    /// Exactly the copy.
+    Copy,
+    /// A claim (necessarily this job's: the id derives from the job id), at this version.
+    Claim(Version),
+    /// Nothing, or something else.
+    Other,
+}
+
+fn conflict(tree: &FsTree, copy: &Copy) -> StoreError {
+    StoreError::Conflict {
+        index: tree.index().to_owned(),
+        id: copy.id.clone(),
+        exists: true,
+        current: None,
+    }
+}
+
+/// The error that stops a copy at `entries[i]`.
+fn copy_failure(
+    entries: &[Entry],
+    i: usize,
+    e: StoreError,
+    (from, to): (&FsPath, &FsPath),
+    report: &RenameReport,
+) -> RenameError {
+    let path = entries[i].doc.path.to_string();
+    match e {
+        StoreError::Conflict { .. } => RenameError::Conflict {
+            path: match entries[i].doc.renamed(from, to) {
+                Ok(copy) => copy.path.to_string(),
+                Err(_) => path,
+            },
+            rewritten: report.rewritten,
+            found: report.found,
+        },
+        e => RenameError::store(format!("copying `{path}`"))(e),
     }
 }

@@ -76,7 +76,7 @@ impl Renamer {
         let mut failure = None;
         for answer in answers {
             match answer.result {
-                Ok(()) => report.rewritten += 1,
+                Ok(_) => report.rewritten += 1,
                 // Gone already: what this delete wanted. An earlier send of it landed (its
                 // answer was lost), or the job a recovery finishes deleted it just before.
                 Err(StoreError::Conflict { exists: false, .. } | StoreError::NotFound { .. }) => {

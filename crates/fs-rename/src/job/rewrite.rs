@@ -27,7 +27,6 @@ impl Renamer {
         total: u64,
         report: &mut RenameReport,
     ) -> Result<()> {
-        let lost = locks.lost_locks();
         let store = tree.store();
         let index = tree.index();
         let scope = Scope::Subtree(from.clone());
@@ -61,17 +60,9 @@ impl Renamer {
                         found: report.found,
                     });
                 }
-                if let Some(path) = lost.borrow().first() {
-                    return Err(fs_locks::LockError::LeaseLost { path: path.clone() }.into());
-                }
                 // The page was read while the locks were ours only if they still are now: past
                 // this point a recoverer may have taken over, and what was read may be stale.
-                if locks.lease_left().await.is_some_and(|left| left.is_zero()) {
-                    return Err(fs_locks::LockError::LeaseLost {
-                        path: from.to_string(),
-                    }
-                    .into());
-                }
+                locks.ensure_held(from.as_str()).await?;
                 self.write_page(tree, &entries, from, to, report).await?;
                 self.emit(RenameEvent::Progress {
                     done: report.rewritten,

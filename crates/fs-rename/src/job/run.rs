@@ -156,15 +156,7 @@ impl Renamer {
         // A job paused past its lease (by its own clock, less the allowed skew) stops here,
         // before journaling: a recovery may already be clearing its locks. A pause after this
         // check is caught by the fence (see `crate::journal`).
-        if let Some(lost) = locks.lost_locks().borrow().first() {
-            return Err(fs_locks::LockError::LeaseLost { path: lost.clone() }.into());
-        }
-        if locks.lease_left().await.is_some_and(|left| left.is_zero()) {
-            return Err(fs_locks::LockError::LeaseLost {
-                path: task.from().to_string(),
-            }
-            .into());
-        }
+        locks.ensure_held(task.from().as_str()).await?;
         if let Some(hooks) = &self.config.hooks {
             hooks.journaling().await;
         }

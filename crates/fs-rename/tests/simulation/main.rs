@@ -33,7 +33,8 @@
 //! therefore replays exactly (`a_seed_replays_exactly` checks it call by call), and a failure
 //! prints the command that re-runs it: `FSRENAME_SIM_SEED=<seed>`. `FSRENAME_SIM_SEEDS=N` runs
 //! N seeds (default 5 000 with compare-and-set locks, 2 000 scripted) from
-//! `FSRENAME_SIM_FIRST` (default 0), spread over `FSRENAME_SIM_THREADS` threads (default: the
+//! `FSRENAME_SIM_FIRST` (default 0), plus the few seeds beyond that once found a bug
+//! (`FOUND_BEYOND`), spread over `FSRENAME_SIM_THREADS` threads (default: the
 //! available cores, at most 4); each seed runs alone on one of them. `FSRENAME_SIM_TRACE=1`
 //! prints every call and answer as it happens (for one seed).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -71,6 +72,11 @@ const EPOCH_MS: i64 = 1_800_000_000_000;
 const DEFAULT_SEEDS: u64 = 5_000;
 /// Seeds per run with the scripted protocol by default (issue 14's floor is 2 000).
 const DEFAULT_SCRIPTED_SEEDS: u64 = 2_000;
+/// Seeds beyond the default range that once found a bug, run with it every time (with
+/// compare-and-set locks, where they were found): 27719 and 51872, a copy's delayed bulk
+/// create landing after recovery finished the copy and `rm -r` removed it; 47784, a consistent
+/// listing paused past its lease and read after a rename took over.
+const FOUND_BEYOND: &[u64] = &[27_719, 47_784, 51_872];
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -81,6 +87,7 @@ fn simulated_renames_with_faults_and_recovery() {
     run_seeds(
         "simulated_renames_with_faults_and_recovery",
         DEFAULT_SEEDS,
+        FOUND_BEYOND,
         Locks::Cas,
     );
 }
@@ -93,6 +100,7 @@ fn simulated_renames_with_scripted_locks() {
     run_seeds(
         "simulated_renames_with_scripted_locks",
         DEFAULT_SCRIPTED_SEEDS,
+        &[],
         Locks::Scripted,
     );
 }
@@ -106,13 +114,16 @@ enum Locks {
     Scripted,
 }
 
-fn run_seeds(test: &str, default_seeds: u64, locks: Locks) {
+fn run_seeds(test: &str, default_seeds: u64, found_beyond: &[u64], locks: Locks) {
     let seeds: Vec<u64> = match env_u64("FSRENAME_SIM_SEED") {
         Some(seed) => vec![seed],
         None => {
             let first = env_u64("FSRENAME_SIM_FIRST").unwrap_or(0);
             let n = env_u64("FSRENAME_SIM_SEEDS").unwrap_or(default_seeds);
-            (first..first + n).collect()
+            let range = first..first + n;
+            let beyond = found_beyond.iter().filter(|s| !range.contains(s)).copied();
+            let beyond: Vec<u64> = beyond.collect();
+            range.chain(beyond).collect()
         }
     };
     let threads = env_u64("FSRENAME_SIM_THREADS")

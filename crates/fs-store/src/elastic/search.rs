@@ -73,7 +73,7 @@ impl ElasticStore {
         request: &SearchRequest,
     ) -> Result<Page> {
         let indices = [index];
-        let sort = if matches!(request.scope, Scope::All) {
+        let sort = if !request.scope.sorted_by_path() {
             json!(["_doc"])
         } else {
             json!([{ "path": "asc" }])
@@ -240,13 +240,14 @@ fn scope_query(scope: &Scope) -> Value {
             "minimum_should_match": 1
         } }),
         Scope::Children(p) => json!({ "term": { "parent": p.as_str() } }),
+        Scope::Pathless => json!({ "bool": { "must_not": { "exists": { "field": "path" } } } }),
     }
 }
 
 /// The sort of a scope under a paging method: by path for path scopes, then a tiebreaker.
 fn scope_sort(scope: &Scope, paging: Paging) -> Value {
     let mut sort = Vec::new();
-    if !matches!(scope, Scope::All) {
+    if scope.sorted_by_path() {
         sort.push(json!({ "path": "asc" }));
     }
     match paging {

@@ -409,6 +409,7 @@ fn scope_filter(scope: &Scope, binds: &mut Vec<SqlValue>) -> String {
             binds.push(SqlValue::Text(p.as_str().to_owned()));
             format!(" AND parent = ?{}", binds.len())
         }
+        Scope::Pathless => " AND path IS NULL".to_owned(),
     }
 }
 
@@ -433,7 +434,7 @@ pub(super) fn search(
     let mut binds = vec![SqlValue::Text(index.to_owned())];
     let mut sql = format!("SELECT id, seq_no, source, path FROM {table} WHERE idx = ?1");
     sql.push_str(&scope_filter(&req.scope, &mut binds));
-    let by_path = !matches!(req.scope, Scope::All);
+    let by_path = req.scope.sorted_by_path();
     if let Some(cursor) = &req.after {
         let parts = cursor
             .0
