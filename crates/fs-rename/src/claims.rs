@@ -31,6 +31,12 @@ pub(crate) async fn sweep_claims(
     page_size: usize,
     dry_run: bool,
 ) -> Result<usize> {
+    // Claims land without a refresh (their job refreshes once, after its writes, and a late
+    // one has nobody to refresh after it), and searches see only refreshed documents.
+    match store.refresh(index).await {
+        Ok(()) | Err(StoreError::IndexNotFound { .. }) => {}
+        Err(e) => return Err(RenameError::store(format!("refreshing `{index}`"))(e)),
+    }
     let mut scan = Scan::new(Arc::clone(store), index, Scope::Pathless, page_size);
     let mut claims = Vec::new();
     let scanned = loop {

@@ -350,16 +350,23 @@ impl Journal {
             )))
     }
 
-    /// Closes the entry `job_id`: replaces it with a tombstone (a fence, as
-    /// [`Journal::fence`] leaves), so that a late resend of the job's own `open` (its answer was
-    /// lost, and the resend was delayed past the job's lease while a recoverer finished and
-    /// closed the job) meets the tombstone instead of reopening a finished job, which a later
-    /// recovery would roll forward into whatever then lies at its paths. The simulation's seed
-    /// 2614 found it. Tombstones go with the fences, after the retention (`recover`).
+    /// Closes the entry `job_id`, which this job (or recoverer) wrote at `version`: replaces it
+    /// with a tombstone (a fence, as [`Journal::fence`] leaves), so that a late resend of the
+    /// job's own `open` (its answer was lost, and the resend was delayed past the job's lease
+    /// while a recoverer finished and closed the job) meets the tombstone instead of reopening
+    /// a finished job, which a later recovery would roll forward into whatever then lies at its
+    /// paths. The simulation's seed 2614 found it. Tombstones go with the fences, after the
+    /// retention (`recover`).
+    ///
+    /// The write is conditional on `version`: a job paused past its lease whose entry a
+    /// recoverer has claimed since must not close the recoverer's entry (were the recoverer
+    /// to die then, its half-done work would have no entry to be finished from). A tombstone
+    /// already there is a close that landed (a resend, or a recoverer that finished the job).
     ///
     /// # Errors
+    /// [`RenameError::Fenced`] if another owner has claimed the entry since;
     /// [`RenameError::Store`].
-    pub async fn close(&self, job_id: &str) -> Result<()> {
+    pub async fn close(&self, job_id: &str, version: Version) -> Result<()> {
         let tombstone = JournalFence {
             job_id: job_id.to_owned(),
             state: FENCED.to_owned(),
@@ -371,12 +378,37 @@ impl Journal {
             id: job_id.to_owned(),
             message: e.to_string(),
         })?;
-        match self.store.index(&self.index, job_id, source, None).await {
-            Ok(_) | Err(StoreError::IndexNotFound { .. }) => Ok(()),
+        match self
+            .store
+            .index(&self.index, job_id, source, Some(version))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_conflict() => match self.read(job_id).await? {
+                Some((JournalDoc::Fence(_), _)) | None => Ok(()),
+                Some((JournalDoc::Entry(found), _)) => Err(RenameError::Fenced {
+                    job: job_id.to_owned(),
+                    by: format!("{} (it claimed the entry)", found.holder),
+                }),
+            },
             Err(e) => Err(RenameError::store(format!(
                 "closing journal entry `{job_id}`"
             ))(e)),
         }
+    }
+
+    /// Returns true if the entry `job_id` is still the one written at `version`: nobody has
+    /// claimed or closed it since. A recoverer checks this once it holds the job's locks,
+    /// before it writes anything: a recoverer paused after its claim may find that another
+    /// one claimed the entry, finished the job and closed it meanwhile.
+    ///
+    /// # Errors
+    /// [`RenameError::Store`]; [`RenameError::BadDocument`] for an unreadable document.
+    pub async fn is_still(&self, job_id: &str, version: Version) -> Result<bool> {
+        Ok(matches!(
+            self.read(job_id).await?,
+            Some((JournalDoc::Entry(_), found)) if found == version
+        ))
     }
 
     /// Returns every entry with its version, oldest first; none if the index does not exist.

@@ -358,17 +358,30 @@ impl Recovery {
         if self.dry_run {
             return Ok(Some(done));
         }
-        match journal.claim(&claimed, version).await {
-            Ok(_) => {}
+        let version = match journal.claim(&claimed, version).await {
+            Ok(version) => version,
             Err(RenameError::Store { cause, .. }) if cause.is_conflict() => return Ok(None),
             Err(e) => return Err(e),
-        }
+        };
         let items = claimed.locks.iter().map(|l| l.item()).collect();
         let wanted = format!("the locks of journal {} ({described})", entry.job_id);
         let mut guard = client
             .adopt(wanted, items, &claimed.previous_owners)
             .await?;
         guard.keep_on_drop();
+        // Held locks make the claim good only if it still stands: a recoverer paused between
+        // its claim and its locks looked dead (it held nothing), so another may have claimed
+        // the entry, finished the job and closed it meanwhile, and the locks just taken may
+        // be new ones on paths that other jobs have used since (simulation seed 24894: a copy
+        // finished twice, the second time after `rm -r` had removed it). Past this check the
+        // locks are this recoverer's, and a pause that outlasts them stops it at its next
+        // lease check.
+        if !journal.is_still(&claimed.job_id, version).await? {
+            if let Err(e) = guard.release().await {
+                tracing::warn!(error = %e, "releasing the locks of a job another recoverer claimed failed");
+            }
+            return Ok(None);
+        }
         let mut renamer = Renamer::builder(Arc::clone(&self.store), self.index.clone())
             .strategy(claimed.strategy)
             .lease(self.lease)
@@ -382,7 +395,7 @@ impl Recovery {
         let outcome = renamer.build().roll_forward(&client, &claimed).await;
         done.rewritten = outcome.report.rewritten;
         let closed = match outcome.result {
-            Ok(()) => journaled(|| journal.close(&claimed.job_id)).await,
+            Ok(()) => journaled(|| journal.close(&claimed.job_id, version)).await,
             Err(e) => Err(e),
         };
         match closed {

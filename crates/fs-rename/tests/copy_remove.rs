@@ -671,12 +671,19 @@ async fn a_late_claim_is_invisible_and_recover_removes_it(env: Env) {
         .take(4)
         .map(|source| FsDoc::copy_id(&job, source))
         .collect();
-    for id in &late {
-        env.store
-            .create(&env.index, id, FsDoc::claim(&job))
-            .await
-            .expect("a late claim lands on a free id");
-    }
+    let land = |ids: &[String]| {
+        let ids = ids.to_vec();
+        let (store, index, job) = (Arc::clone(&env.store), env.index.clone(), job.clone());
+        async move {
+            for id in ids {
+                store
+                    .create(&index, &id, FsDoc::claim(&job))
+                    .await
+                    .expect("a late claim lands on a free id");
+            }
+        }
+    };
+    land(&late[..2]).await;
     env.store.refresh(&env.index).await.expect("refresh");
     let tree = env.tree();
     let listed = tree.count_under(&FsPath::root()).await.expect("count");
@@ -687,6 +694,8 @@ async fn a_late_claim_is_invisible_and_recover_removes_it(env: Env) {
     assert!(report.is_clean(), "{report}");
     assert_eq!(report.documents, before.len() as u64);
 
+    // Two more land after the last refresh: the sweep must see them all the same.
+    land(&late[2..]).await;
     let report = recovery(&env).run().await.expect("recover");
     assert_eq!(report.claims_removed, late.len(), "{report}");
     assert!(

@@ -217,16 +217,17 @@ impl Renamer {
 
 /// Runs a journal write, sending it again after a transient failure. The writes themselves
 /// make a resend safe: [`Journal::open`](crate::Journal::open) recognises its own earlier
-/// entry, and [`Journal::close`](crate::Journal::close) takes an entry already gone as closed.
-pub(crate) async fn journaled<F, Fut>(write: F) -> Result<()>
+/// entry, and [`Journal::close`](crate::Journal::close) takes a tombstone already there as
+/// closed.
+pub(crate) async fn journaled<F, Fut, T>(write: F) -> Result<T>
 where
     F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<()>>,
+    Fut: std::future::Future<Output = Result<T>>,
 {
     let mut attempt = 0;
     loop {
         match write().await {
-            Ok(()) => return Ok(()),
+            Ok(value) => return Ok(value),
             Err(e) if e.is_retryable() && attempt < JOURNAL_RETRIES => {
                 tokio::time::sleep(Duration::from_millis(10 << attempt)).await;
                 attempt += 1;

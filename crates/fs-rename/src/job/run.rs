@@ -176,18 +176,18 @@ impl Renamer {
         // unknown outcome counts as journaled, so the locks are left for recovery to resolve.
         // A fence means it was not and never will be: nothing was written, so the locks
         // (what is left of them) are released.
-        match journaled(|| async { journal.open(&entry).await.map(|_| ()) }).await {
-            Ok(()) => {}
+        let version = match journaled(|| journal.open(&entry)).await {
+            Ok(version) => version,
             Err(fenced @ RenameError::Fenced { .. }) => return Err(fenced),
             Err(e) => return Err(unfinished(e, report)),
-        }
+        };
         self.emit(RenameEvent::Journaled {
             job: job_id.clone(),
         });
         if let Err(e) = self.finish(tree, locks, task, &job_id, total, report).await {
             return Err(unfinished(e, report));
         }
-        if let Err(e) = journaled(|| journal.close(&job_id)).await {
+        if let Err(e) = journaled(|| journal.close(&job_id, version)).await {
             return Err(unfinished(e, report));
         }
         self.emit(RenameEvent::Closed { job: job_id });

@@ -75,8 +75,11 @@ const DEFAULT_SCRIPTED_SEEDS: u64 = 2_000;
 /// Seeds beyond the default range that once found a bug, run with it every time (with
 /// compare-and-set locks, where they were found): 27719 and 51872, a copy's delayed bulk
 /// create landing after recovery finished the copy and `rm -r` removed it; 47784, a consistent
-/// listing paused past its lease and read after a rename took over.
-const FOUND_BEYOND: &[u64] = &[27_719, 47_784, 51_872];
+/// listing paused past its lease and read after a rename took over; 24894, a recoverer paused
+/// between its claim of a copy's entry and its locks, which finished the copy a second time
+/// after another recoverer had finished it and `rm -r` removed it; 46251, late claims that the
+/// sweep did not see (it searched without a refresh).
+const FOUND_BEYOND: &[u64] = &[24_894, 27_719, 46_251, 47_784, 51_872];
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
