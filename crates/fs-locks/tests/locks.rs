@@ -366,13 +366,13 @@ async fn round_trips_by_depth(env: Env) {
     assert_eq!(lock_count(&env).await, 0);
 }
 
-/// Stores that run no scripts (the embedded store) get compare-and-set; servers that run them
-/// get the scripts when asked for, and compare-and-set when that is asked for.
+/// Stores that run the lock scripts (the embedded store, atomically; servers that run
+/// painless) get them when asked for, and compare-and-set when that is asked for.
 async fn the_protocol_follows_the_store(env: Env) {
     let chosen = client(&env, "a").protocol().await.expect("protocol");
     let expected = match env.protocol {
-        LockProtocol::Scripted => LockProtocol::Scripted,
-        _ => LockProtocol::Cas,
+        LockProtocol::Cas => LockProtocol::Cas,
+        _ => LockProtocol::Scripted,
     };
     assert_eq!(chosen, expected);
 }
@@ -404,22 +404,50 @@ fn acquisition_round_trips(env: &Env, takes_shared: bool) -> u32 {
 
 #[tokio::test]
 async fn asking_for_scripts_where_none_run_is_a_clear_error() {
-    let embedded = Env::new(fs_testkit::Backend::Embedded).await;
     let proxied = Env::new(fs_testkit::Backend::Osmem).await;
     let raw_osmem = Env {
         store: std::sync::Arc::new(fs_testkit::raw_osmem_store()),
         ..proxied
     };
-    for env in [embedded, raw_osmem] {
-        let scripted = client_builder(&env, "a")
-            .protocol(LockProtocol::Scripted)
-            .build();
-        let err = scripted.lock_tree(&p("/x")).await.expect_err("no scripts");
-        assert!(
-            err.to_string().contains("does not run stored scripts"),
-            "{err}"
-        );
-    }
+    let scripted = client_builder(&raw_osmem, "a")
+        .protocol(LockProtocol::Scripted)
+        .build();
+    let err = scripted.lock_tree(&p("/x")).await.expect_err("no scripts");
+    assert!(
+        err.to_string().contains("does not run stored scripts"),
+        "{err}"
+    );
+}
+
+/// The embedded store runs the lock scripts' twins atomically, so the automatic choice there
+/// is the scripted protocol: one round trip per acquisition, and no lost races.
+#[tokio::test]
+async fn the_embedded_store_runs_the_lock_scripts_atomically() {
+    let embedded = Env::new(fs_testkit::Backend::Embedded).await;
+    let chosen = client(&embedded, "a").protocol().await.expect("protocol");
+    assert_eq!(chosen, LockProtocol::Scripted);
+    // Any other script is not stored, and a script it does not know is refused as
+    // Elasticsearch refuses it.
+    let scripted = embedded.store.scripted().expect("scripted updates");
+    let stored = scripted
+        .put_script("someone-elses", "ctx._source.n += 1")
+        .await
+        .expect("put");
+    assert!(!stored, "only the lock scripts are known");
+    let results = scripted
+        .bulk_update(
+            &embedded.locks,
+            vec![fs_store::ScriptedUpdate {
+                id: "x".to_owned(),
+                script: "someone-elses".to_owned(),
+                params: serde_json::json!({}),
+                upsert: None,
+            }],
+        )
+        .await
+        .expect("bulk");
+    let err = results[0].clone().expect_err("unknown script");
+    assert!(err.to_string().contains("unable to find script"), "{err}");
 }
 
 on_every_backend!(

@@ -2,8 +2,10 @@
 //!
 //! Elasticsearch runs painless scripts inside an update, atomically on one document: the
 //! book's shared-lock increment happens on the server in one round trip, with no read first.
-//! The embedded store and osmem-server run no scripts; [`DocStore::scripted`](crate::DocStore::scripted)
-//! returns `None` for them and callers use compare-and-set instead.
+//! The embedded store runs the lock scripts' Rust twins the same way, inside one transaction
+//! ([`plan_update`] is the logic it shares with the test servers). osmem-server runs no
+//! scripts; [`DocStore::scripted`](crate::DocStore::scripted) returns `None` for it and callers
+//! use compare-and-set instead.
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -69,4 +71,101 @@ pub trait ScriptedUpdates: Send + Sync {
         index: &str,
         items: Vec<ScriptedUpdate>,
     ) -> Result<Vec<UpdateItemResult>>;
+}
+
+/// The write a scripted update makes of the document it found: what Elasticsearch does
+/// inside one update, and what every store that runs the lock scripts without painless does
+/// too (the embedded store inside one transaction, the test proxy and `fs_testkit`'s
+/// scripting store between a read and a conditional write). One implementation, so that they
+/// cannot differ.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PlannedWrite {
+    /// Nothing: the script said `noop`. The document stays at this version.
+    Noop(Version),
+    /// The document was missing: insert the upsert document (the script does not run).
+    Create(Value),
+    /// Write the script's result over the document read at `version`.
+    Index {
+        /// The new source.
+        source: Value,
+        /// The version read.
+        version: Version,
+    },
+    /// Delete the document read at this version.
+    Delete(Version),
+}
+
+impl PlannedWrite {
+    /// What the update did once this write is made.
+    pub fn result(&self) -> UpdateResult {
+        match self {
+            PlannedWrite::Noop(_) => UpdateResult::Noop,
+            PlannedWrite::Create(_) => UpdateResult::Created,
+            PlannedWrite::Index { .. } => UpdateResult::Updated,
+            PlannedWrite::Delete(_) => UpdateResult::Deleted,
+        }
+    }
+}
+
+/// Runs `script` for `update` on `current` (the document `index/update.id` as read, if any)
+/// and returns the write to make.
+///
+/// # Errors
+/// [`StoreError::NotFound`] for a missing document and no upsert; [`StoreError::Refused`]
+/// where the script refuses (painless's `Debug.explain`); [`StoreError::Rejected`] (400, a
+/// `script_exception`) where it fails on the document; [`StoreError::Backend`] for a source
+/// that is not an object.
+pub fn plan_update(
+    index: &str,
+    script: &fs_model::lock_scripts::LockScript,
+    update: &ScriptedUpdate,
+    current: Option<crate::types::StoredDoc>,
+) -> Result<PlannedWrite> {
+    use fs_model::lock_scripts::{ScriptError, ScriptOp};
+    let Some(doc) = current else {
+        return match &update.upsert {
+            Some(upsert) => Ok(PlannedWrite::Create(upsert.clone())),
+            None => Err(StoreError::NotFound {
+                index: index.to_owned(),
+                id: update.id.clone(),
+            }),
+        };
+    };
+    let Value::Object(mut source) = doc.source else {
+        return Err(StoreError::Backend {
+            context: format!("updating `{index}/{}` by script", update.id),
+            message: "the document's source is not an object".into(),
+        });
+    };
+    match script.run(&mut source, &update.params) {
+        Ok(ScriptOp::Noop) => Ok(PlannedWrite::Noop(doc.version)),
+        Ok(ScriptOp::Index) => Ok(PlannedWrite::Index {
+            source: Value::Object(source),
+            version: doc.version,
+        }),
+        Ok(ScriptOp::Delete) => Ok(PlannedWrite::Delete(doc.version)),
+        Err(ScriptError::Refused(reason)) => Err(StoreError::Refused {
+            index: index.to_owned(),
+            id: update.id.clone(),
+            reason,
+        }),
+        Err(ScriptError::Failed(what)) => Err(StoreError::Rejected {
+            context: format!(
+                "updating `{index}/{}` with script `{}`",
+                update.id, script.id
+            ),
+            status: Some(400),
+            message: format!("script_exception: {what}"),
+        }),
+    }
+}
+
+/// The answer to an update naming a script the store does not know, as Elasticsearch gives
+/// it.
+pub fn unknown_script(index: &str, update: &ScriptedUpdate) -> StoreError {
+    StoreError::Rejected {
+        context: format!("updating `{index}/{}`", update.id),
+        status: Some(404),
+        message: format!("unable to find script [{}]", update.script),
+    }
 }

@@ -4,8 +4,8 @@
 //! One update is [`scripted_update`]: read the document, run the script (the Rust twin of the
 //! painless, from [`fs_model::lock_scripts`]), write conditionally on the version read (a
 //! create where the upsert goes in). A lost race is run again up to `retry_on_conflict` times,
-//! then answered [`StoreError::Conflict`]; a script's `Debug.explain` is
-//! [`StoreError::Refused`]. The Elasticsearch-behaviour proxy runs every scripted update
+//! then answered [`StoreError::Conflict`](fs_store::StoreError::Conflict); a script's `Debug.explain` is
+//! [`StoreError::Refused`](fs_store::StoreError::Refused). The Elasticsearch-behaviour proxy runs every scripted update
 //! through this same function, so the deterministic simulation and the HTTP tests test one
 //! implementation.
 
@@ -15,11 +15,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fs_model::lock_scripts::{self, LockScript, ScriptError, ScriptOp};
+use fs_model::lock_scripts::{self, LockScript};
 use fs_store::{
-    BulkItemResult, BulkOp, Cursor, DocStore, Page, Result, Scope, ScriptedUpdate, ScriptedUpdates,
-    SearchRequest, SharedStore, StoreError, StoredDoc, UpdateItemResult, UpdateOutcome,
-    UpdateResult, Version,
+    plan_update, unknown_script, BulkItemResult, BulkOp, Cursor, DocStore, Page, PlannedWrite,
+    Result, Scope, ScriptedUpdate, ScriptedUpdates, SearchRequest, SharedStore, StoredDoc,
+    UpdateItemResult, UpdateOutcome, Version,
 };
 use serde_json::Value;
 
@@ -54,55 +54,28 @@ pub async fn scripted_update(
             Ok(current) => current,
             Err(e) => return (Err(e), races),
         };
-        let written = match current {
-            None => match &update.upsert {
-                Some(upsert) => {
-                    between(pause).await;
-                    store
-                        .create(index, &update.id, upsert.clone())
-                        .await
-                        .map(|v| (UpdateResult::Created, v))
-                }
-                None => {
-                    let missing = StoreError::NotFound {
-                        index: index.to_owned(),
-                        id: update.id.clone(),
-                    };
-                    return (Err(missing), races);
-                }
-            },
-            Some(doc) => {
-                let Value::Object(mut source) = doc.source else {
-                    return (Err(not_an_object(index, &update.id)), races);
-                };
-                match script.run(&mut source, &update.params) {
-                    Ok(ScriptOp::Noop) => {
-                        let noop = UpdateOutcome {
-                            result: UpdateResult::Noop,
-                            version: Some(doc.version),
-                        };
-                        return (Ok(noop), races);
-                    }
-                    Ok(ScriptOp::Index) => {
-                        between(pause).await;
-                        store
-                            .index(index, &update.id, Value::Object(source), Some(doc.version))
-                            .await
-                            .map(|v| (UpdateResult::Updated, v))
-                    }
-                    Ok(ScriptOp::Delete) => {
-                        between(pause).await;
-                        store
-                            .delete(index, &update.id, Some(doc.version))
-                            .await
-                            .map(|v| (UpdateResult::Deleted, v))
-                    }
-                    Err(e) => return (Err(refusal(index, &update.id, script, e)), races),
-                }
+        let planned = match plan_update(index, script, update, current) {
+            Ok(planned) => planned,
+            Err(e) => return (Err(e), races),
+        };
+        let result = planned.result();
+        let written = match planned {
+            PlannedWrite::Noop(version) => Ok(version),
+            PlannedWrite::Create(upsert) => {
+                between(pause).await;
+                store.create(index, &update.id, upsert).await
+            }
+            PlannedWrite::Index { source, version } => {
+                between(pause).await;
+                store.index(index, &update.id, source, Some(version)).await
+            }
+            PlannedWrite::Delete(version) => {
+                between(pause).await;
+                store.delete(index, &update.id, Some(version)).await
             }
         };
         match written {
-            Ok((result, version)) => {
+            Ok(version) => {
                 let outcome = UpdateOutcome {
                     result,
                     version: Some(version),
@@ -127,29 +100,6 @@ async fn between(pause: Duration) {
         tokio::task::yield_now().await;
     } else {
         tokio::time::sleep(pause).await;
-    }
-}
-
-fn not_an_object(index: &str, id: &str) -> StoreError {
-    StoreError::Backend {
-        context: format!("updating `{index}/{id}` by script"),
-        message: "the document's source is not an object".into(),
-    }
-}
-
-/// A script that did not finish: a refusal, or a failure the way Elasticsearch reports one.
-fn refusal(index: &str, id: &str, script: &LockScript, error: ScriptError) -> StoreError {
-    match error {
-        ScriptError::Refused(reason) => StoreError::Refused {
-            index: index.to_owned(),
-            id: id.to_owned(),
-            reason,
-        },
-        ScriptError::Failed(what) => StoreError::Rejected {
-            context: format!("updating `{index}/{id}` with script `{}`", script.id),
-            status: Some(400),
-            message: format!("script_exception: {what}"),
-        },
     }
 }
 
@@ -206,11 +156,7 @@ impl ScriptedUpdates for ScriptingStore {
                 .get(&item.script)
                 .copied();
             let Some(script) = script else {
-                results.push(Err(StoreError::Rejected {
-                    context: format!("updating `{index}/{}`", item.id),
-                    status: Some(404),
-                    message: format!("unable to find script [{}]", item.script),
-                }));
+                results.push(Err(unknown_script(index, item)));
                 continue;
             };
             let (result, races) = scripted_update(

@@ -53,17 +53,36 @@ impl Env {
 }
 
 /// Expands each listed `async fn(Env)` into one test per backend and protocol: the embedded
-/// store (compare-and-set: it runs no scripts), osmem behind the Elasticsearch-behaviour proxy
-/// with each protocol (the proxy runs the lock scripts with Elasticsearch's races), and a real
+/// store with each protocol (compare-and-set, and its atomic updates: the lock scripts' twins
+/// run inside one transaction), osmem behind the Elasticsearch-behaviour proxy with each
+/// protocol (the proxy runs the lock scripts with Elasticsearch's races), and a real
 /// Elasticsearch with the scripts, when asked for.
 #[macro_export]
 macro_rules! on_every_backend {
     ($($case:ident),+ $(,)?) => {
-        mod embedded {
+        mod embedded_cas {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
-                    let env = super::common::Env::new(fs_testkit::Backend::Embedded).await;
+                    let env = super::common::Env::with_protocol(
+                        fs_testkit::Backend::Embedded,
+                        fs_locks::LockProtocol::Cas,
+                    )
+                    .await;
+                    super::$case(env.clone()).await;
+                    env.finish();
+                }
+            )+
+        }
+        mod embedded_atomic {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let env = super::common::Env::with_protocol(
+                        fs_testkit::Backend::Embedded,
+                        fs_locks::LockProtocol::Scripted,
+                    )
+                    .await;
                     super::$case(env.clone()).await;
                     env.finish();
                 }

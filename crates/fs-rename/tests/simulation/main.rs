@@ -32,7 +32,7 @@
 //! process id, journal id (hence every copy's ids), backoff pause and lease timestamp. A seed
 //! therefore replays exactly (`a_seed_replays_exactly` checks it call by call), and a failure
 //! prints the command that re-runs it: `FSRENAME_SIM_SEED=<seed>`. `FSRENAME_SIM_SEEDS=N` runs
-//! N seeds (default 5 000 with compare-and-set locks, 2 000 scripted) from
+//! N seeds (default 5 000 with compare-and-set locks, 2 000 scripted, 2 000 atomic) from
 //! `FSRENAME_SIM_FIRST` (default 0), plus the few seeds beyond that once found a bug
 //! (`FOUND_BEYOND`), spread over `FSRENAME_SIM_THREADS` threads (default: the
 //! available cores, at most 4); each seed runs alone on one of them. `FSRENAME_SIM_TRACE=1`
@@ -108,6 +108,18 @@ fn simulated_renames_with_scripted_locks() {
     );
 }
 
+/// The same workloads with the embedded store's atomic scripted updates: each lock script's
+/// twin runs inside one transaction, so updates never race (issue 16).
+#[test]
+fn simulated_renames_with_atomic_locks() {
+    run_seeds(
+        "simulated_renames_with_atomic_locks",
+        DEFAULT_SCRIPTED_SEEDS,
+        &[],
+        Locks::Atomic,
+    );
+}
+
 /// Which lock protocol the jobs and recoveries of a seed use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Locks {
@@ -115,6 +127,8 @@ enum Locks {
     Cas,
     /// The stored scripts, run by [`fs_testkit::ScriptingStore`] in front of the store.
     Scripted,
+    /// The stored scripts, run atomically by the embedded store itself.
+    Atomic,
 }
 
 fn run_seeds(test: &str, default_seeds: u64, found_beyond: &[u64], locks: Locks) {
@@ -198,10 +212,10 @@ fn run_seeds(test: &str, default_seeds: u64, found_beyond: &[u64], locks: Locks)
 fn a_seed_replays_exactly() {
     let mut seen = Vec::new();
     for seed in [3, 17, 64, 101, 250, 499] {
-        let locks = if seed % 2 == 0 {
-            Locks::Cas
-        } else {
-            Locks::Scripted
+        let locks = match seed % 3 {
+            0 => Locks::Cas,
+            1 => Locks::Scripted,
+            _ => Locks::Atomic,
         };
         let first = run_seed(seed, true, locks);
         let second = run_seed(seed, true, locks);
@@ -444,11 +458,12 @@ async fn simulate(seed: u64, trace: bool, locks: Locks) -> Outcome {
         docs: initial.iter().cloned().collect(),
     };
     let world = World::new(Arc::clone(&raw), expected, trace);
-    let watched: SharedStore = Arc::new(Watched(Arc::clone(&world)));
+    let watched: SharedStore = Arc::new(Watched(Arc::clone(&world), locks == Locks::Atomic));
     // Scripted updates decompose into reads and conditional writes below the scripting layer,
-    // so every one of those writes is a step the invariants are checked after.
+    // so every one of those writes is a step the invariants are checked after; an atomic
+    // bulk of them is one step.
     let base: SharedStore = match locks {
-        Locks::Cas => watched,
+        Locks::Cas | Locks::Atomic => watched,
         Locks::Scripted => Arc::new(fs_testkit::ScriptingStore::new(watched)),
     };
     let paths: Vec<FsPath> = initial.iter().map(|(_, d)| d.path.clone()).collect();

@@ -21,8 +21,8 @@ use fs_locks::LeaseClock;
 use fs_model::{journal_index_name, FsDoc, FsPath};
 use fs_rename::{JobKind, JournalEntry, RenameHooks};
 use fs_store::{
-    BulkItemResult, BulkOp, Cursor, DocStore, Page, Result, Scope, SearchRequest, SqliteStore,
-    StoredDoc, Version,
+    BulkItemResult, BulkOp, Cursor, DocStore, Page, Result, Scope, ScriptedUpdate, ScriptedUpdates,
+    SearchRequest, SqliteStore, StoredDoc, UpdateItemResult, Version,
 };
 use serde_json::Value;
 
@@ -392,8 +392,10 @@ pub fn now_ms() -> i64 {
     LeaseClock::new().now_ms()
 }
 
-/// The watched store; see the module documentation.
-pub struct Watched(pub Arc<World>);
+/// The watched store; see the module documentation. With `atomic`, it offers the raw store's
+/// atomic scripted updates (the lock scripts' twins run inside one transaction), each bulk of
+/// them one step; without, it offers none, and clients use compare-and-set.
+pub struct Watched(pub Arc<World>, pub bool);
 
 impl std::fmt::Debug for Watched {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -522,5 +524,48 @@ impl DocStore for Watched {
     async fn refresh(&self, index: &str) -> Result<()> {
         let result = self.0.raw.refresh(index).await;
         self.read(|| format!("refresh {index}"), result).await
+    }
+    fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
+        if self.1 {
+            Some(self)
+        } else {
+            None
+        }
+    }
+}
+
+#[async_trait]
+impl ScriptedUpdates for Watched {
+    async fn put_script(&self, id: &str, source: &str) -> Result<bool> {
+        match self.0.raw.scripted() {
+            Some(scripted) => scripted.put_script(id, source).await,
+            None => Ok(false),
+        }
+    }
+    async fn bulk_update(
+        &self,
+        index: &str,
+        items: Vec<ScriptedUpdate>,
+    ) -> Result<Vec<UpdateItemResult>> {
+        let Some(scripted) = self.0.raw.scripted() else {
+            return Err(fs_store::StoreError::Rejected {
+                context: "watched store".to_owned(),
+                status: None,
+                message: "no scripted updates".to_owned(),
+            });
+        };
+        let shown = self.0.trace.is_some().then(|| format!("{items:?}"));
+        let n = items.len();
+        let journal = self.0.journal_before(index).await;
+        let result = scripted.bulk_update(index, items).await;
+        self.write(
+            journal,
+            || match &shown {
+                Some(items) => format!("bulk_update {index} {items}"),
+                None => format!("bulk_update {index} ({n} items)"),
+            },
+            result,
+        )
+        .await
     }
 }

@@ -7,6 +7,7 @@
 
 mod ops;
 mod schema;
+mod scripted;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -18,6 +19,7 @@ use serde_json::Value;
 
 use crate::error::{Result, StoreError};
 use crate::index_name::validate_index_name;
+use crate::scripted::ScriptedUpdates;
 use crate::store::DocStore;
 use crate::types::{BulkItemResult, BulkOp, Page, Scope, SearchRequest, StoredDoc, Version};
 use ops::Writer;
@@ -99,6 +101,8 @@ struct Inner {
     near_real_time: bool,
     inline: bool,
     location: String,
+    /// The lock scripts stored with `put_script`, run atomically by `bulk_update`.
+    scripts: scripted::Scripts,
 }
 
 impl SqliteStore {
@@ -159,6 +163,7 @@ impl SqliteStore {
                 near_real_time,
                 inline: options.inline,
                 location,
+                scripts: scripted::Scripts::default(),
             }),
         })
     }
@@ -307,5 +312,9 @@ impl DocStore for SqliteStore {
         let index = index.to_owned();
         self.run(move |conn, nrt| ops::refresh(conn, nrt, &index))
             .await
+    }
+
+    fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
+        Some(self)
     }
 }

@@ -205,6 +205,26 @@ impl<'c> Writer<'c> {
         Ok(seq.map(version))
     }
 
+    /// Reads `id` as this transaction sees it (realtime, like `get`).
+    pub(super) fn read(&self, id: &str) -> Result<Option<StoredDoc>> {
+        let row: Option<(i64, String)> = self
+            .tx
+            .prepare_cached("SELECT seq_no, source FROM docs WHERE idx = ?1 AND id = ?2")
+            .and_then(|mut stmt| {
+                stmt.query_row([&self.index, id], |row| Ok((row.get(0)?, row.get(1)?)))
+                    .optional()
+            })
+            .map_err(self.err(id))?;
+        row.map(|(seq_no, text)| {
+            Ok(StoredDoc {
+                id: id.to_owned(),
+                version: version(seq_no),
+                source: parse_source(&self.index, id, &text)?,
+            })
+        })
+        .transpose()
+    }
+
     fn next_seq(&mut self) -> i64 {
         self.seq += 1;
         self.seq
