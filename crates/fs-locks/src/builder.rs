@@ -12,7 +12,7 @@ use crate::client::{Inner, LockClient};
 use crate::clock::LeaseClock;
 use crate::events::EventSink;
 use crate::lock_doc::Owner;
-use crate::protocol::LockProtocol;
+use crate::protocol::{LockProtocol, ProtocolMemo};
 
 /// Builds a [`LockClient`].
 #[derive(Clone)]
@@ -29,6 +29,7 @@ pub struct LockClientBuilder {
     backoff_max: Duration,
     on_event: Option<EventSink>,
     protocol: LockProtocol,
+    memo: Option<ProtocolMemo>,
     cancel: Option<watch::Receiver<bool>>,
     max_clock_skew: Option<Duration>,
 }
@@ -49,6 +50,14 @@ impl LockClientBuilder {
     /// the store runs scripts, compare-and-set otherwise).
     pub fn protocol(mut self, protocol: LockProtocol) -> LockClientBuilder {
         self.protocol = protocol;
+        self
+    }
+
+    /// Shares the decision of the protocol with the other clients built with `memo`: the first
+    /// one to need it decides (and stores the scripts), the others take its answer. Default:
+    /// each client decides on its own.
+    pub fn protocol_memo(mut self, memo: ProtocolMemo) -> LockClientBuilder {
+        self.memo = Some(memo);
         self
     }
 
@@ -152,7 +161,7 @@ impl LockClientBuilder {
                 on_event: self.on_event,
                 protocol_wanted: self.protocol,
                 cancel: self.cancel,
-                protocol: tokio::sync::OnceCell::new(),
+                protocol: self.memo.unwrap_or_default(),
                 clock: LeaseClock::new(),
                 held: Mutex::new(BTreeMap::new()),
                 renewer_started: AtomicBool::new(false),
@@ -180,6 +189,7 @@ impl LockClient {
             backoff_max: Duration::from_millis(500),
             on_event: None,
             protocol: LockProtocol::Auto,
+            memo: None,
             cancel: None,
             max_clock_skew: None,
         }

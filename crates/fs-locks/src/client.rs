@@ -58,7 +58,7 @@ pub(crate) struct Inner {
     pub(crate) protocol_wanted: LockProtocol,
     pub(crate) cancel: Option<watch::Receiver<bool>>,
     /// The protocol in use, decided on first use.
-    pub(crate) protocol: tokio::sync::OnceCell<LockProtocol>,
+    pub(crate) protocol: crate::protocol::ProtocolMemo,
     pub(crate) clock: LeaseClock,
     /// A tokio mutex: held across the store round trips of an attempt, a release or a
     /// renewal, which must not interleave for one owner. Ordered by id, so that renewals and
@@ -85,6 +85,7 @@ impl Inner {
     /// Returns the protocol in use, deciding it (and storing the scripts) on first use.
     pub(crate) async fn protocol(&self) -> Result<LockProtocol> {
         self.protocol
+            .0
             .get_or_try_init(|| protocol::resolve(self.protocol_wanted, self.store.as_ref()))
             .await
             .copied()

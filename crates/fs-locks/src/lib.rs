@@ -69,4 +69,4 @@ pub use lease::{ExpiredHolder, ExpiredLock, Reaped};
 pub use listing::LockInfo;
 pub use lock_doc::{Conflict, HolderEntry, LockMode, Observed, Owner, WaiterEntry};
 pub use plan::{LockItem, TreeLockRequest};
-pub use protocol::LockProtocol;
+pub use protocol::{LockProtocol, ProtocolMemo};

@@ -47,6 +47,26 @@ impl std::str::FromStr for LockProtocol {
     }
 }
 
+/// The protocol as decided by the first client that needs it, shared by every client built
+/// with it ([`LockClientBuilder::protocol_memo`](crate::LockClientBuilder::protocol_memo)):
+/// deciding stores the scripts, five requests, and a service or a benchmark that builds a
+/// client per job would otherwise send them for every job. Share one only between clients
+/// of the same store that want the same protocol.
+#[derive(Debug, Clone, Default)]
+pub struct ProtocolMemo(pub(crate) std::sync::Arc<tokio::sync::OnceCell<LockProtocol>>);
+
+impl ProtocolMemo {
+    /// A memo that nothing has decided yet.
+    pub fn new() -> ProtocolMemo {
+        ProtocolMemo::default()
+    }
+
+    /// The protocol decided, if any client has decided it yet.
+    pub fn decided(&self) -> Option<LockProtocol> {
+        self.0.get().copied()
+    }
+}
+
 /// The stored scripts. Their painless sources sit in [`fs_model::lock_scripts`], each beside
 /// the same logic in Rust (which stores and test servers without painless run instead).
 /// `Debug.explain` is how painless says the book's `assert false` (the update fails with

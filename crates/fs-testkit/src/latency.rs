@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fs_store::{
-    BulkItemResult, BulkOp, Cursor, DocStore, Page, Result, Scope, SearchRequest, SharedStore,
-    StoredDoc, Version,
+    BulkItemResult, BulkOp, Cursor, DocStore, Page, Result, Scope, ScriptedUpdate, ScriptedUpdates,
+    SearchRequest, SharedStore, StoredDoc, UpdateItemResult, Version,
 };
 use serde_json::Value;
 
@@ -96,6 +96,36 @@ impl DocStore for LatencyStore {
     async fn refresh(&self, index: &str) -> Result<()> {
         self.wait().await;
         self.inner.refresh(index).await
+    }
+    fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
+        self.inner.scripted().map(|_| self as &dyn ScriptedUpdates)
+    }
+}
+
+/// A scripted request is one round trip too: the inner store's, after the wait.
+#[async_trait]
+impl ScriptedUpdates for LatencyStore {
+    async fn put_script(&self, id: &str, source: &str) -> Result<bool> {
+        self.wait().await;
+        match self.inner.scripted() {
+            Some(scripted) => scripted.put_script(id, source).await,
+            None => Ok(false),
+        }
+    }
+    async fn bulk_update(
+        &self,
+        index: &str,
+        items: Vec<ScriptedUpdate>,
+    ) -> Result<Vec<UpdateItemResult>> {
+        self.wait().await;
+        match self.inner.scripted() {
+            Some(scripted) => scripted.bulk_update(index, items).await,
+            None => Err(fs_store::StoreError::Rejected {
+                context: self.describe(),
+                status: None,
+                message: "the store runs no scripts".to_owned(),
+            }),
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fs_locks::LockProtocol;
+use fs_locks::{LockProtocol, ProtocolMemo};
 use fs_store::SharedStore;
 
 use super::Renamer;
@@ -24,6 +24,9 @@ pub struct RenamerBuilder {
     pub(super) progress: Option<ProgressSink>,
     pub(super) hooks: Option<Arc<dyn RenameHooks>>,
     pub(super) protocol: LockProtocol,
+    /// The protocol decided by the first job's client, shared by the later jobs' (and by the
+    /// clones of the renamer): the scripts are stored once, not once per job.
+    pub(super) protocol_memo: ProtocolMemo,
     pub(super) cancel: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
@@ -39,6 +42,7 @@ impl RenamerBuilder {
     /// Sets how lock documents are written. Default: [`LockProtocol::Auto`].
     pub fn lock_protocol(mut self, protocol: LockProtocol) -> RenamerBuilder {
         self.protocol = protocol;
+        self.protocol_memo = ProtocolMemo::new();
         self
     }
 
@@ -114,6 +118,7 @@ impl Renamer {
             progress: None,
             hooks: None,
             protocol: LockProtocol::Auto,
+            protocol_memo: ProtocolMemo::new(),
             cancel: None,
         }
     }

@@ -93,7 +93,8 @@ impl Renamer {
             .job(job_id)
             .lease(c.lease)
             .wait(c.wait)
-            .protocol(c.protocol);
+            .protocol(c.protocol)
+            .protocol_memo(c.protocol_memo.clone());
         if let Some(cancel) = c.cancel.clone() {
             builder = builder.cancel(cancel);
         }
