@@ -51,8 +51,8 @@ pub use error::{Result, StoreError};
 pub use index_name::validate_index_name;
 pub use scan::Scan;
 pub use scripted::{
-    plan_update, unknown_script, PlannedWrite, ScriptedUpdate, ScriptedUpdates, UpdateItemResult,
-    UpdateOutcome, UpdateResult,
+    plan_update, unknown_script, PlannedWrite, ScriptedUpdate, ScriptedUpdates, StoredLockScripts,
+    UpdateItemResult, UpdateOutcome, UpdateResult,
 };
 pub use sqlite::{SqliteOptions, SqliteStore};
 pub use store::{DocStore, SharedStore};

@@ -73,6 +73,39 @@ pub trait ScriptedUpdates: Send + Sync {
     ) -> Result<Vec<UpdateItemResult>>;
 }
 
+/// The lock scripts a store without painless has been given (`PUT _scripts/{id}`), by id:
+/// what the embedded store, `fs_testkit`'s scripting store and the test proxy keep. Only the
+/// lock scripts can be stored, recognised by their painless source.
+#[derive(Debug, Default)]
+pub struct StoredLockScripts(
+    std::sync::Mutex<
+        std::collections::HashMap<String, &'static fs_model::lock_scripts::LockScript>,
+    >,
+);
+
+impl StoredLockScripts {
+    /// Stores `source` under `id` if it is one of the lock scripts; returns whether it is.
+    pub fn store(&self, id: &str, source: &str) -> bool {
+        let Some(script) = fs_model::lock_scripts::lock_script_by_source(source) else {
+            return false;
+        };
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_owned(), script);
+        true
+    }
+
+    /// Returns the script stored under `id`, if any.
+    pub fn get(&self, id: &str) -> Option<&'static fs_model::lock_scripts::LockScript> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .copied()
+    }
+}
+
 /// The write a scripted update makes of the document it found: what Elasticsearch does
 /// inside one update, and what every store that runs the lock scripts without painless does
 /// too (the embedded store inside one transaction, the test proxy and `fs_testkit`'s

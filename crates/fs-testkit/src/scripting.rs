@@ -9,17 +9,15 @@
 //! through this same function, so the deterministic simulation and the HTTP tests test one
 //! implementation.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fs_model::lock_scripts::{self, LockScript};
+use fs_model::lock_scripts::LockScript;
 use fs_store::{
     plan_update, unknown_script, BulkItemResult, BulkOp, Cursor, DocStore, Page, PlannedWrite,
     Result, Scope, ScriptedUpdate, ScriptedUpdates, SearchRequest, SharedStore, StoredDoc,
-    UpdateItemResult, UpdateOutcome, Version,
+    StoredLockScripts, UpdateItemResult, UpdateOutcome, Version,
 };
 use serde_json::Value;
 
@@ -109,7 +107,7 @@ async fn between(pause: Duration) {
 #[derive(Debug)]
 pub struct ScriptingStore {
     inner: SharedStore,
-    scripts: Mutex<HashMap<String, &'static LockScript>>,
+    scripts: StoredLockScripts,
     races: AtomicU64,
 }
 
@@ -118,7 +116,7 @@ impl ScriptingStore {
     pub fn new(inner: SharedStore) -> ScriptingStore {
         ScriptingStore {
             inner,
-            scripts: Mutex::default(),
+            scripts: StoredLockScripts::default(),
             races: AtomicU64::new(0),
         }
     }
@@ -132,14 +130,7 @@ impl ScriptingStore {
 #[async_trait]
 impl ScriptedUpdates for ScriptingStore {
     async fn put_script(&self, id: &str, source: &str) -> Result<bool> {
-        let Some(script) = lock_scripts::lock_script_by_source(source) else {
-            return Ok(false);
-        };
-        self.scripts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id.to_owned(), script);
-        Ok(true)
+        Ok(self.scripts.store(id, source))
     }
 
     async fn bulk_update(
@@ -149,13 +140,7 @@ impl ScriptedUpdates for ScriptingStore {
     ) -> Result<Vec<UpdateItemResult>> {
         let mut results = Vec::with_capacity(items.len());
         for item in &items {
-            let script = self
-                .scripts
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&item.script)
-                .copied();
-            let Some(script) = script else {
+            let Some(script) = self.scripts.get(&item.script) else {
                 results.push(Err(unknown_script(index, item)));
                 continue;
             };

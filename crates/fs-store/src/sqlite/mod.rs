@@ -102,7 +102,7 @@ struct Inner {
     inline: bool,
     location: String,
     /// The lock scripts stored with `put_script`, run atomically by `bulk_update`.
-    scripts: scripted::Scripts,
+    scripts: crate::scripted::StoredLockScripts,
 }
 
 impl SqliteStore {
@@ -163,7 +163,7 @@ impl SqliteStore {
                 near_real_time,
                 inline: options.inline,
                 location,
-                scripts: scripted::Scripts::default(),
+                scripts: crate::scripted::StoredLockScripts::default(),
             }),
         })
     }

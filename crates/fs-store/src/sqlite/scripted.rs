@@ -8,10 +8,8 @@
 //! Only the lock scripts are known ([`fs_model::lock_scripts`]); `put_script` of any other
 //! source answers false, and the caller falls back to compare-and-set.
 
-use std::collections::HashMap;
-
 use async_trait::async_trait;
-use fs_model::lock_scripts::{self, LockScript};
+use fs_model::lock_scripts::LockScript;
 
 use super::ops::Writer;
 use super::SqliteStore;
@@ -21,21 +19,10 @@ use crate::scripted::{
     UpdateOutcome,
 };
 
-/// The scripts stored so far, by id.
-pub(super) type Scripts = std::sync::Mutex<HashMap<String, &'static LockScript>>;
-
 #[async_trait]
 impl ScriptedUpdates for SqliteStore {
     async fn put_script(&self, id: &str, source: &str) -> Result<bool> {
-        let Some(script) = lock_scripts::lock_script_by_source(source) else {
-            return Ok(false);
-        };
-        self.inner
-            .scripts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id.to_owned(), script);
-        Ok(true)
+        Ok(self.inner.scripts.store(id, source))
     }
 
     async fn bulk_update(
@@ -43,13 +30,10 @@ impl ScriptedUpdates for SqliteStore {
         index: &str,
         items: Vec<ScriptedUpdate>,
     ) -> Result<Vec<UpdateItemResult>> {
-        let scripts: Vec<Option<&'static LockScript>> = {
-            let known = self.inner.scripts.lock().unwrap_or_else(|p| p.into_inner());
-            items
-                .iter()
-                .map(|u| known.get(&u.script).copied())
-                .collect()
-        };
+        let scripts: Vec<Option<&'static LockScript>> = items
+            .iter()
+            .map(|u| self.inner.scripts.get(&u.script))
+            .collect();
         let index = index.to_owned();
         self.run(move |conn, nrt| {
             let mut writer = Writer::begin(conn, &index, nrt)?;

@@ -24,9 +24,8 @@ mod nrt;
 mod scripted;
 mod upstream;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -117,7 +116,7 @@ struct Proxy {
     /// The server behind, as a document store: scripted updates read and write through it.
     docs: fs_store::ElasticStore,
     /// Stored scripts, by id: the lock scripts whose painless source was stored.
-    scripts: Mutex<HashMap<String, &'static fs_model::lock_scripts::LockScript>>,
+    scripts: fs_store::StoredLockScripts,
     contexts: Contexts,
     nrt: Nrt,
     counters: Counters,
@@ -151,7 +150,7 @@ impl EsProxy {
                 fs_store::ElasticConfig::new(upstream).expect("the upstream URL"),
             )
             .expect("a client of the upstream server"),
-            scripts: Mutex::default(),
+            scripts: fs_store::StoredLockScripts::default(),
             contexts: Contexts::default(),
             nrt: Nrt::default(),
             counters: Counters::default(),

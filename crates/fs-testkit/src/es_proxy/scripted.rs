@@ -21,17 +21,9 @@ use crate::scripting::scripted_update;
 /// `PUT _scripts/{id}`: stores a lock script the proxy can run; refuses any other.
 pub(crate) fn put_script(proxy: &Proxy, id: &str, body: &Value) -> Response {
     let source = body["script"]["source"].as_str().unwrap_or("");
-    let known = lock_scripts::lock_script_by_source(source);
-    match known {
-        Some(script) if proxy.options.scripts => {
-            proxy
-                .scripts
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(id.to_owned(), script);
-            answer(StatusCode::OK, json!({"acknowledged": true}))
-        }
-        _ => answer(
+    match proxy.options.scripts && proxy.scripts.store(id, source) {
+        true => answer(StatusCode::OK, json!({"acknowledged": true})),
+        false => answer(
             StatusCode::BAD_REQUEST,
             json!({"error": {"type": "illegal_argument_exception",
                 "reason": format!("the Elasticsearch-behaviour proxy cannot run script [{id}]: it runs only fsrename's lock scripts, and only with scripts on")},
@@ -186,12 +178,7 @@ fn script_of(proxy: &Proxy, body: &Value) -> Result<Option<&'static LockScript>,
         return Ok(None);
     }
     if let Some(id) = script["id"].as_str() {
-        let stored = proxy
-            .scripts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(id)
-            .copied();
+        let stored = proxy.scripts.get(id);
         return stored.map(Some).ok_or_else(|| {
             json!({"type": "resource_not_found_exception",
                    "reason": format!("unable to find script [{id}] in cluster state")})
