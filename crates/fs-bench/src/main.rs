@@ -8,6 +8,7 @@
 mod book;
 mod fairness;
 mod measure;
+mod peer;
 mod plot;
 mod report;
 
@@ -47,8 +48,12 @@ struct Args {
     /// Runs only these measurements (comma-separated). Default: all.
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<measure::Measurement>,
-    /// Runs only on these backends (comma-separated: embedded, osmem, remote). Default: all.
-    #[arg(long, value_delimiter = ',', value_parser = ["embedded", "osmem", "remote"])]
+    /// Runs only on these backends (comma-separated): `embedded`, `osmem`, `remote`, and
+    /// `es=URL` for an Elasticsearch or OpenSearch server (several allowed; credentials from
+    /// FSRENAME_ES_USER/FSRENAME_ES_PASSWORD/FSRENAME_ES_API_KEY). Where the server runs
+    /// painless, the renames gain the server-side peer, `_update_by_query`. Default: the first
+    /// three.
+    #[arg(long, value_delimiter = ',', value_parser = parse_backend)]
     backends: Vec<String>,
 }
 
@@ -106,6 +111,24 @@ async fn main() -> anyhow::Result<()> {
         eprintln!("{missed} target(s) missed: see the table");
     }
     Ok(())
+}
+
+/// `embedded`, `osmem`, `remote` or `es=URL` (an http or https URL).
+fn parse_backend(text: &str) -> Result<String, String> {
+    match text {
+        "embedded" | "osmem" | "remote" => Ok(text.to_owned()),
+        _ => match text.strip_prefix("es=") {
+            Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+                Ok(text.to_owned())
+            }
+            Some(url) => Err(format!(
+                "`{url}` is not a server URL: expected es=http://HOST:PORT"
+            )),
+            None => Err(format!(
+                "unknown backend `{text}`: expected embedded, osmem, remote or es=URL"
+            )),
+        },
+    }
 }
 
 fn command_line() -> String {

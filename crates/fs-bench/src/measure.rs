@@ -131,6 +131,8 @@ pub struct RenameRow {
     pub rename_s: f64,
     pub raw_s: f64,
     pub round_trips: u64,
+    /// The median of the server-side peer (`_update_by_query`), where the server runs it.
+    pub peer_s: Option<f64>,
 }
 
 impl RenameRow {
@@ -139,6 +141,9 @@ impl RenameRow {
     }
     pub fn raw_rate(&self) -> f64 {
         self.docs as f64 / self.raw_s
+    }
+    pub fn peer_rate(&self) -> Option<f64> {
+        self.peer_s.map(|s| self.docs as f64 / s)
     }
 }
 
@@ -163,7 +168,7 @@ pub struct AffectedRow {
 
 #[derive(Debug, Clone)]
 pub struct BackendResults {
-    pub name: &'static str,
+    pub name: String,
     /// What the backend is, for the report.
     pub about: String,
     pub locks: Vec<LockRow>,
@@ -174,9 +179,21 @@ pub struct BackendResults {
     pub fairness: Vec<crate::fairness::FairnessRow>,
 }
 
-/// The backends measured: the embedded store, osmem over HTTP, and the embedded store behind a
-/// network round trip (`remote`): a store whose cost is latency, not the client's CPU.
-fn backends(plan: &Plan, embedded: SharedStore) -> Vec<(&'static str, String, SharedStore, usize)> {
+/// One backend to measure.
+struct Bench {
+    name: String,
+    about: String,
+    store: SharedStore,
+    /// The largest rename measured on it.
+    max_docs: usize,
+    /// The server's URL, for the server-side peer, on a server named by URL.
+    url: Option<String>,
+}
+
+/// The backends measured: the embedded store, osmem over HTTP, the embedded store behind a
+/// network round trip (`remote`: a store whose cost is latency, not the client's CPU), and
+/// each server given as `es=URL`.
+fn backends(plan: &Plan, embedded: SharedStore) -> anyhow::Result<Vec<Bench>> {
     let memory: SharedStore =
         Arc::new(fs_store::SqliteStore::in_memory().expect("in-memory store"));
     let remote: SharedStore = Arc::new(LatencyStore::new(memory, plan.rtt));
@@ -185,39 +202,73 @@ fn backends(plan: &Plan, embedded: SharedStore) -> Vec<(&'static str, String, Sh
         Embedded::Memory => "SQLite in memory, realtime search",
         Embedded::NearRealTime => "SQLite in memory in near-real-time mode (the tests' mode)",
     };
-    vec![
-        (
-            "embedded",
-            format!("{about}; in process, so every call runs on the client's cores, one at a time"),
-            embedded,
-            usize::MAX,
-        ),
-        (
-            "osmem",
-            "osmem-server 0.1.6 over HTTP on loopback, on the same cores".to_owned(),
-            Backend::Osmem.store(),
-            plan.osmem_max_docs,
-        ),
-        (
-            "remote",
-            format!(
-                "SQLite in memory behind {} ms per call, waited without CPU: a store whose \
-                 capacity is its own, as a real Elasticsearch cluster's is",
-                plan.rtt.as_secs_f64() * 1e3
+    let mut out = Vec::new();
+    for wanted in &plan.backends {
+        let bench = |name: &str, about: String, store: SharedStore, max_docs: usize| Bench {
+            name: name.to_owned(),
+            about,
+            store,
+            max_docs,
+            url: None,
+        };
+        out.push(match wanted.as_str() {
+            "embedded" => bench(
+                "embedded",
+                format!(
+                    "{about}; in process, so every call runs on the client's cores, one at a time"
+                ),
+                Arc::clone(&embedded),
+                usize::MAX,
             ),
-            remote,
-            usize::MAX,
-        ),
-    ]
+            // Started only when asked for: a run on other backends needs no osmem-server.
+            "osmem" => bench(
+                "osmem",
+                "osmem-server 0.1.6 over HTTP on loopback, on the same cores".to_owned(),
+                Backend::Osmem.store(),
+                plan.osmem_max_docs,
+            ),
+            "remote" => bench(
+                "remote",
+                format!(
+                    "SQLite in memory behind {} ms per call, waited without CPU: a store whose \
+                     capacity is its own, as a real Elasticsearch cluster's is",
+                    plan.rtt.as_secs_f64() * 1e3
+                ),
+                Arc::clone(&remote),
+                usize::MAX,
+            ),
+            other => {
+                let url = other
+                    .strip_prefix("es=")
+                    .ok_or_else(|| anyhow::anyhow!("unknown backend `{other}`"))?;
+                let config = fs_store::ElasticConfig::new(url)?.with_env().replicas(0);
+                let store = fs_store::ElasticStore::connect(config)?;
+                Bench {
+                    name: format!("es {url}"),
+                    about: format!(
+                        "the server at {url} (credentials from FSRENAME_ES_*), no replicas"
+                    ),
+                    store: Arc::new(store),
+                    max_docs: usize::MAX,
+                    url: Some(url.to_owned()),
+                }
+            }
+        });
+    }
+    Ok(out)
 }
 
 pub async fn run_all(plan: &Plan) -> anyhow::Result<Vec<BackendResults>> {
     let mut out = Vec::new();
     let (embedded, _dir) = embedded(plan.embedded)?;
-    for (name, about, store, max) in backends(plan, embedded) {
-        if !plan.backends.iter().any(|b| b == name) {
-            continue;
-        }
+    for Bench {
+        name,
+        about,
+        store,
+        max_docs: max,
+        url,
+    } in backends(plan, embedded)?
+    {
         eprintln!("== {name}: {about}");
         let run = |m: Measurement| plan.only.contains(&m);
         out.push(BackendResults {
@@ -229,7 +280,7 @@ pub async fn run_all(plan: &Plan) -> anyhow::Result<Vec<BackendResults>> {
                 Vec::new()
             },
             renames: if run(Measurement::Renames) {
-                renames(&store, plan, max).await?
+                renames(&store, plan, max, url.as_deref()).await?
             } else {
                 Vec::new()
             },
@@ -357,10 +408,19 @@ async fn raw_rewrite(tree: &FsTree, from: &FsPath, to: &FsPath) -> anyhow::Resul
 }
 
 /// Measurement 2: Directory renames of N documents against the raw rewrite of the same documents.
-async fn renames(store: &SharedStore, plan: &Plan, max: usize) -> anyhow::Result<Vec<RenameRow>> {
+async fn renames(
+    store: &SharedStore,
+    plan: &Plan,
+    max: usize,
+    url: Option<&str>,
+) -> anyhow::Result<Vec<RenameRow>> {
     let mut rows = Vec::new();
     for &docs in plan.sizes.iter().filter(|n| **n <= max) {
         let tree = big_tree(store, docs, "/big").await?;
+        let peer = match url.map(crate::peer::Peer::new) {
+            Some(peer) if peer.runs_scripts(tree.index()).await => Some(peer),
+            _ => None,
+        };
         let (big, moved) = (FsPath::parse("/big")?, FsPath::parse("/moved")?);
         // The two alternate, both ways round (rename there, raw back, raw there, rename
         // back), so that both see the same store (sizes, caches) and the same directions of
@@ -387,18 +447,40 @@ async fn renames(store: &SharedStore, plan: &Plan, max: usize) -> anyhow::Result
                 }
             }
         }
+        // The server-side peer, there and back, as many times.
+        let mut peers = Vec::new();
+        if let Some(peer) = &peer {
+            for _ in 0..plan.rename_repeat {
+                for (from, to) in [(&big, &moved), (&moved, &big)] {
+                    let started = Instant::now();
+                    let n = peer.rename(tree.index(), from, to).await?;
+                    peers.push(started.elapsed().as_secs_f64());
+                    anyhow::ensure!(n == docs as u64, "_update_by_query moved {n} of {docs}");
+                }
+            }
+            let back = tree.count_under(&big).await?;
+            anyhow::ensure!(
+                back == docs as u64,
+                "after the peer, {back} of {docs} under /big"
+            );
+        }
         let (rename_s, raw_s) = (median(&mut renames), median(&mut raws));
+        let peer_s = (!peers.is_empty()).then(|| median(&mut peers));
         store.delete_index(tree.index()).await?;
         let row = RenameRow {
             docs,
             rename_s,
             raw_s,
             round_trips,
+            peer_s,
         };
         eprintln!(
-            "rename {docs}: {:.0} docs/s, raw {:.0} docs/s",
+            "rename {docs}: {:.0} docs/s, raw {:.0} docs/s{}",
             row.rate(),
-            row.raw_rate()
+            row.raw_rate(),
+            row.peer_rate()
+                .map(|r| format!(", _update_by_query {r:.0} docs/s"))
+                .unwrap_or_default()
         );
         rows.push(row);
     }

@@ -49,8 +49,8 @@ impl std::str::FromStr for LockProtocol {
 
 /// The protocol as decided by the first client that needs it, shared by every client built
 /// with it ([`LockClientBuilder::protocol_memo`](crate::LockClientBuilder::protocol_memo)):
-/// deciding stores the scripts, five requests, and a service or a benchmark that builds a
-/// client per job would otherwise send them for every job. Share one only between clients
+/// deciding reads a stored script (and, the first time on a server, stores all five), and a
+/// service or a benchmark that builds a client per job would otherwise do it for every job. Share one only between clients
 /// of the same store that want the same protocol.
 #[derive(Debug, Clone, Default)]
 pub struct ProtocolMemo(pub(crate) std::sync::Arc<tokio::sync::OnceCell<LockProtocol>>);
@@ -79,12 +79,28 @@ pub(crate) const RENEW: &str = lock_scripts::RENEW.id;
 pub(crate) const WAIT: &str = lock_scripts::WAIT.id;
 pub(crate) const UNWAIT: &str = lock_scripts::UNWAIT.id;
 
-/// Decides the protocol: `Auto` stores the scripts and picks scripted if the store took them.
+/// Decides the protocol: `Auto` stores the scripts (unless the store has them already) and
+/// picks scripted if the store took them.
 pub(crate) async fn resolve(wanted: LockProtocol, store: &dyn DocStore) -> Result<LockProtocol> {
     let store_scripts = || async {
         let Some(scripted) = store.scripted() else {
             return Ok(false);
         };
+        // The scripts are stored in order, and their ids change with their sources: finding
+        // the last one as this process would store it means an earlier process stored them
+        // all, and saves a request per script.
+        if let Some(last) = SCRIPTS.last() {
+            let found = scripted
+                .stored_script(last.id)
+                .await
+                .map_err(LockError::store(format!(
+                    "reading lock script `{}`",
+                    last.id
+                )))?;
+            if found.as_deref() == Some(last.painless) {
+                return Ok(true);
+            }
+        }
         for LockScript { id, painless, .. } in SCRIPTS {
             let stored = scripted
                 .put_script(id, painless)

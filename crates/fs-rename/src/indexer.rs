@@ -21,7 +21,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::error::{RenameError, Result};
-use crate::ops::{mkdir, to_source, under_lock, LockSettings};
+use crate::ops::{mkdir, to_source, under_write_lock, LockSettings};
 use crate::tree::{Entry, FsTree};
 
 /// How [`index_dir`] works.
@@ -152,7 +152,7 @@ pub async fn index_dir(
         .locks
         .client(tree, format!("index {} as {at}", dir.display()));
     let guard = client.lock_tree(at).await?;
-    under_lock(guard, locked_index(tree, dir, at, options, progress)).await
+    under_write_lock(tree, guard, locked_index(tree, dir, at, options, progress)).await
 }
 
 fn local(path: &Path, message: &str) -> RenameError {

@@ -62,6 +62,29 @@ pub(crate) async fn under_lock<T>(
     Ok(value)
 }
 
+/// [`under_lock`] for work that writes to the tree. Work that ends well has made its writes
+/// searchable itself; work that fails is followed by a refresh here, before the locks go. So
+/// the next holder of these locks sees every write without a refresh of its own: the rule
+/// every writer keeps, on which a job's check relies (see `docs/locking.md`). If that refresh
+/// fails, the locks are left to expire instead: the server makes writes searchable by itself
+/// within its refresh interval (a second by default), long before a lease runs out.
+pub(crate) async fn under_write_lock<T>(
+    tree: &FsTree,
+    mut guard: LockGuard,
+    work: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    let result = work.await;
+    if result.is_err() {
+        if let Err(e) = tree.refresh().await {
+            tracing::warn!(error = %e, "could not make a failed write searchable; its locks stay until their lease ends");
+            guard.keep_on_drop();
+            drop(guard);
+            return result;
+        }
+    }
+    under_lock(guard, async { result }).await
+}
+
 /// What [`mkdir`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Made {
@@ -132,7 +155,7 @@ pub async fn touch(tree: &FsTree, locks: &LockSettings, path: &FsPath) -> Result
     }
     let client = locks.client(tree, format!("touch {path}"));
     let guard = client.lock_tree(path).await?;
-    under_lock(guard, async {
+    under_write_lock(tree, guard, async {
         tree.refresh().await?;
         check_parent(tree, path).await?;
         match tree.find(path).await? {
@@ -169,7 +192,7 @@ async fn create(
     let path = doc.path.clone();
     let client = locks.client(tree, format!("mkdir {path}"));
     let guard = client.lock_tree(&path).await?;
-    under_lock(guard, async {
+    under_write_lock(tree, guard, async {
         tree.refresh().await?;
         match tree.find(&path).await? {
             Some(e) if e.doc.kind == DocKind::Dir && existing_dir_ok => return Ok(false),

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use fs_model::{lock_index_name, tree_index_body, DocKind, FsDoc, FsPath};
+use fs_model::{journal_index_name, lock_index_name, tree_index_body, DocKind, FsDoc, FsPath};
 use fs_store::{BulkOp, Scan, Scope, SearchRequest, SharedStore, StoredDoc, Version};
 
 use crate::error::{RenameError, Result};
@@ -72,11 +72,24 @@ impl FsTree {
         lock_index_name(&self.index)
     }
 
-    /// Creates the tree index, the lock index and the journal index if they are missing.
+    /// Creates the tree index, the lock index and the journal index if they are missing. Asks
+    /// first whether all three exist, which on Elasticsearch is one request where creating
+    /// them is three: every process that starts a job does this.
     ///
     /// # Errors
     /// [`RenameError::Store`] if the store refuses.
     pub async fn ensure_indices(&self) -> Result<()> {
+        let (lock_index, journal_index) = (self.lock_index(), journal_index_name(&self.index));
+        let all = [self.index.as_str(), &lock_index, &journal_index];
+        let context = format!("looking for indices {}", all.join(", "));
+        if self
+            .store
+            .indices_exist(&all)
+            .await
+            .map_err(RenameError::store(context))?
+        {
+            return Ok(());
+        }
         let context = format!("creating index `{}`", self.index);
         self.store
             .create_index(&self.index, &tree_index_body())

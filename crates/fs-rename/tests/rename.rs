@@ -33,9 +33,13 @@ async fn a_directory_moves_with_everything_under_it(env: Env) {
         .await
         .expect("rename");
     assert_eq!((report.found, report.rewritten), (4, 4));
-    assert!(
-        report.round_trips >= 8,
-        "locks, refresh, checks, scan, write: {report:?}"
+    // Locks; the check, which reads the whole (small) subtree with the destination and its
+    // parent; the journal entry; the rewrite, refreshed in the same request; the journal
+    // closed; the release. No refresh before the check: every writer leaves its writes
+    // searchable before it releases its locks.
+    assert_eq!(
+        report.round_trips, 6,
+        "locks, check, journal, write, close, release: {report:?}"
     );
     let after = paths_by_id(&env).await;
     assert_eq!(
@@ -355,10 +359,11 @@ async fn a_thousand_renames_leave_no_search_context_open() {
         store,
         ..Env::new(fs_testkit::Backend::Embedded)
     };
-    dir_of_files(&env, "/d", 20).await;
-    // Pages of 8: every rename scans its 21 documents in three pages through one scroll.
+    // More than a check reads at once (64), so each rename counts and scans; pages of 32: every
+    // rename scans its 71 documents in three pages through one scroll.
+    dir_of_files(&env, "/d", 70).await;
     let renamer = Renamer::builder(Arc::clone(&env.store), env.index.clone())
-        .page_size(8)
+        .page_size(32)
         .build();
     let (mut here, mut there) = (p("/d"), p("/e"));
     for n in 0..1_000 {
@@ -366,7 +371,7 @@ async fn a_thousand_renames_leave_no_search_context_open() {
             .rename(&here, &there)
             .await
             .unwrap_or_else(|e| panic!("rename {n}: {e}"));
-        assert_eq!(report.rewritten, 21, "rename {n}");
+        assert_eq!(report.rewritten, 71, "rename {n}");
         std::mem::swap(&mut here, &mut there);
     }
     let stats = proxy.stats();
@@ -384,10 +389,11 @@ async fn a_thousand_renames_leave_no_search_context_open() {
 async fn real_elasticsearch_renames_close_their_scroll_contexts() {
     let url = std::env::var(fs_testkit::REAL_ES_VAR).expect("FSRENAME_TEST_ES_URL");
     let env = Env::new(fs_testkit::Backend::RealElastic);
-    dir_of_files(&env, "/d", 20).await;
+    // Larger than a check reads at once, so that every rename pages (see above).
+    dir_of_files(&env, "/d", 70).await;
     let before = fs_testkit::scroll_contexts_open(&url).await;
     let renamer = Renamer::builder(Arc::clone(&env.store), env.index.clone())
-        .page_size(8)
+        .page_size(32)
         .build();
     let (mut here, mut there) = (p("/d"), p("/e"));
     for n in 0..100 {

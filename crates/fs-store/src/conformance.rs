@@ -603,6 +603,85 @@ pub async fn count_agrees_with_search(store: SharedStore) {
     }
 }
 
+/// One search of several scopes finds what each finds, once, sorted by path; count agrees.
+pub async fn search_any_of(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-any-of").await;
+    put_paths(&*store, &index, TREE).await;
+    let path = |p: &str| FsPath::parse(p).expect("path");
+    let scope = Scope::AnyOf(vec![
+        Scope::Subtree(path("/clinton/projects")),
+        Scope::Exact(path("/gormley")),
+        Scope::Exact(path("/nothing")),
+        // Overlaps the first: still one hit per document.
+        Scope::Exact(path("/clinton/projects/kibana")),
+    ]);
+    assert!(scope.sorted_by_path());
+    let expected = vec![
+        "/clinton/projects",
+        "/clinton/projects/elasticsearch",
+        "/clinton/projects/elasticsearch/README.txt",
+        "/clinton/projects/kibana",
+        "/gormley",
+    ];
+    for size in [2, 10] {
+        assert_eq!(
+            search_all(&*store, &index, scope.clone(), size).await,
+            expected,
+            "pages of {size}"
+        );
+    }
+    let one_page = store
+        .search(&index, SearchRequest::single_page(scope.clone(), 10))
+        .await
+        .expect("single page");
+    assert_eq!(one_page.docs.len(), expected.len());
+    assert!(one_page.next.is_none());
+    assert_eq!(store.count(&index, &scope).await.expect("count"), 5);
+    let nothing = Scope::AnyOf(Vec::new());
+    assert!(search_all(&*store, &index, nothing.clone(), 10)
+        .await
+        .is_empty());
+    assert_eq!(store.count(&index, &nothing).await.expect("count"), 0);
+}
+
+/// `indices_exist` is true only when every index named exists (a store may always say false,
+/// "not known", and then must say so for missing ones too); `bulk_refreshed` leaves its items
+/// searchable with no refresh after it.
+pub async fn indices_exist_and_bulk_refreshed(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-exist").await;
+    let missing = format!("{index}-missing");
+    assert!(!store
+        .indices_exist(&[&index, &missing])
+        .await
+        .expect("exists"));
+    assert!(!store.indices_exist(&[&missing]).await.expect("exists"));
+    let knows = store.indices_exist(&[&index]).await.expect("exists");
+    let other = fresh_index(&*store, "conf-exist").await;
+    assert_eq!(
+        store
+            .indices_exist(&[&index, &other])
+            .await
+            .expect("exists"),
+        knows
+    );
+    let results = store
+        .bulk_refreshed(
+            &index,
+            vec![BulkOp::Create {
+                id: "a".into(),
+                source: file("/a"),
+            }],
+        )
+        .await
+        .expect("bulk_refreshed");
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(
+        search_all(&*store, &index, Scope::Subtree(FsPath::root()), 10).await,
+        vec!["/a"],
+        "searchable with no refresh after it"
+    );
+}
+
 pub async fn search_hits_carry_versions(store: SharedStore) {
     let index = fresh_index(&*store, "conf-hitver").await;
     put_paths(&*store, &index, &["/a", "/a/b"]).await;
@@ -800,7 +879,7 @@ macro_rules! conformance_suite {
             index_lifecycle, create_then_get, ids_may_contain_slashes_and_unicode,
             index_writes_and_conditions, delete_and_conditions, mget_keeps_order,
             bulk_items_are_independent, search_subtree_is_component_wise, search_exact_path, search_children,
-            search_all_pages_everything, search_pathless, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
+            search_all_pages_everything, search_pathless, search_any_of, indices_exist_and_bulk_refreshed, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
             refresh_makes_writes_searchable, sources_must_be_objects, cas_increments_are_exact,
             create_race_has_one_winner);
     };
@@ -815,7 +894,7 @@ macro_rules! conformance_suite {
             index_lifecycle, create_then_get, ids_may_contain_slashes_and_unicode,
             index_writes_and_conditions, delete_and_conditions, mget_keeps_order,
             bulk_items_are_independent, search_subtree_is_component_wise, search_exact_path, search_children,
-            search_all_pages_everything, search_pathless, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
+            search_all_pages_everything, search_pathless, search_any_of, indices_exist_and_bulk_refreshed, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
             refresh_makes_writes_searchable, sources_must_be_objects, cas_increments_are_exact,
             create_race_has_one_winner, near_real_time_hides_unrefreshed_writes);
     };

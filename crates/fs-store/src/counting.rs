@@ -114,6 +114,17 @@ impl DocStore for CountingStore {
         self.inner.refresh(index).await
     }
 
+    async fn indices_exist(&self, indices: &[&str]) -> Result<bool> {
+        self.count();
+        self.inner.indices_exist(indices).await
+    }
+
+    /// One round trip, as on Elasticsearch (an embedded store refreshes in the same call).
+    async fn bulk_refreshed(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
+        self.count();
+        self.inner.bulk_refreshed(index, ops).await
+    }
+
     fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
         self.inner.scripted().map(|_| self as &dyn ScriptedUpdates)
     }
@@ -126,6 +137,14 @@ impl ScriptedUpdates for CountingStore {
         match self.inner.scripted() {
             Some(scripted) => scripted.put_script(id, source).await,
             None => Ok(false),
+        }
+    }
+
+    /// Not counted, like storing them.
+    async fn stored_script(&self, id: &str) -> Result<Option<String>> {
+        match self.inner.scripted() {
+            Some(scripted) => scripted.stored_script(id).await,
+            None => Ok(None),
         }
     }
 

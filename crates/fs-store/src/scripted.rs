@@ -62,6 +62,16 @@ pub trait ScriptedUpdates: Send + Sync {
     /// Transient and backend failures.
     async fn put_script(&self, id: &str, source: &str) -> Result<bool>;
 
+    /// Returns the source stored under `id` (`GET _scripts/{id}`), or `None` if there is none
+    /// or the store cannot say. A process that finds its scripts there need not store them.
+    ///
+    /// # Errors
+    /// Transient and backend failures.
+    async fn stored_script(&self, id: &str) -> Result<Option<String>> {
+        let _ = id;
+        Ok(None)
+    }
+
     /// Sends the updates in one bulk request; returns one result per item, in order.
     ///
     /// # Errors

@@ -131,6 +131,31 @@ pub trait DocStore: Send + Sync + Debug {
     /// failures.
     async fn refresh(&self, index: &str) -> Result<()>;
 
+    /// Returns true if every one of `indices` exists: one request on Elasticsearch (`HEAD`),
+    /// so that a process can tell it has nothing to create without a request per index. By
+    /// default false ("not known"), and callers create what they need
+    /// ([`DocStore::create_index`] leaves an existing index alone).
+    ///
+    /// # Errors
+    /// Transient and backend failures.
+    async fn indices_exist(&self, indices: &[&str]) -> Result<bool> {
+        let _ = indices;
+        Ok(false)
+    }
+
+    /// [`DocStore::bulk`], with every item made visible to search and count before the answer
+    /// (a [`DocStore::refresh`] of `index`): on Elasticsearch one request (`refresh=true`), by
+    /// default the two calls. For a job's last write before it releases its locks.
+    ///
+    /// # Errors
+    /// As [`DocStore::bulk`] and [`DocStore::refresh`]; a failed refresh fails the call, though
+    /// the items were written.
+    async fn bulk_refreshed(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
+        let results = self.bulk(index, ops).await?;
+        self.refresh(index).await?;
+        Ok(results)
+    }
+
     /// Returns the store's scripted updates if its server runs scripts; `None` by default.
     fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
         None

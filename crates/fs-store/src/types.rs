@@ -85,13 +85,21 @@ pub enum Scope {
     /// Documents without a `path` field: nothing of the tree, only what holds an id for it (a
     /// copy's claims, see `fs_model::FsDoc::claim`). Sorted by id, like [`Scope::All`].
     Pathless,
+    /// Documents in any of the scopes: what one search reads where a caller would otherwise
+    /// send one per scope (a rename's check reads the source's subtree, the destination and
+    /// its parent at once). Sorted by path if every scope is.
+    AnyOf(Vec<Scope>),
 }
 
 impl Scope {
     /// Returns true if a search of this scope is sorted by path (then id); the others are
     /// sorted by id, or not at all.
     pub fn sorted_by_path(&self) -> bool {
-        !matches!(self, Scope::All | Scope::Pathless)
+        match self {
+            Scope::All | Scope::Pathless => false,
+            Scope::AnyOf(scopes) => scopes.iter().all(Scope::sorted_by_path),
+            Scope::Exact(_) | Scope::Subtree(_) | Scope::Children(_) => true,
+        }
     }
 }
 

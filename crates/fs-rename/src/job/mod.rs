@@ -200,8 +200,15 @@ impl Renamer {
             tree.refresh().await?;
             let total = tree.count_under(&from).await?;
             self.emit(RenameEvent::Checked { total });
-            self.finish(&tree, locks, &task, &entry.job_id, total, &mut report)
-                .await
+            self.finish(
+                &tree,
+                locks,
+                &task,
+                &entry.job_id,
+                (total, None),
+                &mut report,
+            )
+            .await
         }
         .await;
         report.round_trips = counted.round_trips();

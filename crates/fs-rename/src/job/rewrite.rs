@@ -78,6 +78,44 @@ impl Renamer {
         rewritten
     }
 
+    /// Rewrites `entries`, every document under `from`, read under the locks by the check:
+    /// one bulk request, which also makes its writes searchable (the refresh after the
+    /// rewrite, in the same request on Elasticsearch).
+    pub(super) async fn rewrite_known(
+        &self,
+        tree: &FsTree,
+        locks: &LockClient,
+        (from, to): (&FsPath, &FsPath),
+        entries: Vec<Entry>,
+        report: &mut RenameReport,
+    ) -> Result<()> {
+        let total = entries.len() as u64;
+        for page in entries.chunks(self.config.page_size.max(1)) {
+            report.found += page.len() as u64;
+            if let Some(hooks) = &self.config.hooks {
+                hooks.before_write(page).await;
+            }
+            if self.config.cancel.as_ref().is_some_and(|c| *c.borrow()) {
+                return Err(RenameError::Cancelled {
+                    rewritten: report.rewritten,
+                    found: report.found,
+                });
+            }
+            locks.ensure_held(from.as_str()).await?;
+            let last = report.found == total;
+            self.write_page_then(tree, page, (from, to), last, report)
+                .await?;
+            self.emit(RenameEvent::Progress {
+                done: report.rewritten,
+                total,
+            });
+        }
+        if entries.is_empty() {
+            tree.refresh().await?;
+        }
+        Ok(())
+    }
+
     /// Rewrites one page in one bulk request; resends transiently failed items with backoff.
     async fn write_page(
         &self,
@@ -85,6 +123,19 @@ impl Renamer {
         entries: &[Entry],
         from: &FsPath,
         to: &FsPath,
+        report: &mut RenameReport,
+    ) -> Result<()> {
+        self.write_page_then(tree, entries, (from, to), false, report)
+            .await
+    }
+
+    /// [`Renamer::write_page`]; with `refresh`, the page is searchable once written.
+    async fn write_page_then(
+        &self,
+        tree: &FsTree,
+        entries: &[Entry],
+        (from, to): (&FsPath, &FsPath),
+        refresh: bool,
         report: &mut RenameReport,
     ) -> Result<()> {
         let mut pending: Vec<(usize, BulkOp)> = Vec::with_capacity(entries.len());
@@ -116,7 +167,12 @@ impl Renamer {
             }
             let ops: Vec<BulkOp> = pending.iter().map(|(_, op)| op.clone()).collect();
             let context = format!("rewriting documents under `{from}`");
-            let results = match tree.store().bulk(tree.index(), ops).await {
+            let written = if refresh {
+                tree.store().bulk_refreshed(tree.index(), ops).await
+            } else {
+                tree.store().bulk(tree.index(), ops).await
+            };
+            let results = match written {
                 Ok(results) => results,
                 Err(e) if e.is_retryable() && attempt < ITEM_RETRIES => {
                     pending.iter().map(|_| Err(e.clone())).collect()

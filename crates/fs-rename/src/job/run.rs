@@ -13,7 +13,7 @@ use crate::error::{RenameError, Result};
 use crate::journal::{Journal, JournalEntry, JournalLock};
 use crate::report::{RenameEvent, RenameReport};
 use crate::strategy::Strategy;
-use crate::tree::FsTree;
+use crate::tree::{Entry, FsTree};
 
 /// How many times a job fenced off before journaling starts over (see [`Journal::fence`]).
 const FENCED_RESTARTS: u32 = 3;
@@ -146,13 +146,27 @@ impl Renamer {
             hooks.locked().await;
         }
         let started = Instant::now();
-        tree.refresh().await?;
-        task.check(tree).await?;
-        let total = tree.count_under(task.from()).await?;
+        // Under locks there is no refresh to make: every writer makes its writes searchable
+        // before it releases its locks (see `docs/locking.md`), and the locks exclude every
+        // writer since. Without locks, what others wrote lately must be made visible first.
+        let locked = self.config.strategy != Strategy::None;
+        if !locked {
+            tree.refresh().await?;
+        }
+        let checked = task.check(tree).await?;
+        let total = match &checked.subtree {
+            Some(subtree) => subtree.len() as u64,
+            None => tree.count_under(task.from()).await?,
+        };
+        // Read under the locks, the subtree stays as it is until they are released: the
+        // rewrite need not read it again. Without locks it may change meanwhile.
+        let known = checked.subtree.filter(|_| locked);
         report.phases.checking += started.elapsed();
         self.emit(RenameEvent::Checked { total });
-        if self.config.strategy == Strategy::None {
-            return self.finish(tree, locks, task, job_id, total, report).await;
+        if !locked {
+            return self
+                .finish(tree, locks, task, job_id, (total, known), report)
+                .await;
         }
         // A job paused past its lease (by its own clock, less the allowed skew) stops here,
         // before journaling: a recovery may already be clearing its locks. A pause after this
@@ -185,7 +199,10 @@ impl Renamer {
         self.emit(RenameEvent::Journaled {
             job: job_id.clone(),
         });
-        if let Err(e) = self.finish(tree, locks, task, &job_id, total, report).await {
+        if let Err(e) = self
+            .finish(tree, locks, task, &job_id, (total, known), report)
+            .await
+        {
             return Err(unfinished(e, report));
         }
         if let Err(e) = journaled(|| journal.close(&job_id, version)).await {
@@ -197,18 +214,29 @@ impl Renamer {
 
     /// Writes everything the task writes and checks the count: the part of a job that a
     /// recovery repeats. `job_id` is the journal id (a copy's new ids derive from it).
+    /// `total` is how many documents lie under the source, and `known` all of them where the
+    /// check read them under the locks (a rename then reads nothing more, and its one write
+    /// also makes itself searchable).
     pub(super) async fn finish(
         &self,
         tree: &FsTree,
         locks: &LockClient,
         task: &Task,
         job_id: &str,
-        total: u64,
+        (total, known): (u64, Option<Vec<Entry>>),
         report: &mut RenameReport,
     ) -> Result<()> {
         let started = Instant::now();
+        let mut refreshed = false;
         let written = match task {
-            Task::Rename { from, to } => self.rewrite(tree, locks, from, to, total, report).await,
+            Task::Rename { from, to } => match known {
+                Some(entries) => {
+                    refreshed = true;
+                    self.rewrite_known(tree, locks, (from, to), entries, report)
+                        .await
+                }
+                None => self.rewrite(tree, locks, from, to, total, report).await,
+            },
             Task::Copy { from, to } => {
                 self.copy_all(tree, locks, (from, to), job_id, total, report)
                     .await
@@ -223,7 +251,9 @@ impl Renamer {
                 found: report.found,
             });
         }
-        tree.refresh().await?;
+        if !refreshed {
+            tree.refresh().await?;
+        }
         if let Some(hooks) = &self.config.hooks {
             hooks.rewritten().await;
             if let Task::Rename { from, to } = task {

@@ -3,11 +3,25 @@
 
 use fs_locks::{LockClient, LockGuard};
 use fs_model::{DocKind, FsPath};
-use fs_store::Scope;
+use fs_store::{Scope, SearchRequest};
 
 use crate::error::{RenameError, Result};
 use crate::kind::JobKind;
-use crate::tree::FsTree;
+use crate::tree::{Entry, FsTree};
+
+/// How many documents of the source's subtree a rename's or a copy's check reads with the
+/// destination and its parent, in one search. A subtree that fits needs no count and no scan
+/// after the check (a one-file rename, a small directory); a larger one is counted and then
+/// scanned page by page, and the check's read is the only thing wasted.
+const CHECK_READS: usize = 64;
+
+/// What a job's check read under its locks.
+#[derive(Debug, Default)]
+pub(crate) struct Checked {
+    /// Every document at or under the source, in path order, when they fitted in the check's
+    /// one search; `None` when the subtree is larger (or the check does not read it).
+    pub subtree: Option<Vec<Entry>>,
+}
 
 /// What a run does to the tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,32 +113,103 @@ impl Task {
     }
 
     /// The checks a task makes once its locks are held; before that their answers are stale.
-    pub async fn check(&self, tree: &FsTree) -> Result<()> {
+    pub async fn check(&self, tree: &FsTree) -> Result<Checked> {
         match self {
             Task::Rename { from, to } | Task::Copy { from, to } => {
                 check_source_and_destination(tree, from, to).await
             }
-            Task::Delete { path, recursive } => check_delete(tree, path, *recursive).await,
+            Task::Delete { path, recursive } => {
+                check_delete(tree, path, *recursive).await?;
+                Ok(Checked::default())
+            }
         }
     }
 }
 
 /// A rename or a copy: the source exists, the destination does not, and its parent is a
-/// directory.
-async fn check_source_and_destination(tree: &FsTree, from: &FsPath, to: &FsPath) -> Result<()> {
+/// directory. One search reads the source's subtree (up to [`CHECK_READS`] documents), the
+/// destination and its parent; if the subtree is larger, the destination and its parent are
+/// looked up on their own.
+async fn check_source_and_destination(
+    tree: &FsTree,
+    from: &FsPath,
+    to: &FsPath,
+) -> Result<Checked> {
+    let Some(parent) = to.parent() else {
+        return Err(RenameError::DestinationExists { path: to.clone() });
+    };
+    let mut scopes = vec![Scope::Subtree(from.clone()), Scope::Exact(to.clone())];
+    if !parent.is_root() {
+        scopes.push(Scope::Exact(parent.clone()));
+    }
+    // Room for the destination and its parent beside the subtree, and one more document to
+    // tell a subtree that fits from one that does not.
+    let size = CHECK_READS + scopes.len();
+    let context = format!("checking `{from}` and `{to}`");
+    let page = tree
+        .store()
+        .search(
+            tree.index(),
+            SearchRequest::single_page(Scope::AnyOf(scopes), size),
+        )
+        .await
+        .map_err(RenameError::store(context))?;
+    if page.docs.len() >= size {
+        return check_one_by_one(tree, from, to, &parent).await;
+    }
+    let mut subtree = Vec::new();
+    let (mut source, mut destination, mut parent_kind) = (false, false, None);
+    for stored in page.docs {
+        let entry = Entry::from_stored(tree.index(), stored)?;
+        let path = &entry.doc.path;
+        destination |= path == to;
+        if *path == parent {
+            parent_kind.get_or_insert(entry.doc.kind);
+        }
+        if path.is_inside(from) {
+            source |= path == from;
+            subtree.push(entry);
+        }
+    }
+    if parent.is_root() {
+        parent_kind = Some(DocKind::Dir);
+    }
+    if !source {
+        return Err(RenameError::SourceNotFound { path: from.clone() });
+    }
+    if destination {
+        return Err(RenameError::DestinationExists { path: to.clone() });
+    }
+    match parent_kind {
+        None => Err(RenameError::DestinationParentMissing { path: parent }),
+        Some(DocKind::File) => Err(RenameError::DestinationParentNotDir { path: parent }),
+        Some(DocKind::Dir) => Ok(Checked {
+            subtree: Some(subtree),
+        }),
+    }
+}
+
+/// The check of a large subtree: a lookup of each path.
+async fn check_one_by_one(
+    tree: &FsTree,
+    from: &FsPath,
+    to: &FsPath,
+    parent: &FsPath,
+) -> Result<Checked> {
     if tree.find(from).await?.is_none() {
         return Err(RenameError::SourceNotFound { path: from.clone() });
     }
     if tree.find(to).await?.is_some() {
         return Err(RenameError::DestinationExists { path: to.clone() });
     }
-    let Some(parent) = to.parent() else {
-        return Err(RenameError::DestinationExists { path: to.clone() });
-    };
-    match tree.kind_of(&parent).await? {
-        None => Err(RenameError::DestinationParentMissing { path: parent }),
-        Some(DocKind::File) => Err(RenameError::DestinationParentNotDir { path: parent }),
-        Some(DocKind::Dir) => Ok(()),
+    match tree.kind_of(parent).await? {
+        None => Err(RenameError::DestinationParentMissing {
+            path: parent.clone(),
+        }),
+        Some(DocKind::File) => Err(RenameError::DestinationParentNotDir {
+            path: parent.clone(),
+        }),
+        Some(DocKind::Dir) => Ok(Checked::default()),
     }
 }
 

@@ -140,12 +140,26 @@ impl ElasticStore {
         index: &str,
         ops: Vec<BulkOp>,
     ) -> Result<Vec<BulkItemResult>> {
+        self.bulk_docs_refreshed(index, ops, false).await
+    }
+
+    /// A bulk request; with `refresh`, the server makes its items searchable before it
+    /// answers (`refresh=true`), which saves a refresh request after it.
+    pub(super) async fn bulk_docs_refreshed(
+        &self,
+        index: &str,
+        ops: Vec<BulkOp>,
+        refresh: bool,
+    ) -> Result<Vec<BulkItemResult>> {
         if ops.is_empty() {
+            if refresh {
+                self.refresh_index(index).await?;
+            }
             return Ok(Vec::new());
         }
         let context = format!("bulk request of {} items to `{index}`", ops.len());
         let answers = self
-            .send_bulk(&context, index, bulk_lines(&ops), ops.len())
+            .send_bulk_with(&context, index, bulk_lines(&ops), ops.len(), refresh)
             .await?;
         Ok(answers
             .into_iter()
@@ -173,12 +187,29 @@ impl ElasticStore {
         lines: Vec<Value>,
         expected: usize,
     ) -> Result<Vec<(u16, Value)>> {
+        self.send_bulk_with(context, index, lines, expected, false)
+            .await
+    }
+
+    async fn send_bulk_with(
+        &self,
+        context: &str,
+        index: &str,
+        lines: Vec<Value>,
+        expected: usize,
+        refresh: bool,
+    ) -> Result<Vec<(u16, Value)>> {
         let client = &self.inner.client;
         let body = self
             .ok(context, index, "", Retry::IfNotCarriedOut, || {
                 let lines: Vec<JsonBody<Value>> =
                     lines.iter().cloned().map(JsonBody::new).collect();
-                client.bulk(BulkParts::Index(index)).body(lines).send()
+                let request = client.bulk(BulkParts::Index(index)).body(lines);
+                if refresh {
+                    request.refresh(elasticsearch::params::Refresh::True).send()
+                } else {
+                    request.send()
+                }
             })
             .await?;
         let items = body["items"]

@@ -1,6 +1,9 @@
-//! Managing indices: creating one (with the configured replicas), deleting one, refreshing.
+//! Managing indices: creating one (with the configured replicas), deleting one, refreshing,
+//! asking whether some exist.
 
-use elasticsearch::indices::{IndicesCreateParts, IndicesDeleteParts, IndicesRefreshParts};
+use elasticsearch::indices::{
+    IndicesCreateParts, IndicesDeleteParts, IndicesExistsParts, IndicesRefreshParts,
+};
 use serde_json::{json, Value};
 
 use super::request::Retry;
@@ -61,5 +64,26 @@ impl ElasticStore {
         })
         .await
         .map(|_| ())
+    }
+
+    /// `HEAD /a,b,c`: 200 if all exist, 404 if one does not.
+    pub(super) async fn all_exist(&self, indices: &[&str]) -> Result<bool> {
+        if indices.is_empty() {
+            return Ok(true);
+        }
+        let context = format!("asking whether {} exist", indices.join(", "));
+        let indices_api = self.inner.client.indices();
+        let (status, answer) = self
+            .send(&context, Retry::Always, || {
+                indices_api
+                    .exists(IndicesExistsParts::Index(indices))
+                    .send()
+            })
+            .await?;
+        match status {
+            200..=299 => Ok(true),
+            404 => Ok(false),
+            _ => Err(error_of(&context, indices[0], "", status, &answer)),
+        }
     }
 }

@@ -148,6 +148,14 @@ impl DocStore for ElasticStore {
         self.refresh_index(index).await
     }
 
+    async fn indices_exist(&self, indices: &[&str]) -> Result<bool> {
+        self.all_exist(indices).await
+    }
+
+    async fn bulk_refreshed(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
+        self.bulk_docs_refreshed(index, ops, true).await
+    }
+
     fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
         Some(self)
     }

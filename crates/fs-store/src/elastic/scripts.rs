@@ -2,7 +2,7 @@
 //! painless.
 
 use async_trait::async_trait;
-use elasticsearch::PutScriptParts;
+use elasticsearch::{GetScriptParts, PutScriptParts};
 use serde_json::json;
 
 use super::request::Retry;
@@ -53,6 +53,29 @@ impl ScriptedUpdates for ElasticStore {
             .scripts_refused
             .store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(false)
+    }
+
+    async fn stored_script(&self, id: &str) -> Result<Option<String>> {
+        let context = format!("reading stored script `{id}`");
+        let client = &self.inner.client;
+        let (status, answer) = self
+            .send(&context, Retry::Always, || {
+                client.get_script(GetScriptParts::Id(id)).send()
+            })
+            .await?;
+        // A server that does not store scripts answers 400 or 404 here: there is none.
+        let source = answer["script"]["source"].as_str().map(str::to_owned);
+        if (200..300).contains(&status) {
+            if let Some(source) = &source {
+                self.inner
+                    .scripts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id.to_owned(), source.clone());
+            }
+            return Ok(source);
+        }
+        Ok(None)
     }
 
     async fn bulk_update(

@@ -241,6 +241,10 @@ fn scope_query(scope: &Scope) -> Value {
         } }),
         Scope::Children(p) => json!({ "term": { "parent": p.as_str() } }),
         Scope::Pathless => json!({ "bool": { "must_not": { "exists": { "field": "path" } } } }),
+        Scope::AnyOf(scopes) => json!({ "bool": {
+            "should": scopes.iter().map(scope_query).collect::<Vec<_>>(),
+            "minimum_should_match": 1
+        } }),
     }
 }
 

@@ -430,6 +430,17 @@ fn scope_filter(scope: &Scope, binds: &mut Vec<SqlValue>) -> String {
             format!(" AND parent = ?{}", binds.len())
         }
         Scope::Pathless => " AND path IS NULL".to_owned(),
+        Scope::AnyOf(scopes) => {
+            let either: Vec<String> = scopes
+                .iter()
+                .map(|s| format!("(1{})", scope_filter(s, binds)))
+                .collect();
+            if either.is_empty() {
+                " AND 0".to_owned()
+            } else {
+                format!(" AND ({})", either.join(" OR "))
+            }
+        }
     }
 }
 

@@ -120,6 +120,8 @@ struct Proxy {
     contexts: Contexts,
     nrt: Nrt,
     counters: Counters,
+    /// Every request received, as `METHOD /path?query`, in order of arrival.
+    log: std::sync::Mutex<Vec<String>>,
 }
 
 /// A running proxy. Dropping it stops it.
@@ -154,6 +156,7 @@ impl EsProxy {
             contexts: Contexts::default(),
             nrt: Nrt::default(),
             counters: Counters::default(),
+            log: std::sync::Mutex::default(),
         });
         let (url_tx, url_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -201,6 +204,12 @@ impl EsProxy {
     /// Returns what the proxy has counted so far.
     pub fn stats(&self) -> ProxyStats {
         self.proxy.stats()
+    }
+
+    /// Returns and forgets the requests received since the last call, each as
+    /// `METHOD /path?query`, in order of arrival: for a test that counts what a command sends.
+    pub fn take_requests(&self) -> Vec<String> {
+        std::mem::take(&mut *self.proxy.log.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Returns the scroll contexts and points in time open now (expired ones are dropped
@@ -314,6 +323,11 @@ async fn handle(
         headers,
         body,
     };
+    proxy
+        .log
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(format!("{} {}", request.method, request.path_and_query()));
     proxy.expire_contexts();
     // A request runs to its end even when its client goes away (a killed process): a server
     // applies what it received, and a write the server behind applied must be noted for the
@@ -340,6 +354,7 @@ async fn route(proxy: &Proxy, r: &Request) -> Result<Response, String> {
         ["_scripts", id] if m == Method::PUT || m == Method::POST => {
             Ok(scripted::put_script(proxy, &decode(id), &r.json_body()))
         }
+        ["_scripts", id] if m == Method::GET => Ok(scripted::get_script(proxy, &decode(id))),
         [index, "_update", id] if m == Method::POST => {
             scripted::update_one(proxy, &decode(index), &decode(id), r).await
         }

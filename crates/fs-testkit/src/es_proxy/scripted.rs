@@ -32,6 +32,17 @@ pub(crate) fn put_script(proxy: &Proxy, id: &str, body: &Value) -> Response {
     }
 }
 
+/// `GET _scripts/{id}`: the stored script, as Elasticsearch answers it.
+pub(crate) fn get_script(proxy: &Proxy, id: &str) -> Response {
+    match proxy.scripts.get(id) {
+        Some(script) => answer(
+            StatusCode::OK,
+            json!({"_id": id, "found": true, "script": {"lang": "painless", "source": script.painless}}),
+        ),
+        None => answer(StatusCode::NOT_FOUND, json!({"_id": id, "found": false})),
+    }
+}
+
 /// `POST {index}/_update/{id}`: one update, answered as Elasticsearch answers it.
 pub(crate) async fn update_one(
     proxy: &Proxy,

@@ -1,0 +1,88 @@
+//! The server-side peer of a rename on a server that runs painless: one `_update_by_query`
+//! that rewrites the path prefix of every document under the source. What an Elasticsearch
+//! user would run instead of fsrename: no lock, no check, no journal, no version condition.
+
+use anyhow::Context as _;
+use fs_model::FsPath;
+use serde_json::{json, Value};
+
+/// The prefix rewrite: `path`, `parent`, `name` and `depth`, as `FsDoc::renamed` computes them.
+const PREFIX_REWRITE: &str = "\
+String p = ctx._source.path; \
+ctx._source.path = params.to + p.substring(params.from.length()); \
+if (p.length() == params.from.length()) { \
+  ctx._source.parent = params.to_parent; ctx._source.name = params.to_name; \
+} else { \
+  ctx._source.parent = params.to + ctx._source.parent.substring(params.from.length()); \
+} \
+ctx._source.depth = ctx._source.depth + params.depth_delta;";
+
+/// A server at a URL, asked over HTTP.
+pub struct Peer {
+    url: String,
+    http: reqwest::Client,
+}
+
+impl Peer {
+    pub fn new(url: &str) -> Peer {
+        Peer {
+            url: url.trim_end_matches('/').to_owned(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// Whether the server runs painless: an `_update_by_query` with a trivial script on an
+    /// index that is not there answers "no such index", not "no scripts".
+    pub async fn runs_scripts(&self, index: &str) -> bool {
+        let answer = self
+            .http
+            .post(format!("{}/{index}/_update_by_query", self.url))
+            .json(&json!({"query": {"match_none": {}}, "script": {"lang": "painless", "source": "ctx._source.x = 1"}}))
+            .send()
+            .await;
+        match answer {
+            Ok(a) => a.status().is_success(),
+            Err(_) => false,
+        }
+    }
+
+    /// Renames `from` to `to` in `index` with one `_update_by_query` (refreshed when it
+    /// answers); returns how many documents it updated.
+    pub async fn rename(&self, index: &str, from: &FsPath, to: &FsPath) -> anyhow::Result<u64> {
+        let query = json!({ "bool": {
+            "should": [ { "term": { "path": from.as_str() } }, { "prefix": { "path": format!("{from}/") } } ],
+            "minimum_should_match": 1
+        } });
+        let depth = |p: &FsPath| p.as_str().matches('/').count() as i64;
+        let body = json!({
+            "query": query,
+            "script": { "lang": "painless", "source": PREFIX_REWRITE, "params": {
+                "from": from.as_str(),
+                "to": to.as_str(),
+                "to_parent": to.parent().map(|p| p.as_str().to_owned()),
+                "to_name": to.name(),
+                "depth_delta": depth(to) - depth(from),
+            } }
+        });
+        let answer = self
+            .http
+            .post(format!(
+                "{}/{index}/_update_by_query?refresh=true&conflicts=abort&slices=auto",
+                self.url
+            ))
+            .json(&body)
+            .send()
+            .await
+            .with_context(|| format!("_update_by_query on {}", self.url))?;
+        let status = answer.status();
+        let answer: Value = answer
+            .json()
+            .await
+            .context("the answer of _update_by_query")?;
+        anyhow::ensure!(
+            status.is_success() && answer["failures"].as_array().is_none_or(Vec::is_empty),
+            "_update_by_query failed ({status}): {answer}"
+        );
+        Ok(answer["updated"].as_u64().unwrap_or(0))
+    }
+}
