@@ -241,6 +241,11 @@ fn scope_query(scope: &Scope) -> Value {
         } }),
         Scope::Children(p) => json!({ "term": { "parent": p.as_str() } }),
         Scope::Pathless => json!({ "bool": { "must_not": { "exists": { "field": "path" } } } }),
+        // A `bool` with no `should` clause matches everything on some servers: none matches
+        // nothing, said so.
+        Scope::AnyOf(scopes) if scopes.is_empty() => {
+            json!({ "bool": { "must_not": { "match_all": {} } } })
+        }
         Scope::AnyOf(scopes) => json!({ "bool": {
             "should": scopes.iter().map(scope_query).collect::<Vec<_>>(),
             "minimum_should_match": 1
