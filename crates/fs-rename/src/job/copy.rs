@@ -83,7 +83,7 @@ impl Renamer {
         copied
     }
 
-    /// What every page of a copy or a delete goes through before its write: the hook, a
+    /// What every page of a rename, a copy or a delete goes through before its write: the hook, a
     /// cancellation, and the check that the locks are still this job's (a page read while
     /// they were is written only if they still are).
     pub(super) async fn before_page(

@@ -51,18 +51,9 @@ impl Renamer {
                     .map(|d| Entry::from_stored(index, d))
                     .collect::<Result<Vec<_>>>()?;
                 report.found += entries.len() as u64;
-                if let Some(hooks) = &self.config.hooks {
-                    hooks.before_write(&entries).await;
-                }
-                if self.config.cancel.as_ref().is_some_and(|c| *c.borrow()) {
-                    return Err(RenameError::Cancelled {
-                        rewritten: report.rewritten,
-                        found: report.found,
-                    });
-                }
                 // The page was read while the locks were ours only if they still are now: past
                 // this point a recoverer may have taken over, and what was read may be stale.
-                locks.ensure_held(from.as_str()).await?;
+                self.before_page(locks, &entries, from, report).await?;
                 self.write_page(tree, &entries, from, to, report).await?;
                 self.emit(RenameEvent::Progress {
                     done: report.rewritten,
@@ -92,16 +83,7 @@ impl Renamer {
         let total = entries.len() as u64;
         for page in entries.chunks(self.config.page_size.max(1)) {
             report.found += page.len() as u64;
-            if let Some(hooks) = &self.config.hooks {
-                hooks.before_write(page).await;
-            }
-            if self.config.cancel.as_ref().is_some_and(|c| *c.borrow()) {
-                return Err(RenameError::Cancelled {
-                    rewritten: report.rewritten,
-                    found: report.found,
-                });
-            }
-            locks.ensure_held(from.as_str()).await?;
+            self.before_page(locks, page, from, report).await?;
             let last = report.found == total;
             self.write_page_then(tree, page, (from, to), last, report)
                 .await?;
