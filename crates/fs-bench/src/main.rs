@@ -4,11 +4,13 @@
 //!
 //! `cargo run --release -p fs-bench -- [--quick] [--max-docs N] [--rtt 2ms] [--out docs]`
 //! `cargo run --release -p fs-bench -- --profile-rename 100000` (one rename, for a profiler)
+//! `cargo run --release -p fs-bench -- --profile-concurrency 16` (phases of concurrent renames)
 
 mod book;
 mod fairness;
 mod measure;
 mod peer;
+mod phases;
 mod plot;
 mod report;
 
@@ -41,6 +43,11 @@ struct Args {
     /// --profile-rename 100000`).
     #[arg(long, value_name = "DOCS")]
     profile_rename: Option<usize>,
+    /// Runs only K concurrent renames on `remote` (`--rtt` a call), with tree locks and with
+    /// none, and prints where a rename's time goes, phase by phase (the profile of
+    /// `docs/profile.md`).
+    #[arg(long, value_name = "K")]
+    profile_concurrency: Option<usize>,
     /// How the embedded store is opened: `file` (a database file with the default options,
     /// what fsrename runs), `memory`, or `near-real-time` (the tests' mode).
     #[arg(long, value_enum, default_value = "file")]
@@ -66,6 +73,11 @@ async fn main() -> anyhow::Result<()> {
             "renamed {docs} documents in {seconds:.3} s (median of 4; {:.0} documents/s)",
             docs as f64 / seconds
         );
+        return Ok(());
+    }
+    if let Some(k) = args.profile_concurrency {
+        let secs = if args.quick { 0.5 } else { 5.0 };
+        println!("{}", phases::profile(k, args.rtt, 50, secs).await?);
         return Ok(());
     }
     let mut plan = measure::Plan::new(

@@ -1,9 +1,10 @@
 //! The measurements, on one backend at a time.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fs_locks::LockClient;
+use fs_locks::{LockClient, LockProtocol};
 use fs_model::{FsDoc, FsPath};
 use fs_rename::{FsTree, Renamer, Strategy};
 use fs_store::{BulkOp, Scan, Scope, SharedStore};
@@ -23,6 +24,11 @@ pub struct Plan {
     pub fairness_trials: usize,
     /// Runs of each rename and raw rewrite, alternating; the medians are compared.
     pub rename_repeat: usize,
+    /// The bulk requests in flight of the renames and raw rewrites measured.
+    pub in_flight: usize,
+    /// The numbers of bulk requests in flight compared, at `in_flight_docs` documents.
+    pub in_flights: Vec<usize>,
+    pub in_flight_docs: usize,
     /// The round trip of the `remote` backend.
     pub rtt: Duration,
     /// How the embedded store is opened.
@@ -102,6 +108,9 @@ impl Plan {
             },
             fairness_trials: if quick { 5 } else { 30 },
             rename_repeat: if quick { 1 } else { 5 },
+            in_flight: fs_rename::DEFAULT_IN_FLIGHT,
+            in_flights: vec![1, 2, 4, 8],
+            in_flight_docs: if quick { 2_000 } else { 10_000 },
             rtt,
             embedded,
             only: vec![
@@ -119,8 +128,12 @@ impl Plan {
 #[derive(Debug, Clone)]
 pub struct LockRow {
     pub depth: usize,
+    /// fsrename with compare-and-set: round trips (lock, unlock) and ms.
     pub batched: (u32, u32),
     pub batched_ms: f64,
+    /// fsrename with atomic updates (stored scripts, or the embedded store's own), where the
+    /// store has them.
+    pub atomic: Option<((u32, u32), f64)>,
     pub book: (u32, u32),
     pub book_ms: f64,
 }
@@ -133,6 +146,9 @@ pub struct RenameRow {
     pub round_trips: u64,
     /// The median of the server-side peer (`_update_by_query`), where the server runs it.
     pub peer_s: Option<f64>,
+    /// The median of a scan alone, every page read and nothing written: the reading's
+    /// ceiling, which pipelining hides behind the writes while it is the faster.
+    pub scan_s: Option<f64>,
 }
 
 impl RenameRow {
@@ -145,12 +161,25 @@ impl RenameRow {
     pub fn peer_rate(&self) -> Option<f64> {
         self.peer_s.map(|s| self.docs as f64 / s)
     }
+    pub fn scan_rate(&self) -> Option<f64> {
+        self.scan_s.map(|s| self.docs as f64 / s)
+    }
+}
+
+/// A rename and a raw rewrite with this many bulk requests in flight.
+#[derive(Debug, Clone)]
+pub struct InFlightRow {
+    pub in_flight: usize,
+    pub row: RenameRow,
 }
 
 #[derive(Debug, Clone)]
 pub struct ConcurrencyRow {
     pub k: usize,
     pub strategy: Strategy,
+    /// How the locks were written: the store's own choice ([`LockProtocol::Auto`]), or
+    /// compare-and-set where the store also has atomic updates.
+    pub protocol: LockProtocol,
     pub per_sec: f64,
     /// Store round trips per rename, locks included.
     pub round_trips: f64,
@@ -173,10 +202,14 @@ pub struct BackendResults {
     pub about: String,
     pub locks: Vec<LockRow>,
     pub renames: Vec<RenameRow>,
+    /// Renames and raw rewrites by bulk requests in flight.
+    pub in_flight: Vec<InFlightRow>,
     pub concurrency: Vec<ConcurrencyRow>,
     pub affected: Vec<AffectedRow>,
     /// Measurement 5, before (no queue) and after (fair waiting).
     pub fairness: Vec<crate::fairness::FairnessRow>,
+    /// The measurements that failed on this backend, with why.
+    pub failures: Vec<String>,
 }
 
 /// One backend to measure.
@@ -223,8 +256,12 @@ fn backends(plan: &Plan, embedded: SharedStore) -> anyhow::Result<Vec<Bench>> {
             // Started only when asked for: a run on other backends needs no osmem-server.
             "osmem" => bench(
                 "osmem",
-                "osmem-server 0.1.6 over HTTP on loopback, on the same cores".to_owned(),
-                Backend::Osmem.store(),
+                "osmem-server 0.1.6 over HTTP on loopback, on the same cores, behind the \
+                 tests' Elasticsearch-behaviour proxy (near-real-time search; the lock scripts \
+                 run by the proxy as a read and a conditional write per item, with no added \
+                 race window: one request from the client, several inside)"
+                    .to_owned(),
+                osmem(),
                 plan.osmem_max_docs,
             ),
             "remote" => bench(
@@ -258,6 +295,20 @@ fn backends(plan: &Plan, embedded: SharedStore) -> anyhow::Result<Vec<Bench>> {
     Ok(out)
 }
 
+/// osmem-server behind an Elasticsearch-behaviour proxy of its own, which runs the lock
+/// scripts with no pause between their read and their write: the tests widen that window to
+/// make races frequent, which would measure the test device rather than the locks.
+fn osmem() -> SharedStore {
+    static PROXY: std::sync::OnceLock<fs_testkit::EsProxy> = std::sync::OnceLock::new();
+    let proxy = PROXY.get_or_init(|| {
+        fs_testkit::start_es_proxy(fs_testkit::EsProxyOptions {
+            race_window: Duration::ZERO,
+            ..fs_testkit::EsProxyOptions::default()
+        })
+    });
+    Arc::new(fs_testkit::elastic_store(proxy.url()))
+}
+
 pub async fn run_all(plan: &Plan) -> anyhow::Result<Vec<BackendResults>> {
     let mut out = Vec::new();
     let (embedded, _dir) = embedded(plan.embedded)?;
@@ -271,35 +322,78 @@ pub async fn run_all(plan: &Plan) -> anyhow::Result<Vec<BackendResults>> {
     {
         eprintln!("== {name}: {about}");
         let run = |m: Measurement| plan.only.contains(&m);
-        out.push(BackendResults {
-            name,
+        // A measurement that fails (a server that gives out half-way, say) is reported and
+        // the run goes on: the others' figures are not lost with it.
+        let mut failures = Vec::new();
+        let mut kept = |m: Measurement, result: anyhow::Result<()>| {
+            if let Err(e) = result {
+                eprintln!("{name}: {m:?} failed: {e:#}");
+                failures.push(format!("{m:?}: {e:#}"));
+            }
+        };
+        let mut r = BackendResults {
+            name: name.clone(),
             about,
-            locks: if run(Measurement::Locks) {
-                locks(&store, plan).await?
-            } else {
-                Vec::new()
-            },
-            renames: if run(Measurement::Renames) {
-                renames(&store, plan, max, url.as_deref()).await?
-            } else {
-                Vec::new()
-            },
-            concurrency: if run(Measurement::Concurrency) {
-                concurrency(&store, plan).await?
-            } else {
-                Vec::new()
-            },
-            affected: if run(Measurement::Affected) {
-                affected(&store, plan).await?
-            } else {
-                Vec::new()
-            },
-            fairness: if run(Measurement::Fairness) {
-                crate::fairness::fairness(&store, plan.fairness_trials).await?
-            } else {
-                Vec::new()
-            },
-        });
+            locks: Vec::new(),
+            renames: Vec::new(),
+            in_flight: Vec::new(),
+            concurrency: Vec::new(),
+            affected: Vec::new(),
+            fairness: Vec::new(),
+            failures: Vec::new(),
+        };
+        if run(Measurement::Locks) {
+            kept(
+                Measurement::Locks,
+                async {
+                    r.locks = locks(&store, plan).await?;
+                    Ok(())
+                }
+                .await,
+            );
+        }
+        if run(Measurement::Renames) {
+            kept(
+                Measurement::Renames,
+                async {
+                    (r.renames, r.in_flight) = renames(&store, plan, max, url.as_deref()).await?;
+                    Ok(())
+                }
+                .await,
+            );
+        }
+        if run(Measurement::Concurrency) {
+            kept(
+                Measurement::Concurrency,
+                async {
+                    r.concurrency = concurrency(&store, plan).await?;
+                    Ok(())
+                }
+                .await,
+            );
+        }
+        if run(Measurement::Affected) {
+            kept(
+                Measurement::Affected,
+                async {
+                    r.affected = affected(&store, plan).await?;
+                    Ok(())
+                }
+                .await,
+            );
+        }
+        if run(Measurement::Fairness) {
+            kept(
+                Measurement::Fairness,
+                async {
+                    r.fairness = crate::fairness::fairness(&store, plan.fairness_trials).await?;
+                    Ok(())
+                }
+                .await,
+            );
+        }
+        r.failures = failures;
+        out.push(r);
     }
     Ok(out)
 }
@@ -313,19 +407,20 @@ fn deep_path(depth: usize) -> anyhow::Result<FsPath> {
 /// Measurement 1: Lock + unlock by depth: batched acquisition against the text's sequence.
 async fn locks(store: &SharedStore, plan: &Plan) -> anyhow::Result<Vec<LockRow>> {
     let index = fs_testkit::unique_name("bench-lock");
-    let client = LockClient::builder(Arc::clone(store), index.clone()).build();
-    client.ensure_index().await?;
+    let cas = LockClient::builder(Arc::clone(store), index.clone())
+        .protocol(LockProtocol::Cas)
+        .build();
+    cas.ensure_index().await?;
+    let auto = LockClient::builder(Arc::clone(store), index.clone()).build();
+    let atomic = (auto.protocol().await? == LockProtocol::Scripted).then_some(auto);
     let mut rows = Vec::new();
     for &depth in &plan.depths {
         let path = deep_path(depth)?;
-        let started = Instant::now();
-        let mut batched = (0, 0);
-        for _ in 0..plan.lock_repeat {
-            let guard = client.lock_tree(&path).await?;
-            let lock = guard.grant().round_trips;
-            batched = (lock, guard.release().await?.round_trips);
-        }
-        let batched_ms = ms(started.elapsed()) / f64::from(plan.lock_repeat);
+        let batched = lock_unlock(&cas, &path, plan.lock_repeat).await?;
+        let atomic = match &atomic {
+            Some(client) => Some(lock_unlock(client, &path, plan.lock_repeat).await?),
+            None => None,
+        };
         let started = Instant::now();
         let mut book = (0, 0);
         for _ in 0..plan.lock_repeat {
@@ -333,16 +428,47 @@ async fn locks(store: &SharedStore, plan: &Plan) -> anyhow::Result<Vec<LockRow>>
             book = (trips.lock, trips.unlock);
         }
         let book_ms = ms(started.elapsed()) / f64::from(plan.lock_repeat);
-        eprintln!("lock depth {depth}: batched {batched:?} {batched_ms:.3} ms, book {book:?} {book_ms:.3} ms");
+        eprintln!("lock depth {depth}: compare-and-set {batched:?}, atomic {atomic:?}, book {book:?} {book_ms:.3} ms");
         rows.push(LockRow {
             depth,
-            batched,
-            batched_ms,
+            batched: batched.0,
+            batched_ms: batched.1,
+            atomic,
             book,
             book_ms,
         });
     }
+    store.delete_index(&index).await?;
     Ok(rows)
+}
+
+/// Locks and unlocks `path` `repeat` times; returns the round trips of the last (lock,
+/// unlock) and the mean ms of a lock and unlock.
+async fn lock_unlock(
+    client: &LockClient,
+    path: &FsPath,
+    repeat: u32,
+) -> anyhow::Result<((u32, u32), f64)> {
+    let started = Instant::now();
+    let mut trips = (0, 0);
+    for _ in 0..repeat {
+        let guard = client.lock_tree(path).await?;
+        let lock = guard.grant().round_trips;
+        trips = (lock, guard.release().await?.round_trips);
+    }
+    Ok((trips, ms(started.elapsed()) / f64::from(repeat.max(1))))
+}
+
+/// Deletes a tree's three indices (the tree, its locks, its journal): a run against a real
+/// server leaves nothing behind.
+pub async fn drop_tree(tree: &FsTree) -> anyhow::Result<()> {
+    let store = tree.store();
+    store.delete_index(tree.index()).await?;
+    store.delete_index(&tree.lock_index()).await?;
+    store
+        .delete_index(&fs_model::journal_index_name(tree.index()))
+        .await?;
+    Ok(())
 }
 
 /// A tree `/big` of `docs` documents in directories of 1 000.
@@ -353,7 +479,7 @@ async fn big_tree(store: &SharedStore, docs: usize, top: &str) -> anyhow::Result
     Ok(tree)
 }
 
-async fn insert_dir(tree: &FsTree, docs: usize, top: &str) -> anyhow::Result<()> {
+pub async fn insert_dir(tree: &FsTree, docs: usize, top: &str) -> anyhow::Result<()> {
     let top = FsPath::parse(top)?;
     let mut all = vec![FsDoc::dir(top.clone(), 0)];
     let mut d = 0;
@@ -375,14 +501,21 @@ async fn insert_dir(tree: &FsTree, docs: usize, top: &str) -> anyhow::Result<()>
 }
 
 /// The store's limit: the same scan and the same rewrite of every document, with no lock, no
-/// check and no version condition.
-async fn raw_rewrite(tree: &FsTree, from: &FsPath, to: &FsPath) -> anyhow::Result<usize> {
+/// check and no version condition, pipelined as the rename is (`in_flight` bulk requests at
+/// once, the next page read meanwhile).
+async fn raw_rewrite(
+    tree: &FsTree,
+    from: &FsPath,
+    to: &FsPath,
+    in_flight: usize,
+) -> anyhow::Result<usize> {
     let store = tree.store();
     let scope = Scope::Subtree(from.clone());
     let mut scan = Scan::new(Arc::clone(store), tree.index(), scope, 1_000);
-    let rewritten = async {
-        let mut n = 0;
-        while let Some(docs) = scan.next_page().await? {
+    let (mut n, mut failure) = (0, None);
+    scan.pipeline(
+        in_flight,
+        |docs| async move {
             let mut ops = Vec::with_capacity(docs.len());
             for d in docs {
                 let doc: FsDoc = serde_json::from_value(d.source)?;
@@ -393,16 +526,27 @@ async fn raw_rewrite(tree: &FsTree, from: &FsPath, to: &FsPath) -> anyhow::Resul
                     if_version: None,
                 });
             }
-            n += ops.len();
+            let sent = ops.len();
             for r in store.bulk(tree.index(), ops).await? {
                 r?;
             }
-        }
-        anyhow::Ok(n)
+            anyhow::Ok(sent)
+        },
+        |written| match written {
+            Ok(sent) => {
+                n += sent;
+                ControlFlow::Continue(())
+            }
+            Err(e) => {
+                failure.get_or_insert(e);
+                ControlFlow::Break(())
+            }
+        },
+    )
+    .await?;
+    if let Some(e) = failure {
+        return Err(e);
     }
-    .await;
-    scan.close().await;
-    let n = rewritten?;
     store.refresh(tree.index()).await?;
     Ok(n)
 }
@@ -413,8 +557,8 @@ async fn renames(
     plan: &Plan,
     max: usize,
     url: Option<&str>,
-) -> anyhow::Result<Vec<RenameRow>> {
-    let mut rows = Vec::new();
+) -> anyhow::Result<(Vec<RenameRow>, Vec<InFlightRow>)> {
+    let (mut rows, mut in_flight_rows) = (Vec::new(), Vec::new());
     for &docs in plan.sizes.iter().filter(|n| **n <= max) {
         let tree = big_tree(store, docs, "/big").await?;
         let peer = match url.map(crate::peer::Peer::new) {
@@ -422,29 +566,36 @@ async fn renames(
             _ => None,
         };
         let (big, moved) = (FsPath::parse("/big")?, FsPath::parse("/moved")?);
-        // The two alternate, both ways round (rename there, raw back, raw there, rename
-        // back), so that both see the same store (sizes, caches) and the same directions of
-        // travel through the path index; the medians are compared.
-        let renamer = Renamer::builder(Arc::clone(store), tree.index()).build();
-        let (mut renames, mut raws) = (Vec::new(), Vec::new());
-        let mut round_trips = 0;
-        for _ in 0..plan.rename_repeat {
-            for step in 0..4 {
-                let (from, to) = if step % 2 == 0 {
-                    (&big, &moved)
-                } else {
-                    (&moved, &big)
-                };
-                let started = Instant::now();
-                if step == 0 || step == 3 {
-                    let report = renamer.rename(from, to).await?;
-                    renames.push(started.elapsed().as_secs_f64());
-                    round_trips = report.round_trips;
-                } else {
-                    let n = raw_rewrite(&tree, from, to).await?;
-                    raws.push(started.elapsed().as_secs_f64());
-                    anyhow::ensure!(n == docs, "raw rewrite moved {n} of {docs}");
-                }
+        let (rename_s, raw_s, round_trips) = alternate(
+            store,
+            &tree,
+            (&big, &moved),
+            plan.rename_repeat,
+            plan.in_flight,
+        )
+        .await?;
+        // The bulk requests in flight, at 10 000 documents: the measurement behind the
+        // default (`fs_rename::DEFAULT_IN_FLIGHT`).
+        if docs == plan.in_flight_docs {
+            for &in_flight in &plan.in_flights {
+                let (rename_s, raw_s, round_trips) =
+                    alternate(store, &tree, (&big, &moved), 1, in_flight).await?;
+                eprintln!(
+                    "rename {docs} with {in_flight} in flight: {:.0} docs/s, raw {:.0} docs/s",
+                    docs as f64 / rename_s,
+                    docs as f64 / raw_s
+                );
+                in_flight_rows.push(InFlightRow {
+                    in_flight,
+                    row: RenameRow {
+                        docs,
+                        rename_s,
+                        raw_s,
+                        round_trips,
+                        peer_s: None,
+                        scan_s: None,
+                    },
+                });
             }
         }
         // The server-side peer, there and back, as many times.
@@ -464,15 +615,29 @@ async fn renames(
                 "after the peer, {back} of {docs} under /big"
             );
         }
-        let (rename_s, raw_s) = (median(&mut renames), median(&mut raws));
         let peer_s = (!peers.is_empty()).then(|| median(&mut peers));
-        store.delete_index(tree.index()).await?;
+        let mut scans = Vec::new();
+        for _ in 0..3 {
+            let started = Instant::now();
+            let scan = Scan::new(
+                Arc::clone(store),
+                tree.index(),
+                Scope::Subtree(big.clone()),
+                1_000,
+            );
+            let n = scan.read_all().await?.len();
+            scans.push(started.elapsed().as_secs_f64());
+            anyhow::ensure!(n == docs, "the scan read {n} of {docs}");
+        }
+        let scan_s = Some(median(&mut scans));
+        crate::measure::drop_tree(&tree).await?;
         let row = RenameRow {
             docs,
             rename_s,
             raw_s,
             round_trips,
             peer_s,
+            scan_s,
         };
         eprintln!(
             "rename {docs}: {:.0} docs/s, raw {:.0} docs/s{}",
@@ -484,21 +649,65 @@ async fn renames(
         );
         rows.push(row);
     }
-    Ok(rows)
+    Ok((rows, in_flight_rows))
+}
+
+/// Renames `/big` to `/moved` and back with the renamer, and rewrites it raw, alternating
+/// both ways round (rename there, raw back, raw there, rename back) `repeat` times, so that
+/// both see the same store (sizes, caches) and the same directions of travel through the
+/// path index; returns the medians (rename, raw) and a rename's round trips.
+async fn alternate(
+    store: &SharedStore,
+    tree: &FsTree,
+    (big, moved): (&FsPath, &FsPath),
+    repeat: usize,
+    in_flight: usize,
+) -> anyhow::Result<(f64, f64, u64)> {
+    let docs = tree.count_under(big).await? as usize;
+    let renamer = Renamer::builder(Arc::clone(store), tree.index())
+        .in_flight(in_flight)
+        .build();
+    let (mut renames, mut raws) = (Vec::new(), Vec::new());
+    let mut round_trips = 0;
+    for _ in 0..repeat {
+        for step in 0..4 {
+            let (from, to) = if step % 2 == 0 {
+                (big, moved)
+            } else {
+                (moved, big)
+            };
+            let started = Instant::now();
+            if step == 0 || step == 3 {
+                let report = renamer.rename(from, to).await?;
+                renames.push(started.elapsed().as_secs_f64());
+                round_trips = report.round_trips;
+            } else {
+                let n = raw_rewrite(tree, from, to, in_flight).await?;
+                raws.push(started.elapsed().as_secs_f64());
+                anyhow::ensure!(n == docs, "raw rewrite moved {n} of {docs}");
+            }
+        }
+    }
+    Ok((median(&mut renames), median(&mut raws), round_trips))
 }
 
 /// Measurement 3: K concurrent renames of disjoint subtrees under one parent, back and forth for a fixed
 /// time; renames per second for each scheme.
 async fn concurrency(store: &SharedStore, plan: &Plan) -> anyhow::Result<Vec<ConcurrencyRow>> {
     let mut rows = Vec::new();
+    // Tree locking by compare-and-set too, where the store also has atomic updates.
+    let probe = LockClient::builder(Arc::clone(store), fs_testkit::unique_name("bench-probe"));
+    let atomic = probe.build().protocol().await? == LockProtocol::Scripted;
+    let mut schemes = vec![(Strategy::Tree, LockProtocol::Auto)];
+    if atomic {
+        schemes.push((Strategy::Tree, LockProtocol::Cas));
+    }
     // `None` is the store's own ceiling: the same renames with no lock at all (safe here, the
     // subtrees are disjoint).
-    for strategy in [
-        Strategy::Tree,
-        Strategy::Document,
-        Strategy::Global,
-        Strategy::None,
-    ] {
+    for strategy in [Strategy::Document, Strategy::Global, Strategy::None] {
+        schemes.push((strategy, LockProtocol::Auto));
+    }
+    for (strategy, protocol) in schemes {
         for &k in &plan.ks {
             let tree = FsTree::new(Arc::clone(store), fs_testkit::unique_name("bench-k"));
             tree.ensure_indices().await?;
@@ -507,53 +716,76 @@ async fn concurrency(store: &SharedStore, plan: &Plan) -> anyhow::Result<Vec<Con
             for i in 0..k {
                 insert_dir(&tree, plan.concurrent_docs, &format!("/p/s{i}")).await?;
             }
-            let deadline = Instant::now() + Duration::from_secs_f64(plan.concurrent_secs);
-            let started = Instant::now();
-            let tasks = (0..k).map(|i| {
-                let renamer = Renamer::builder(Arc::clone(store), tree.index())
-                    .strategy(strategy)
-                    .wait(Duration::from_secs(120))
-                    .build();
-                tokio::spawn(async move {
-                    let (a, b) = (
-                        FsPath::parse(&format!("/p/s{i}"))?,
-                        FsPath::parse(&format!("/p/t{i}"))?,
-                    );
-                    let (mut done, mut trips, mut locking) = (0u64, 0u64, Duration::ZERO);
-                    while Instant::now() < deadline {
-                        let (from, to) = if done % 2 == 0 { (&a, &b) } else { (&b, &a) };
-                        let report = renamer.rename(from, to).await?;
-                        trips += report.round_trips;
-                        locking += report.phases.locking + report.phases.releasing;
-                        done += 1;
-                    }
-                    anyhow::Ok((done, trips, locking))
-                })
-            });
-            let (mut done, mut trips, mut locking) = (0u64, 0u64, Duration::ZERO);
-            for finished in futures::future::join_all(tasks).await {
-                let (d, t, l) = finished??;
-                done += d;
-                trips += t;
-                locking += l;
-            }
-            let per_sec = done as f64 / started.elapsed().as_secs_f64();
+            let (reports, elapsed) =
+                disjoint_renames(store, &tree, (strategy, protocol), k, plan.concurrent_secs)
+                    .await?;
+            let done = reports.len() as u64;
+            let trips: u64 = reports.iter().map(|(r, _)| r.round_trips).sum();
+            let locking: Duration = reports
+                .iter()
+                .map(|(r, _)| r.phases.locking + r.phases.releasing)
+                .sum();
+            let per_sec = done as f64 / elapsed.as_secs_f64();
             let per = done.max(1) as f64;
             let (round_trips, lock_ms) = (trips as f64 / per, ms(locking) / per);
             eprintln!(
-                "{strategy} K={k}: {per_sec:.1} renames/s, {round_trips:.1} round trips and {lock_ms:.1} ms locking per rename"
+                "{strategy} ({protocol}) K={k}: {per_sec:.1} renames/s, {round_trips:.1} round trips and {lock_ms:.1} ms locking per rename"
             );
             rows.push(ConcurrencyRow {
                 k,
                 strategy,
+                protocol,
                 per_sec,
                 round_trips,
                 lock_ms,
             });
-            store.delete_index(tree.index()).await?;
+            crate::measure::drop_tree(&tree).await?;
         }
     }
     Ok(rows)
+}
+
+/// Runs `k` jobs on `tree`, each renaming its own `/p/sI` to `/p/tI` and back for `secs`;
+/// returns every rename's report with its duration, and the time they all took.
+pub async fn disjoint_renames(
+    store: &SharedStore,
+    tree: &FsTree,
+    (strategy, protocol): (Strategy, LockProtocol),
+    k: usize,
+    secs: f64,
+) -> anyhow::Result<(Vec<(fs_rename::RenameReport, Duration)>, Duration)> {
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let started = Instant::now();
+    let tasks = (0..k).map(|i| {
+        let renamer = Renamer::builder(Arc::clone(store), tree.index())
+            .strategy(strategy)
+            .lock_protocol(protocol)
+            .wait(Duration::from_secs(120))
+            .build();
+        tokio::spawn(async move {
+            let (a, b) = (
+                FsPath::parse(&format!("/p/s{i}"))?,
+                FsPath::parse(&format!("/p/t{i}"))?,
+            );
+            let mut reports = Vec::new();
+            while Instant::now() < deadline {
+                let (from, to) = if reports.len() % 2 == 0 {
+                    (&a, &b)
+                } else {
+                    (&b, &a)
+                };
+                let began = Instant::now();
+                let report = renamer.rename(from, to).await?;
+                reports.push((report, began.elapsed()));
+            }
+            anyhow::Ok(reports)
+        })
+    });
+    let mut all = Vec::new();
+    for finished in futures::future::join_all(tasks).await {
+        all.extend(finished??);
+    }
+    Ok((all, started.elapsed()))
 }
 
 /// Measurement 4: Locking cost (lock + release, round trips and time) as the affected documents grow.
@@ -588,7 +820,7 @@ async fn affected(store: &SharedStore, plan: &Plan) -> anyhow::Result<Vec<Affect
                 round_trips,
             });
         }
-        store.delete_index(tree.index()).await?;
+        crate::measure::drop_tree(&tree).await?;
     }
     Ok(rows)
 }

@@ -55,7 +55,7 @@ pub fn concurrency(results: &[BackendResults], path: &Path) -> anyhow::Result<()
             let points = r
                 .concurrency
                 .iter()
-                .filter(|c| c.strategy == st)
+                .filter(|c| c.strategy == st && c.protocol == fs_locks::LockProtocol::Auto)
                 .map(|c| (c.k as f64, c.per_sec))
                 .collect();
             let name = if st == Strategy::None {

@@ -56,7 +56,7 @@ pub use fsck::{fsck, FsckReport};
 pub use indexer::{
     index_dir, IndexOptions, IndexProgress, IndexProgressSink, IndexReport, Skipped,
 };
-pub use job::{RenameOutcome, Renamer, RenamerBuilder};
+pub use job::{RenameOutcome, Renamer, RenamerBuilder, DEFAULT_IN_FLIGHT};
 pub use journal::{FenceOutcome, Journal, JournalEntry, JournalFence, JournalLock};
 pub use kind::JobKind;
 pub use ops::{list, mkdir, stat, touch, LockSettings, Made};

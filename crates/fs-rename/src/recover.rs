@@ -466,6 +466,22 @@ impl Recovery {
             }) => return Ok(()),
             Err(e) => return Err(e.into()),
         };
+        // A holder may have died between its last write and the refresh that makes it
+        // searchable (a job whose journal entry is closed refreshes beside the close; a
+        // `mkdir` refreshes after its write). Whoever takes a lock after this sweep checks
+        // by search, so the writes of the holders whose locks it clears are made searchable
+        // first: the rule "searchable before released", kept for the dead.
+        if !self.dry_run && !locks.is_empty() {
+            match self.store.refresh(&self.index).await {
+                Ok(()) | Err(fs_store::StoreError::IndexNotFound { .. }) => {}
+                Err(e) => {
+                    return Err(RenameError::store(format!(
+                        "refreshing `{}` before clearing expired locks",
+                        self.index
+                    ))(e))
+                }
+            }
+        }
         let now = LeaseClock::new().now_ms();
         let fencer = format!("recovery {}", client.owner().process_id);
         // Each job is fenced once per run, however many of its locks are cleared.

@@ -320,6 +320,7 @@ async fn resent_writes_that_had_landed_are_recognised(env: Env) {
         index: env.index.clone(),
         fault: Fault::LostAnswer,
         remaining: AtomicUsize::new(4),
+        failing_refreshes: AtomicUsize::new(0),
     });
     let r = Renamer::builder(flaky, env.index.clone())
         .page_size(4)
@@ -334,6 +335,7 @@ async fn resent_writes_that_had_landed_are_recognised(env: Env) {
         index: env.index.clone(),
         fault: Fault::LostAnswer,
         remaining: AtomicUsize::new(4),
+        failing_refreshes: AtomicUsize::new(0),
     });
     let r = Renamer::builder(flaky, env.index.clone())
         .page_size(4)

@@ -174,32 +174,14 @@ async fn every_strategy_renames_and_cleans_up(first: Env) {
     }
 }
 
-/// Changes `/a/d.txt` behind the job's back just before its page is written.
-struct Meddler {
-    env: Env,
-}
-
-#[async_trait]
-impl RenameHooks for Meddler {
-    async fn before_write(&self, page: &[Entry]) {
-        if let Some(e) = page.iter().find(|e| e.doc.path.as_str() == "/a/d.txt") {
-            let mut changed = e.doc.clone();
-            changed.size = 999;
-            let source = serde_json::to_value(&changed).expect("json");
-            self.env
-                .store
-                .index(&self.env.index, &e.id, source, None)
-                .await
-                .expect("meddle");
-        }
-    }
-}
-
 async fn a_write_from_a_stale_read_fails_instead_of_overwriting(env: Env) {
     tree_with(&env, SMALL).await;
     let r = Renamer::builder(Arc::clone(&env.store), env.index.clone())
         .strategy(Strategy::None)
-        .hooks(Arc::new(Meddler { env: env.clone() }))
+        .hooks(Arc::new(MeddleWith {
+            env: env.clone(),
+            path: "/a/d.txt",
+        }))
         .build();
     let err = r.rename(&p("/a"), &p("/x/a")).await.expect_err("conflict");
     assert!(
@@ -224,6 +206,112 @@ async fn a_write_from_a_stale_read_fails_instead_of_overwriting(env: Env) {
     );
 }
 
+/// Changes one document (by path) behind the job's back just before its page is written.
+struct MeddleWith {
+    env: Env,
+    path: &'static str,
+}
+
+#[async_trait]
+impl RenameHooks for MeddleWith {
+    async fn before_write(&self, page: &[Entry]) {
+        if let Some(e) = page.iter().find(|e| e.doc.path.as_str() == self.path) {
+            let mut changed = e.doc.clone();
+            changed.size = 999;
+            let source = serde_json::to_value(&changed).expect("json");
+            self.env
+                .store
+                .index(&self.env.index, &e.id, source, None)
+                .await
+                .expect("meddle");
+        }
+    }
+}
+
+/// With several bulk requests in flight, a conflict on one page stops the job after the
+/// pages under way have ended, and the error counts what the store shows was written.
+async fn a_conflict_with_pages_in_flight_reports_what_was_written(env: Env) {
+    let files: Vec<(String, bool)> = std::iter::once(("/a".to_owned(), true))
+        .chain(std::iter::once(("/x".to_owned(), true)))
+        .chain((0..60).map(|i| (format!("/a/f{i:02}"), false)))
+        .collect();
+    let entries: Vec<(&str, bool)> = files.iter().map(|(p, d)| (p.as_str(), *d)).collect();
+    tree_with(&env, &entries).await;
+    let r = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+        .strategy(Strategy::None)
+        .page_size(5)
+        .in_flight(4)
+        .hooks(Arc::new(MeddleWith {
+            env: env.clone(),
+            path: "/a/f30",
+        }))
+        .build();
+    let err = r.rename(&p("/a"), &p("/x/a")).await.expect_err("conflict");
+    let RenameError::Conflict {
+        ref path,
+        rewritten,
+        found,
+    } = err
+    else {
+        panic!("expected a conflict: {err:?}");
+    };
+    assert_eq!(path, "/a/f30");
+    env.store.refresh(&env.index).await.expect("refresh");
+    let moved = paths_by_id(&env)
+        .await
+        .values()
+        .filter(|p| p.starts_with("/x/a"))
+        .count() as u64;
+    assert_eq!(rewritten, moved, "the error counts what was written");
+    assert!(
+        found > rewritten && found < 61,
+        "found {found}, rewritten {rewritten}: pages after the conflict were not started"
+    );
+}
+
+/// A rename whose writes landed and whose journal closed, but whose last refresh failed, has
+/// happened: it is reported done, with a warning, and it keeps its locks (until their lease
+/// runs out) rather than let the next holder check against a view without its writes.
+async fn a_failed_last_refresh_keeps_the_locks_of_a_complete_rename(env: Env) {
+    let files: Vec<(String, bool)> = [("/a".to_owned(), true), ("/x".to_owned(), true)]
+        .into_iter()
+        .chain((0..70).map(|i| (format!("/a/f{i:02}"), false)))
+        .collect();
+    let entries: Vec<(&str, bool)> = files.iter().map(|(p, d)| (p.as_str(), *d)).collect();
+    tree_with(&env, &entries).await;
+    let flaky: SharedStore = Arc::new(Flaky {
+        inner: Arc::clone(&env.store),
+        index: env.index.clone(),
+        fault: Fault::Dropped,
+        remaining: AtomicUsize::new(0),
+        failing_refreshes: AtomicUsize::new(1),
+    });
+    let report = Renamer::builder(flaky, env.index.clone())
+        .page_size(32)
+        .build()
+        .rename(&p("/a"), &p("/x/a"))
+        .await
+        .expect("the rename happened");
+    assert_eq!(report.rewritten, 71);
+    assert!(
+        report.warnings.iter().any(|w| w.contains("refreshing")),
+        "{:?}",
+        report.warnings
+    );
+    assert!(!report.locks_left.is_empty(), "{report:?}");
+    assert!(
+        locks_left(&env).await > 0,
+        "the locks stay until their lease ends"
+    );
+    env.store.refresh(&env.index).await.expect("refresh");
+    let moved = paths_by_id(&env)
+        .await
+        .values()
+        .filter(|p| p.starts_with("/x/a"))
+        .count();
+    assert_eq!(moved, 71);
+}
+
 async fn survives(env: &Env, fault: Fault) {
     tree_with(env, SMALL).await;
     let flaky: SharedStore = Arc::new(Flaky {
@@ -231,6 +319,7 @@ async fn survives(env: &Env, fault: Fault) {
         index: env.index.clone(),
         fault,
         remaining: AtomicUsize::new(3),
+        failing_refreshes: AtomicUsize::new(0),
     });
     let report = renamer(&env.through(flaky))
         .rename(&p("/a"), &p("/x/a"))
@@ -417,6 +506,8 @@ on_every_backend!(
     each_check_has_its_own_error,
     every_strategy_renames_and_cleans_up,
     a_write_from_a_stale_read_fails_instead_of_overwriting,
+    a_conflict_with_pages_in_flight_reports_what_was_written,
+    a_failed_last_refresh_keeps_the_locks_of_a_complete_rename,
     transient_item_failures_are_retried,
     a_retried_write_that_had_landed_is_recognised,
     progress_is_reported_in_order,

@@ -14,7 +14,8 @@
 //! - [`ElasticStore`]: the same trait on Elasticsearch 7.x/8.x or OpenSearch over HTTP, through
 //!   the official client; [`ElasticConfig`] says where and how.
 //! - [`Scan`]: reads a paged search page by page and closes what the store keeps open for it
-//!   (a point in time or a scroll) on every way out.
+//!   (a point in time or a scroll) on every way out; [`Scan::pipeline`] works on several
+//!   pages at once while it reads the next.
 //! - [`CountingStore`]: counts the round trips made through it.
 //!
 //! ```
@@ -39,6 +40,7 @@ mod counting;
 mod elastic;
 mod error;
 mod index_name;
+mod pipeline;
 mod scan;
 mod scripted;
 mod sqlite;

@@ -85,6 +85,9 @@ impl Scan {
     /// Returns the next page's documents, or `None` once there are no more (never an empty
     /// page). The last page, and a failed one, close what the store kept open.
     ///
+    /// Cancel-safe: dropped before it returns, it leaves the scan's cursor in place, so that
+    /// [`Scan::close`] (or the drop of the scan) still closes what the store keeps open.
+    ///
     /// # Errors
     /// The store's: [`StoreError::Transient`](crate::StoreError::Transient) and backend
     /// failures, [`StoreError::IndexNotFound`](crate::StoreError::IndexNotFound). After an
@@ -94,8 +97,9 @@ impl Scan {
             return Ok(None);
         }
         let mut request = self.request.clone();
-        request.after = self.open.take();
-        let sent = request.after.clone();
+        // The cursor stays in the scan until the page is read: a read dropped half-way (the
+        // task cancelled, or a pipeline that stopped) leaves it for `close` to close.
+        request.after = self.open.clone();
         match self.store.search(&self.index, request).await {
             Ok(page) => {
                 self.open = page.next;
@@ -107,7 +111,6 @@ impl Scan {
             Err(e) => {
                 // A store closes what a failed page was paging with, but the failure may have
                 // come from a wrapper before the store saw the request: close it here too.
-                self.open = sent;
                 self.close().await;
                 Err(e)
             }

@@ -97,6 +97,15 @@ impl DocStore for LatencyStore {
         self.wait().await;
         self.inner.refresh(index).await
     }
+    async fn indices_exist(&self, indices: &[&str]) -> Result<bool> {
+        self.wait().await;
+        self.inner.indices_exist(indices).await
+    }
+    /// One round trip, as on Elasticsearch (`refresh=true` on the bulk request).
+    async fn bulk_refreshed(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
+        self.wait().await;
+        self.inner.bulk_refreshed(index, ops).await
+    }
     fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
         self.inner.scripted().map(|_| self as &dyn ScriptedUpdates)
     }
@@ -110,6 +119,13 @@ impl ScriptedUpdates for LatencyStore {
         match self.inner.scripted() {
             Some(scripted) => scripted.put_script(id, source).await,
             None => Ok(false),
+        }
+    }
+    async fn stored_script(&self, id: &str) -> Result<Option<String>> {
+        self.wait().await;
+        match self.inner.scripted() {
+            Some(scripted) => scripted.stored_script(id).await,
+            None => Ok(None),
         }
     }
     async fn bulk_update(

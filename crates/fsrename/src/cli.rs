@@ -288,6 +288,11 @@ pub struct JobArgs {
     /// Documents read and written per round trip.
     #[arg(long, default_value_t = 1_000, value_parser = parse_page_size)]
     pub page_size: usize,
+    /// How many bulk requests of a rename may be under way at once (the next page is read
+    /// meanwhile). More helps a store that serves requests in parallel, as an Elasticsearch
+    /// cluster does; 1 writes one page at a time.
+    #[arg(long, default_value_t = fs_rename::DEFAULT_IN_FLIGHT, value_parser = parse_in_flight)]
+    pub in_flight: usize,
     /// How to show progress on stderr: `auto` (a bar on a terminal, otherwise `lines`),
     /// `lines` (when waiting for a lock, and every 2 s of writing), `json` (every event as a
     /// JSON line, at once) or `none`.
@@ -314,6 +319,15 @@ fn parse_page_size(s: &str) -> Result<usize, String> {
         Ok(n) if n > 0 => Ok(n),
         _ => Err(format!(
             "`{s}` is not a page size (a whole number of at least 1)"
+        )),
+    }
+}
+
+fn parse_in_flight(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=64).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "`{s}` is not a number of bulk requests in flight (a whole number from 1 to 64)"
         )),
     }
 }

@@ -10,6 +10,10 @@ use super::Renamer;
 use crate::report::{ProgressSink, RenameHooks};
 use crate::strategy::Strategy;
 
+/// How many bulk requests of a rename's rewrite are under way at once, by default: the
+/// measured knee on every backend of `docs/benchmarks.md` (section 2).
+pub const DEFAULT_IN_FLIGHT: usize = 4;
+
 /// Builds a [`Renamer`].
 #[derive(Clone)]
 pub struct RenamerBuilder {
@@ -18,6 +22,7 @@ pub struct RenamerBuilder {
     pub(super) strategy: Strategy,
     pub(super) versioned: bool,
     pub(super) page_size: usize,
+    pub(super) in_flight: usize,
     pub(super) lease: Duration,
     pub(super) wait: Duration,
     pub(super) holder: Option<String>,
@@ -63,6 +68,14 @@ impl RenamerBuilder {
     /// trip. Default: 1 000.
     pub fn page_size(mut self, size: usize) -> RenamerBuilder {
         self.page_size = size.max(1);
+        self
+    }
+
+    /// Sets how many bulk requests of a rename's rewrite may be under way at once; the next
+    /// page is read meanwhile. One writes a page at a time (and still reads the next one
+    /// while it does). Default: [`DEFAULT_IN_FLIGHT`], chosen by measurement (`docs/benchmarks.md`).
+    pub fn in_flight(mut self, bulks: usize) -> RenamerBuilder {
+        self.in_flight = bulks.max(1);
         self
     }
 
@@ -112,6 +125,7 @@ impl Renamer {
             strategy: Strategy::Tree,
             versioned: true,
             page_size: 1_000,
+            in_flight: DEFAULT_IN_FLIGHT,
             lease: Duration::from_secs(30),
             wait: Duration::from_secs(30),
             holder: None,

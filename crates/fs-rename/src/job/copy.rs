@@ -66,7 +66,8 @@ impl Renamer {
                     .map(|d| Entry::from_stored(index, d))
                     .collect::<Result<Vec<_>>>()?;
                 report.found += entries.len() as u64;
-                self.before_page(locks, &entries, from, report).await?;
+                self.before_page(locks, &entries, from, (report.rewritten, report.found))
+                    .await?;
                 self.copy_page(tree, locks, &entries, (from, to), job_id, report)
                     .await?;
                 self.emit(RenameEvent::Progress {
@@ -85,22 +86,20 @@ impl Renamer {
 
     /// What every page of a rename, a copy or a delete goes through before its write: the hook, a
     /// cancellation, and the check that the locks are still this job's (a page read while
-    /// they were is written only if they still are).
+    /// they were is written only if they still are). A cancellation reports
+    /// `(rewritten, found)`.
     pub(super) async fn before_page(
         &self,
         locks: &LockClient,
         entries: &[Entry],
         path: &FsPath,
-        report: &RenameReport,
+        (rewritten, found): (u64, u64),
     ) -> Result<()> {
         if let Some(hooks) = &self.config.hooks {
             hooks.before_write(entries).await;
         }
         if self.config.cancel.as_ref().is_some_and(|c| *c.borrow()) {
-            return Err(RenameError::Cancelled {
-                rewritten: report.rewritten,
-                found: report.found,
-            });
+            return Err(RenameError::Cancelled { rewritten, found });
         }
         locks.ensure_held(path.as_str()).await?;
         Ok(())

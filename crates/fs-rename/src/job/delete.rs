@@ -45,7 +45,8 @@ impl Renamer {
                 .then_with(|| a.doc.path.cmp(&b.doc.path))
         });
         for page in pages_by_depth(&entries, self.config.page_size) {
-            self.before_page(locks, page, path, report).await?;
+            self.before_page(locks, page, path, (report.rewritten, report.found))
+                .await?;
             self.delete_page(tree, page, path, report).await?;
             self.emit(RenameEvent::Progress {
                 done: report.rewritten,

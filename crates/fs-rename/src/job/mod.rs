@@ -1,9 +1,10 @@
 //! [`Renamer`]: the jobs that change a subtree under locks: rename (`mv`), copy (`cp -r`) and
 //! delete (`rm -r`), from locks to release.
 //!
-//! Steps, the same for every kind ([`run`](self) holds them): take the locks → refresh →
-//! check, now that nobody else can change the answer → journal → write, page by page →
-//! check the count → close the journal → refresh → release. What the writes are depends on
+//! Steps, the same for every kind ([`run`](self) holds them): take the locks → check, now
+//! that nobody else can change the answer → journal → write, page by page (the next page read
+//! while earlier ones are written) → check the count → close the journal and refresh, at once
+//! → release. What the writes are depends on
 //! the kind:
 //!
 //! - a rename (`rewrite.rs`) pages through the source and bulk-rewrites `path`, `parent`,
@@ -51,7 +52,7 @@ mod rewrite;
 mod run;
 mod task;
 
-pub use builder::RenamerBuilder;
+pub use builder::{RenamerBuilder, DEFAULT_IN_FLIGHT};
 pub(crate) use task::Task;
 
 #[cfg(doc)]
@@ -208,6 +209,8 @@ impl Renamer {
                 (total, None),
                 &mut report,
             )
+            .await?
+            .make(&tree)
             .await
         }
         .await;

@@ -1,6 +1,7 @@
 //! The rewrite: every document under the source, page by page, each written conditionally on
 //! the version its page read; transient item failures sent again, a conflict a stop.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,34 +40,55 @@ impl Renamer {
         } else {
             Scan::new(Arc::clone(store), index, scope, page_size)
         };
-        let rewritten = async {
-            let context = || format!("scanning under `{from}`");
-            while let Some(docs) = scan
-                .next_page()
-                .await
-                .map_err(RenameError::store(context()))?
-            {
-                let entries = docs
-                    .into_iter()
-                    .map(|d| Entry::from_stored(index, d))
-                    .collect::<Result<Vec<_>>>()?;
-                report.found += entries.len() as u64;
-                // The page was read while the locks were ours only if they still are now: past
-                // this point a recoverer may have taken over, and what was read may be stale.
-                self.before_page(locks, &entries, from, report).await?;
-                self.write_page(tree, &entries, from, to, report).await?;
-                self.emit(RenameEvent::Progress {
-                    done: report.rewritten,
-                    total: total.max(report.found),
-                });
-            }
-            Ok(())
+        // The next page is read while the pages before it are written, up to `in_flight` bulk
+        // requests at once: each document is written conditionally on the version its own
+        // page read, so the pages need no order among themselves.
+        let mut failure: Option<RenameError> = None;
+        let scanned = scan
+            .pipeline(
+                self.config.in_flight,
+                |docs| async move {
+                    let found = docs.len() as u64;
+                    let mut written = Written::default();
+                    let result = async {
+                        let entries = docs
+                            .into_iter()
+                            .map(|d| Entry::from_stored(index, d))
+                            .collect::<Result<Vec<_>>>()?;
+                        // The page was read while the locks were ours only if they still are
+                        // now: past this point a recoverer may have taken over, and what was
+                        // read may be stale.
+                        self.before_page(locks, &entries, from, (0, 0)).await?;
+                        self.write_page(tree, &entries, (from, to), false, &mut written)
+                            .await
+                    }
+                    .await;
+                    (found, written, result)
+                },
+                |(found, written, result)| {
+                    report.found += found;
+                    written.add_to(report);
+                    match result {
+                        Ok(()) => {
+                            self.emit(RenameEvent::Progress {
+                                done: report.rewritten,
+                                total: total.max(report.found),
+                            });
+                            ControlFlow::Continue(())
+                        }
+                        Err(e) => {
+                            failure.get_or_insert(e);
+                            ControlFlow::Break(())
+                        }
+                    }
+                },
+            )
+            .await;
+        // Every page under way has ended by now: a failure reports the final counts.
+        if let Some(e) = failure {
+            return Err(recounted(e, report));
         }
-        .await;
-        // However the rewrite ended (the last page, a failure, a cancellation, a lost lease),
-        // what the store keeps open for the scan is closed before the locks are released.
-        scan.close().await;
-        rewritten
+        scanned.map_err(RenameError::store(format!("scanning under `{from}`")))
     }
 
     /// Rewrites `entries`, every document under `from`, read under the locks by the check:
@@ -83,10 +105,15 @@ impl Renamer {
         let total = entries.len() as u64;
         for page in entries.chunks(self.config.page_size.max(1)) {
             report.found += page.len() as u64;
-            self.before_page(locks, page, from, report).await?;
-            let last = report.found == total;
-            self.write_page_then(tree, page, (from, to), last, report)
+            self.before_page(locks, page, from, (report.rewritten, report.found))
                 .await?;
+            let last = report.found == total;
+            let mut written = Written::default();
+            let result = self
+                .write_page(tree, page, (from, to), last, &mut written)
+                .await;
+            written.add_to(report);
+            result.map_err(|e| recounted(e, report))?;
             self.emit(RenameEvent::Progress {
                 done: report.rewritten,
                 total,
@@ -98,63 +125,55 @@ impl Renamer {
         Ok(())
     }
 
-    /// Rewrites one page in one bulk request; resends transiently failed items with backoff.
+    /// Rewrites one page in one bulk request, and resends transiently failed items with
+    /// backoff; with `refresh`, the page is searchable once written. Tallies into `written`
+    /// (a page's own, so that pages can be written at once); the counts of a failure are the
+    /// page's, for the caller to replace ([`recounted`]).
     async fn write_page(
-        &self,
-        tree: &FsTree,
-        entries: &[Entry],
-        from: &FsPath,
-        to: &FsPath,
-        report: &mut RenameReport,
-    ) -> Result<()> {
-        self.write_page_then(tree, entries, (from, to), false, report)
-            .await
-    }
-
-    /// [`Renamer::write_page`]; with `refresh`, the page is searchable once written.
-    async fn write_page_then(
         &self,
         tree: &FsTree,
         entries: &[Entry],
         (from, to): (&FsPath, &FsPath),
         refresh: bool,
-        report: &mut RenameReport,
+        written: &mut Written,
     ) -> Result<()> {
-        let mut pending: Vec<(usize, BulkOp)> = Vec::with_capacity(entries.len());
-        for (i, entry) in entries.iter().enumerate() {
+        // Each attempt builds its items afresh from the entries: a clone of every item kept
+        // for a resend would cost as much as building the few that are resent.
+        let op_for = |i: usize| -> Result<BulkOp> {
+            let entry = &entries[i];
             let moved = entry.doc.renamed(from, to)?;
             let source = serde_json::to_value(&moved).map_err(|e| RenameError::BadDocument {
                 index: tree.index().to_owned(),
                 id: entry.id.clone(),
                 message: e.to_string(),
             })?;
-            let if_version = self.config.versioned.then_some(entry.version);
-            pending.push((
-                i,
-                BulkOp::Index {
-                    id: entry.id.clone(),
-                    source,
-                    if_version,
-                },
-            ));
-        }
+            Ok(BulkOp::Index {
+                id: entry.id.clone(),
+                source,
+                if_version: self.config.versioned.then_some(entry.version),
+            })
+        };
+        let mut pending: Vec<usize> = (0..entries.len()).collect();
         let mut attempt = 0;
         while !pending.is_empty() {
             if attempt > 0 {
-                report.retries += pending.len() as u64;
+                written.retries += pending.len() as u64;
                 self.emit(RenameEvent::Retrying {
                     items: pending.len(),
                 });
                 tokio::time::sleep(Duration::from_millis(10 << attempt.min(6))).await;
             }
-            let ops: Vec<BulkOp> = pending.iter().map(|(_, op)| op.clone()).collect();
+            let ops = pending
+                .iter()
+                .map(|&i| op_for(i))
+                .collect::<Result<Vec<BulkOp>>>()?;
             let context = format!("rewriting documents under `{from}`");
-            let written = if refresh {
+            let sent = if refresh {
                 tree.store().bulk_refreshed(tree.index(), ops).await
             } else {
                 tree.store().bulk(tree.index(), ops).await
             };
-            let results = match written {
+            let results = match sent {
                 Ok(results) => results,
                 Err(e) if e.is_retryable() && attempt < ITEM_RETRIES => {
                     pending.iter().map(|_| Err(e.clone())).collect()
@@ -165,13 +184,17 @@ impl Renamer {
             // a bulk request are written whatever happens to one of them.
             let mut again = Vec::new();
             let mut failure = None;
-            for ((i, op), result) in pending.into_iter().zip(results) {
+            for (i, result) in pending.into_iter().zip(results) {
                 match result {
-                    Ok(_) => report.rewritten += 1,
-                    Err(e) if e.is_retryable() && attempt < ITEM_RETRIES => again.push((i, op)),
+                    Ok(_) => written.rewritten += 1,
+                    Err(e) if e.is_retryable() && attempt < ITEM_RETRIES => again.push(i),
                     // After a resend, a conflict may be our own earlier write having landed.
-                    Err(e) if e.is_conflict() && attempt > 0 && self.landed(tree, &op).await? => {
-                        report.rewritten += 1
+                    Err(e)
+                        if e.is_conflict()
+                            && attempt > 0
+                            && self.landed(tree, &op_for(i)?).await? =>
+                    {
+                        written.rewritten += 1
                     }
                     Err(e) => {
                         failure.get_or_insert((i, e));
@@ -183,8 +206,8 @@ impl Renamer {
                 return Err(match e {
                     StoreError::Conflict { .. } => RenameError::Conflict {
                         path,
-                        rewritten: report.rewritten,
-                        found: report.found,
+                        rewritten: written.rewritten,
+                        found: entries.len() as u64,
                     },
                     e => RenameError::store(format!("rewriting `{path}`"))(e),
                 });
@@ -206,5 +229,33 @@ impl Renamer {
             .await
             .map_err(RenameError::store(format!("re-reading `{id}`")))?;
         Ok(current.is_some_and(|d| &d.source == source))
+    }
+}
+
+/// What one page's write did, tallied apart from the report while pages are written at once.
+#[derive(Debug, Default)]
+struct Written {
+    rewritten: u64,
+    retries: u64,
+}
+
+impl Written {
+    fn add_to(&self, report: &mut RenameReport) {
+        report.rewritten += self.rewritten;
+        report.retries += self.retries;
+    }
+}
+
+/// `e` with the job's counts where it carries a page's own.
+fn recounted(e: RenameError, report: &RenameReport) -> RenameError {
+    let (rewritten, found) = (report.rewritten, report.found);
+    match e {
+        RenameError::Conflict { path, .. } => RenameError::Conflict {
+            path,
+            rewritten,
+            found,
+        },
+        RenameError::Cancelled { .. } => RenameError::Cancelled { rewritten, found },
+        e => e,
     }
 }

@@ -15,6 +15,14 @@ use crate::report::{RenameEvent, RenameReport};
 use crate::strategy::Strategy;
 use crate::tree::{Entry, FsTree};
 
+/// Whether what a job wrote still needs a refresh to be searchable (its last bulk request
+/// may have made it so already).
+#[must_use]
+pub(super) enum Refresh {
+    Needed,
+    Done,
+}
+
 /// How many times a job fenced off before journaling starts over (see [`Journal::fence`]).
 const FENCED_RESTARTS: u32 = 3;
 
@@ -137,7 +145,7 @@ impl Renamer {
         &self,
         tree: &FsTree,
         locks: &LockClient,
-        guards: &mut [LockGuard],
+        guards: &mut Vec<LockGuard>,
         task: &Task,
         job_id: &str,
         report: &mut RenameReport,
@@ -154,9 +162,10 @@ impl Renamer {
             tree.refresh().await?;
         }
         let checked = task.check(tree).await?;
-        let total = match &checked.subtree {
-            Some(subtree) => subtree.len() as u64,
-            None => tree.count_under(task.from()).await?,
+        let total = match (&checked.subtree, checked.total) {
+            (Some(subtree), _) => subtree.len() as u64,
+            (None, Some(total)) => total,
+            (None, None) => tree.count_under(task.from()).await?,
         };
         // Read under the locks, the subtree stays as it is until they are released: the
         // rewrite need not read it again. Without locks it may change meanwhile.
@@ -164,9 +173,10 @@ impl Renamer {
         report.phases.checking += started.elapsed();
         self.emit(RenameEvent::Checked { total });
         if !locked {
-            return self
+            let refresh = self
                 .finish(tree, locks, task, job_id, (total, known), report)
-                .await;
+                .await?;
+            return refresh.make(tree).await;
         }
         // A job paused past its lease (by its own clock, less the allowed skew) stops here,
         // before journaling: a recovery may already be clearing its locks. A pause after this
@@ -199,16 +209,40 @@ impl Renamer {
         self.emit(RenameEvent::Journaled {
             job: job_id.clone(),
         });
-        if let Err(e) = self
+        let refresh = match self
             .finish(tree, locks, task, &job_id, (total, known), report)
             .await
         {
+            Ok(refresh) => refresh,
+            Err(e) => return Err(unfinished(e, report)),
+        };
+        // The refresh that makes the writes searchable and the close of the journal go out at
+        // once: both must land before the release, and neither depends on the other (every
+        // write was acknowledged; the refresh changes only what search sees).
+        let (refreshed, closed) = tokio::join!(
+            refresh.make(tree),
+            journaled(|| journal.close(&job_id, version)),
+        );
+        if let Err(e) = closed {
             return Err(unfinished(e, report));
         }
-        if let Err(e) = journaled(|| journal.close(&job_id, version)).await {
-            return Err(unfinished(e, report));
+        self.emit(RenameEvent::Closed {
+            job: job_id.clone(),
+        });
+        if let Err(e) = refreshed {
+            // The job is complete, but what it wrote may not be searchable yet: releasing
+            // now would let the next holder check against a stale view. The locks are kept
+            // until their lease runs out (the server's own refresh comes well before that).
+            let held = locks.held_items().await;
+            for guard in guards.drain(..).rev() {
+                guard.abandon().await;
+            }
+            report.locks_left = held.iter().map(fs_locks::LockItem::label).collect();
+            report.warnings.push(format!(
+                "the {} is complete, but refreshing the index failed ({e}): its locks stay until their lease ({:?}) runs out, so that nobody checks against a view without its writes; then `fsrename recover` (or a running `fsrename serve`) deletes them (journal id {job_id})",
+                report.kind, self.config.lease
+            ));
         }
-        self.emit(RenameEvent::Closed { job: job_id });
         Ok(())
     }
 
@@ -216,7 +250,8 @@ impl Renamer {
     /// recovery repeats. `job_id` is the journal id (a copy's new ids derive from it).
     /// `total` is how many documents lie under the source, and `known` all of them where the
     /// check read them under the locks (a rename then reads nothing more, and its one write
-    /// also makes itself searchable).
+    /// also makes itself searchable). Returns whether the writes still need a refresh: the
+    /// caller sends it (with the journal's close, in a journaled job) before the release.
     pub(super) async fn finish(
         &self,
         tree: &FsTree,
@@ -225,7 +260,7 @@ impl Renamer {
         job_id: &str,
         (total, known): (u64, Option<Vec<Entry>>),
         report: &mut RenameReport,
-    ) -> Result<()> {
+    ) -> Result<Refresh> {
         let started = Instant::now();
         let mut refreshed = false;
         let written = match task {
@@ -251,16 +286,17 @@ impl Renamer {
                 found: report.found,
             });
         }
-        if !refreshed {
-            tree.refresh().await?;
-        }
         if let Some(hooks) = &self.config.hooks {
             hooks.rewritten().await;
             if let Task::Rename { from, to } = task {
                 hooks.committed(from, to).await;
             }
         }
-        Ok(())
+        Ok(if refreshed {
+            Refresh::Done
+        } else {
+            Refresh::Needed
+        })
     }
 
     async fn journal_entry(&self, locks: &LockClient, task: &Task, job_id: &str) -> JournalEntry {
@@ -284,6 +320,16 @@ impl Renamer {
                 .iter()
                 .map(JournalLock::from)
                 .collect(),
+        }
+    }
+}
+
+impl Refresh {
+    /// Refreshes the tree index if needed.
+    pub(super) async fn make(self, tree: &FsTree) -> Result<()> {
+        match self {
+            Refresh::Needed => tree.refresh().await,
+            Refresh::Done => Ok(()),
         }
     }
 }

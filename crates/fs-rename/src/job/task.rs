@@ -11,8 +11,9 @@ use crate::tree::{Entry, FsTree};
 
 /// How many documents of the source's subtree a rename's or a copy's check reads with the
 /// destination and its parent, in one search. A subtree that fits needs no count and no scan
-/// after the check (a one-file rename, a small directory); a larger one is counted and then
-/// scanned page by page, and the check's read is the only thing wasted.
+/// after the check (a one-file rename, a small directory); for a larger one the three paths
+/// are read again alone while the subtree is counted (one more round trip, two requests at
+/// once), then it is scanned page by page.
 const CHECK_READS: usize = 64;
 
 /// What a job's check read under its locks.
@@ -21,6 +22,9 @@ pub(crate) struct Checked {
     /// Every document at or under the source, in path order, when they fitted in the check's
     /// one search; `None` when the subtree is larger (or the check does not read it).
     pub subtree: Option<Vec<Entry>>,
+    /// How many documents lie at or under the source, when the check counted them (a subtree
+    /// too large to read with the check).
+    pub total: Option<u64>,
 }
 
 /// What a run does to the tree.
@@ -128,8 +132,8 @@ impl Task {
 
 /// A rename or a copy: the source exists, the destination does not, and its parent is a
 /// directory. One search reads the source's subtree (up to [`CHECK_READS`] documents), the
-/// destination and its parent; if the subtree is larger, the destination and its parent are
-/// looked up on their own.
+/// destination and its parent; if the subtree is larger, a second search reads the three paths
+/// alone while a count runs beside it.
 async fn check_source_and_destination(
     tree: &FsTree,
     from: &FsPath,
@@ -154,16 +158,50 @@ async fn check_source_and_destination(
         )
         .await
         .map_err(RenameError::store(context))?;
-    if page.docs.len() >= size {
-        return check_one_by_one(tree, from, to, &parent).await;
+    if page.docs.len() < size {
+        let subtree = judge(tree, page.docs, (from, to, &parent))?;
+        return Ok(Checked {
+            subtree: Some(subtree),
+            total: None,
+        });
     }
+    // A larger subtree: the three paths alone, and the count beside them, at once (the
+    // locks hold both answers still).
+    let mut exact = vec![Scope::Exact(from.clone()), Scope::Exact(to.clone())];
+    if !parent.is_root() {
+        exact.push(Scope::Exact(parent.clone()));
+    }
+    let size = exact.len();
+    let context = format!("checking `{from}` and `{to}`");
+    let (page, total) = tokio::join!(
+        tree.store().search(
+            tree.index(),
+            SearchRequest::single_page(Scope::AnyOf(exact), size),
+        ),
+        tree.count_under(from),
+    );
+    let page = page.map_err(RenameError::store(context))?;
+    judge(tree, page.docs, (from, to, &parent))?;
+    Ok(Checked {
+        subtree: None,
+        total: Some(total?),
+    })
+}
+
+/// Judges what the check read (`docs`: the source, or its subtree, with the destination
+/// and its parent if they exist); returns the documents at or under the source.
+fn judge(
+    tree: &FsTree,
+    docs: Vec<fs_store::StoredDoc>,
+    (from, to, parent): (&FsPath, &FsPath, &FsPath),
+) -> Result<Vec<Entry>> {
     let mut subtree = Vec::new();
     let (mut source, mut destination, mut parent_kind) = (false, false, None);
-    for stored in page.docs {
+    for stored in docs {
         let entry = Entry::from_stored(tree.index(), stored)?;
         let path = &entry.doc.path;
         destination |= path == to;
-        if *path == parent {
+        if path == parent {
             parent_kind.get_or_insert(entry.doc.kind);
         }
         if path.is_inside(from) {
@@ -181,35 +219,13 @@ async fn check_source_and_destination(
         return Err(RenameError::DestinationExists { path: to.clone() });
     }
     match parent_kind {
-        None => Err(RenameError::DestinationParentMissing { path: parent }),
-        Some(DocKind::File) => Err(RenameError::DestinationParentNotDir { path: parent }),
-        Some(DocKind::Dir) => Ok(Checked {
-            subtree: Some(subtree),
-        }),
-    }
-}
-
-/// The check of a large subtree: a lookup of each path.
-async fn check_one_by_one(
-    tree: &FsTree,
-    from: &FsPath,
-    to: &FsPath,
-    parent: &FsPath,
-) -> Result<Checked> {
-    if tree.find(from).await?.is_none() {
-        return Err(RenameError::SourceNotFound { path: from.clone() });
-    }
-    if tree.find(to).await?.is_some() {
-        return Err(RenameError::DestinationExists { path: to.clone() });
-    }
-    match tree.kind_of(parent).await? {
         None => Err(RenameError::DestinationParentMissing {
             path: parent.clone(),
         }),
         Some(DocKind::File) => Err(RenameError::DestinationParentNotDir {
             path: parent.clone(),
         }),
-        Some(DocKind::Dir) => Ok(Checked::default()),
+        Some(DocKind::Dir) => Ok(subtree),
     }
 }
 

@@ -197,6 +197,8 @@ pub struct Flaky {
     pub index: String,
     pub fault: Fault,
     pub remaining: AtomicUsize,
+    /// How many refreshes of the tree index fail (transiently) from the start.
+    pub failing_refreshes: AtomicUsize,
 }
 
 fn transient() -> StoreError {
@@ -274,6 +276,14 @@ impl DocStore for Flaky {
         self.inner.count(index, s).await
     }
     async fn refresh(&self, index: &str) -> fs_store::Result<()> {
+        let failing = &self.failing_refreshes;
+        if index == self.index
+            && failing
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            return Err(transient());
+        }
         self.inner.refresh(index).await
     }
 }

@@ -25,6 +25,12 @@ impl ScriptedUpdates for SqliteStore {
         Ok(self.inner.scripts.store(id, source))
     }
 
+    /// The painless source of a stored lock script: so a new lock client of this handle finds
+    /// the scripts there and stores none (a handle's scripts live as long as the handle).
+    async fn stored_script(&self, id: &str) -> Result<Option<String>> {
+        Ok(self.inner.scripts.get(id).map(|s| s.painless.to_owned()))
+    }
+
     async fn bulk_update(
         &self,
         index: &str,

@@ -175,7 +175,13 @@ impl EsProxy {
                         .expect("proxy listener on loopback");
                     let addr = listener.local_addr().expect("proxy address");
                     url_tx.send(format!("http://{addr}")).expect("proxy url");
-                    let app = axum::Router::new().fallback(handle).with_state(shared);
+                    // Elasticsearch takes request bodies up to `http.max_content_length`,
+                    // 100 MB by default; axum's default of 2 MB would refuse what it takes
+                    // (a lock request for ten thousand documents, say).
+                    let app = axum::Router::new()
+                        .fallback(handle)
+                        .layer(axum::extract::DefaultBodyLimit::max(100 * 1024 * 1024))
+                        .with_state(shared);
                     let stopped = async {
                         let _ = stop_rx.await;
                     };

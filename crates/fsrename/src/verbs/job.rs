@@ -33,6 +33,7 @@ where
         .lease(cli.lease)
         .wait(args.wait)
         .page_size(args.page_size)
+        .in_flight(args.in_flight)
         .lock_protocol(cli.lock_protocol);
     if let Some(sink) = progress.sink.clone() {
         builder = builder.progress(sink);

@@ -1,0 +1,184 @@
+//! [`Scan::pipeline`]: a scan whose pages are worked on while the next one is read, several
+//! at once, so that a rewrite waits on neither the reads nor one write at a time.
+
+use std::future::Future;
+use std::ops::ControlFlow;
+use std::pin::pin;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+
+use crate::error::Result;
+use crate::scan::Scan;
+use crate::types::StoredDoc;
+
+impl Scan {
+    /// Reads every page and hands each to `work`; the next page is read while earlier ones
+    /// are worked on, and up to `in_flight` of them are worked on at once (at least one).
+    /// `done` gets each page's outcome as it ends, in whatever order they end; when it
+    /// answers [`ControlFlow::Break`], no more pages are read or started, and the pipeline
+    /// returns once the pages under way have ended (their outcomes go to `done` too: what was
+    /// sent is accounted for).
+    ///
+    /// At most one page waits, read ahead, for a place: a slow `work` holds at most
+    /// `in_flight + 1` pages in memory. The scan is closed on every way out.
+    ///
+    /// Pages are handed out in the scan's order but may end in any order: the work on one
+    /// page must not depend on another's being done (a rename's rewrite does not; a copy's,
+    /// whose parents must exist before their children, does).
+    ///
+    /// # Errors
+    /// A page that could not be read, after the pages under way have ended: as
+    /// [`Scan::next_page`].
+    pub async fn pipeline<T, W, Fut, D>(
+        &mut self,
+        in_flight: usize,
+        mut work: W,
+        mut done: D,
+    ) -> Result<()>
+    where
+        W: FnMut(Vec<StoredDoc>) -> Fut,
+        Fut: Future<Output = T>,
+        D: FnMut(T) -> ControlFlow<()>,
+    {
+        let in_flight = in_flight.max(1);
+        let mut failed = None;
+        {
+            // `next` on this stream may be dropped unfinished (the other branch of the select
+            // won) and polled again later: the stream keeps the read under way, so no page is
+            // lost, as it would be by dropping a `next_page` half-way.
+            let mut pages = pin!(futures::stream::unfold(&mut *self, |scan| async move {
+                match scan.next_page().await {
+                    Ok(Some(page)) => Some((Ok(page), scan)),
+                    Ok(None) => None,
+                    Err(e) => Some((Err(e), scan)),
+                }
+            })
+            .fuse());
+            let mut running = FuturesUnordered::new();
+            let mut ahead: Option<Vec<StoredDoc>> = None;
+            let (mut reading, mut stopped) = (true, false);
+            loop {
+                while running.len() < in_flight && !stopped {
+                    match ahead.take() {
+                        Some(page) => running.push(work(page)),
+                        None => break,
+                    }
+                }
+                let read = reading && !stopped && ahead.is_none();
+                if running.is_empty() && !read {
+                    break;
+                }
+                tokio::select! {
+                    page = pages.next(), if read => match page {
+                        Some(Ok(page)) => ahead = Some(page),
+                        Some(Err(e)) => {
+                            failed = Some(e);
+                            stopped = true;
+                        }
+                        None => reading = false,
+                    },
+                    Some(outcome) = running.next(), if !running.is_empty() => {
+                        if done(outcome).is_break() {
+                            stopped = true;
+                        }
+                    }
+                }
+            }
+        }
+        self.close().await;
+        failed.map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use crate::store::{DocStore, SharedStore};
+    use crate::types::Scope;
+    use crate::{Scan, SqliteStore};
+
+    async fn store_of(docs: usize) -> SharedStore {
+        let store = SqliteStore::in_memory().expect("in-memory store");
+        store.create_index("t", &json!({})).await.expect("index");
+        for i in 0..docs {
+            let path = format!("/d/{i:04}");
+            store
+                .create("t", &format!("{i}"), json!({ "path": path }))
+                .await
+                .expect("create");
+        }
+        Arc::new(store)
+    }
+
+    #[tokio::test]
+    async fn every_page_is_worked_on_once_with_at_most_in_flight_at_a_time() {
+        let store = store_of(95).await;
+        for in_flight in [1, 3] {
+            let mut scan = Scan::new(Arc::clone(&store), "t", Scope::All, 10);
+            let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+            let mut seen = Vec::new();
+            scan.pipeline(
+                in_flight,
+                |page| {
+                    let (now, most) = (&now, &most);
+                    async move {
+                        let running = now.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(running, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        now.fetch_sub(1, Ordering::SeqCst);
+                        page.into_iter().map(|d| d.id).collect::<Vec<_>>()
+                    }
+                },
+                |ids| {
+                    seen.extend(ids);
+                    std::ops::ControlFlow::Continue(())
+                },
+            )
+            .await
+            .expect("pipeline");
+            seen.sort_by_key(|id| id.parse::<usize>().unwrap_or(usize::MAX));
+            let all: Vec<String> = (0..95).map(|i| i.to_string()).collect();
+            assert_eq!(seen, all, "in_flight {in_flight}");
+            assert_eq!(
+                most.load(Ordering::SeqCst),
+                in_flight,
+                "in_flight {in_flight}"
+            );
+            assert!(!scan.is_open());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_break_starts_no_more_pages_and_waits_for_those_under_way() {
+        let store = store_of(100).await;
+        let mut scan = Scan::new(Arc::clone(&store), "t", Scope::All, 10);
+        let started = AtomicUsize::new(0);
+        let mut ended = 0;
+        scan.pipeline(
+            2,
+            |_page| {
+                started.fetch_add(1, Ordering::SeqCst);
+                async { tokio::time::sleep(Duration::from_millis(2)).await }
+            },
+            |()| {
+                ended += 1;
+                if ended == 3 {
+                    std::ops::ControlFlow::Break(())
+                } else {
+                    std::ops::ControlFlow::Continue(())
+                }
+            },
+        )
+        .await
+        .expect("pipeline");
+        let started = started.load(Ordering::SeqCst);
+        assert!(started < 10, "{started} pages started after the break");
+        assert_eq!(ended, started, "every page started was accounted for");
+        assert!(!scan.is_open());
+    }
+}
