@@ -309,6 +309,35 @@ fn osmem() -> SharedStore {
     Arc::new(fs_testkit::elastic_store(proxy.url()))
 }
 
+/// Runs the measurements of one backend that the plan asks for, and keeps the failures.
+struct Measured<'a> {
+    plan: &'a Plan,
+    name: &'a str,
+    failures: &'a mut Vec<String>,
+}
+
+impl Measured<'_> {
+    /// Runs `measurement` (a future not yet polled) if the plan asks for it; its rows, or
+    /// none if it was not asked for or failed (the failure is kept, with why).
+    async fn run<T: Default>(
+        &mut self,
+        which: Measurement,
+        measurement: impl std::future::Future<Output = anyhow::Result<T>>,
+    ) -> T {
+        if !self.plan.only.contains(&which) {
+            return T::default();
+        }
+        match measurement.await {
+            Ok(rows) => rows,
+            Err(e) => {
+                eprintln!("{}: {which:?} failed: {e:#}", self.name);
+                self.failures.push(format!("{which:?}: {e:#}"));
+                T::default()
+            }
+        }
+    }
+}
+
 pub async fn run_all(plan: &Plan) -> anyhow::Result<Vec<BackendResults>> {
     let mut out = Vec::new();
     let (embedded, _dir) = embedded(plan.embedded)?;
@@ -321,78 +350,44 @@ pub async fn run_all(plan: &Plan) -> anyhow::Result<Vec<BackendResults>> {
     } in backends(plan, embedded)?
     {
         eprintln!("== {name}: {about}");
-        let run = |m: Measurement| plan.only.contains(&m);
         // A measurement that fails (a server that gives out half-way, say) is reported and
         // the run goes on: the others' figures are not lost with it.
         let mut failures = Vec::new();
-        let mut kept = |m: Measurement, result: anyhow::Result<()>| {
-            if let Err(e) = result {
-                eprintln!("{name}: {m:?} failed: {e:#}");
-                failures.push(format!("{m:?}: {e:#}"));
-            }
+        let mut measured = Measured {
+            plan,
+            name: &name,
+            failures: &mut failures,
         };
-        let mut r = BackendResults {
-            name: name.clone(),
-            about,
-            locks: Vec::new(),
-            renames: Vec::new(),
-            in_flight: Vec::new(),
-            concurrency: Vec::new(),
-            affected: Vec::new(),
-            fairness: Vec::new(),
-            failures: Vec::new(),
-        };
-        if run(Measurement::Locks) {
-            kept(
-                Measurement::Locks,
-                async {
-                    r.locks = locks(&store, plan).await?;
-                    Ok(())
-                }
-                .await,
-            );
-        }
-        if run(Measurement::Renames) {
-            kept(
+        let locks = measured.run(Measurement::Locks, locks(&store, plan)).await;
+        let (renames, in_flight) = measured
+            .run(
                 Measurement::Renames,
-                async {
-                    (r.renames, r.in_flight) = renames(&store, plan, max, url.as_deref()).await?;
-                    Ok(())
-                }
-                .await,
-            );
-        }
-        if run(Measurement::Concurrency) {
-            kept(
-                Measurement::Concurrency,
-                async {
-                    r.concurrency = concurrency(&store, plan).await?;
-                    Ok(())
-                }
-                .await,
-            );
-        }
-        if run(Measurement::Affected) {
-            kept(
-                Measurement::Affected,
-                async {
-                    r.affected = affected(&store, plan).await?;
-                    Ok(())
-                }
-                .await,
-            );
-        }
-        if run(Measurement::Fairness) {
-            kept(
+                renames(&store, plan, max, url.as_deref()),
+            )
+            .await;
+        let concurrency = measured
+            .run(Measurement::Concurrency, concurrency(&store, plan))
+            .await;
+        let affected = measured
+            .run(Measurement::Affected, affected(&store, plan))
+            .await;
+        let fairness = measured
+            .run(
                 Measurement::Fairness,
-                async {
-                    r.fairness = crate::fairness::fairness(&store, plan.fairness_trials).await?;
-                    Ok(())
-                }
-                .await,
-            );
-        }
-        r.failures = failures;
+                crate::fairness::fairness(&store, plan.fairness_trials),
+            )
+            .await;
+        let r = BackendResults {
+            name,
+            about,
+            locks,
+            renames,
+            in_flight,
+            concurrency,
+            affected,
+            fairness,
+            failures,
+        };
         out.push(r);
     }
     Ok(out)
