@@ -367,6 +367,60 @@ async fn progress_is_reported_in_order(env: Env) {
     assert_eq!(events.last(), Some(&RenameEvent::Released));
 }
 
+/// A subtree larger than a page: the check reads its first page, the rewrite writes it and
+/// scans the rest from the next path on. A second document at the path where the two reads
+/// meet (a tree with a duplicate path) moves once, like every other; so does one at the first
+/// page's last path. Progress counts whole pages.
+async fn the_checks_first_page_and_the_rest_move_once_each(env: Env) {
+    let files: Vec<(String, bool)> = std::iter::once(("/a".to_owned(), true))
+        .chain(std::iter::once(("/x".to_owned(), true)))
+        .chain((0..10).map(|i| (format!("/a/f{i:02}"), false)))
+        .collect();
+    let entries: Vec<(&str, bool)> = files.iter().map(|(p, d)| (p.as_str(), *d)).collect();
+    tree_with(&env, &entries).await;
+    // Page size 3: the check reads `/a`, `/a/f00`, `/a/f01` and more; the rest starts at
+    // `/a/f02`. Duplicates of both paths where the reads meet.
+    for (id, path) in [("zz-dup-f01", "/a/f01"), ("zz-dup-f02", "/a/f02")] {
+        let doc = fs_model::FsDoc::file(p(path), 1, 0);
+        env.store
+            .create(&env.index, id, serde_json::to_value(&doc).expect("json"))
+            .await
+            .expect("duplicate");
+    }
+    env.store.refresh(&env.index).await.expect("refresh");
+    let before = paths_by_id(&env).await;
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&events);
+    let report = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+        .page_size(3)
+        .progress(Arc::new(move |e| sink.lock().expect("events").push(e)))
+        .build()
+        .rename(&p("/a"), &p("/x/a"))
+        .await
+        .expect("rename");
+    assert_eq!((report.found, report.rewritten), (13, 13), "{report:?}");
+    env.store.refresh(&env.index).await.expect("refresh");
+    let after = paths_by_id(&env).await;
+    assert_eq!(after.len(), before.len());
+    for (id, path) in &before {
+        let want = match path.strip_prefix("/a") {
+            Some(rest) if path == "/a" || path.starts_with("/a/") => format!("/x/a{rest}"),
+            _ => path.clone(),
+        };
+        assert_eq!(after.get(id), Some(&want), "{id} ({path})");
+    }
+    let events = events.lock().expect("events").clone();
+    assert!(
+        events.contains(&RenameEvent::Checked { total: 13 }),
+        "the count beside the journal: {events:?}"
+    );
+    let last = events.iter().rev().find_map(|e| match e {
+        RenameEvent::Progress { done, total } => Some((*done, *total)),
+        _ => None,
+    });
+    assert_eq!(last, Some((13, 13)), "{events:?}");
+}
+
 async fn fsck_finds_what_is_broken(env: Env) {
     tree_with(&env, &[("/a", true), ("/a/f", false)]).await;
     let put = |id: &str, source: serde_json::Value| {
@@ -511,6 +565,7 @@ on_every_backend!(
     transient_item_failures_are_retried,
     a_retried_write_that_had_landed_is_recognised,
     progress_is_reported_in_order,
+    the_checks_first_page_and_the_rest_move_once_each,
     fsck_finds_what_is_broken,
     fsck_reports_locks_without_failing,
 );

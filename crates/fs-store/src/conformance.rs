@@ -19,7 +19,9 @@ use std::sync::Arc;
 use fs_model::{DocKind, FsDoc, FsPath};
 use serde_json::{json, Value};
 
-use crate::{BulkOp, DocStore, Scan, Scope, SearchRequest, SharedStore, StoreError, Version};
+use crate::{
+    BulkOp, Cursor, DocStore, Scan, Scope, SearchRequest, SharedStore, StoreError, Version,
+};
 
 /// Returns a fresh index name `prefix-<random>`, created with `path` and `parent` as keywords
 /// (as in both of fsrename's indices) and other fields free, since the cases write free-form
@@ -644,6 +646,127 @@ pub async fn search_any_of(store: SharedStore) {
     assert_eq!(store.count(&index, &nothing).await.expect("count"), 0);
 }
 
+/// The rest of a subtree from a path on: path order, paged like the subtree; a start before
+/// the root's subtree reads all of it, one past its end nothing; count agrees.
+pub async fn search_subtree_from(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-subtree-from").await;
+    put_paths(&*store, &index, TREE).await;
+    let path = |p: &str| FsPath::parse(p).expect("path");
+    let rest = Scope::SubtreeFrom {
+        root: path("/clinton"),
+        start: path("/clinton/projects/elasticsearch"),
+    };
+    assert!(rest.sorted_by_path());
+    let expected = vec![
+        "/clinton/projects/elasticsearch",
+        "/clinton/projects/elasticsearch/README.txt",
+        "/clinton/projects/kibana",
+    ];
+    for size in [1, 2, 100] {
+        assert_eq!(
+            search_all(&*store, &index, rest.clone(), size).await,
+            expected,
+            "pages of {size}"
+        );
+    }
+    assert_eq!(store.count(&index, &rest).await.expect("count"), 3);
+    let all = Scope::SubtreeFrom {
+        root: path("/clinton"),
+        start: path("/a"),
+    };
+    assert_eq!(search_all(&*store, &index, all.clone(), 100).await.len(), 6);
+    let none = Scope::SubtreeFrom {
+        root: path("/clinton"),
+        start: path("/clinton/zz"),
+    };
+    assert!(search_all(&*store, &index, none, 100).await.is_empty());
+}
+
+/// Scopes in turn: the documents of the first scope before those only later ones hold, each
+/// scope in path order, every document once, in one page with no next; a cursor is refused;
+/// count agrees with `AnyOf`.
+pub async fn search_in_turn(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-in-turn").await;
+    put_paths(&*store, &index, TREE).await;
+    store
+        .create(&index, "no-path", json!({"lock_type": "exclusive"}))
+        .await
+        .expect("create");
+    store.refresh(&index).await.expect("refresh");
+    let path = |p: &str| FsPath::parse(p).expect("path");
+    let scopes = vec![
+        Scope::Exact(path("/gormley")),
+        Scope::Exact(path("/nothing")),
+        // Sorts before `/gormley` by path, yet comes after it.
+        Scope::Subtree(path("/clinton")),
+        // Overlaps the one before: its documents come once, where that one put them.
+        Scope::Exact(path("/clinton/a.txt")),
+        Scope::Exact(path("/日本/é")),
+    ];
+    let search = |size: usize| {
+        let (store, index, scope) = (Arc::clone(&store), index.clone(), scopes.clone());
+        async move {
+            let page = store
+                .search(
+                    &index,
+                    SearchRequest::single_page(Scope::InTurn(scope), size),
+                )
+                .await
+                .expect("search in turn");
+            assert!(page.next.is_none(), "one page, no next");
+            page.docs
+                .iter()
+                .map(|d| d.source["path"].as_str().unwrap_or("?").to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    let all = vec![
+        "/gormley",
+        "/clinton",
+        "/clinton/a.txt",
+        "/clinton/projects",
+        "/clinton/projects/elasticsearch",
+        "/clinton/projects/elasticsearch/README.txt",
+        "/clinton/projects/kibana",
+        "/日本/é",
+    ];
+    assert_eq!(search(100).await, all);
+    // A page too small for everything keeps the earlier scopes whole.
+    assert_eq!(search(3).await, all[..3].to_vec());
+    // `first` (not `single_page`) reads one page too.
+    let page = store
+        .search(
+            &index,
+            SearchRequest::first(Scope::InTurn(scopes.clone()), 2),
+        )
+        .await
+        .expect("first page in turn");
+    assert_eq!(page.docs.len(), 2);
+    assert!(page.next.is_none(), "scopes in turn have no next page");
+    assert_eq!(
+        store
+            .count(&index, &Scope::InTurn(scopes.clone()))
+            .await
+            .expect("count"),
+        8
+    );
+    let mut request = SearchRequest::first(Scope::InTurn(scopes), 2);
+    request.after = Some(Cursor(json!(["/clinton", "d0"])));
+    let refused = store.search(&index, request).await;
+    assert!(
+        matches!(refused, Err(StoreError::Rejected { .. })),
+        "{refused:?}"
+    );
+    let nothing = store
+        .search(
+            &index,
+            SearchRequest::single_page(Scope::InTurn(Vec::new()), 10),
+        )
+        .await
+        .expect("nothing in turn");
+    assert!(nothing.docs.is_empty());
+}
+
 /// `indices_exist` is true only when every index named exists (a store may always say false,
 /// "not known", and then must say so for missing ones too); `bulk_refreshed` leaves its items
 /// searchable with no refresh after it.
@@ -879,7 +1002,7 @@ macro_rules! conformance_suite {
             index_lifecycle, create_then_get, ids_may_contain_slashes_and_unicode,
             index_writes_and_conditions, delete_and_conditions, mget_keeps_order,
             bulk_items_are_independent, search_subtree_is_component_wise, search_exact_path, search_children,
-            search_all_pages_everything, search_pathless, search_any_of, indices_exist_and_bulk_refreshed, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
+            search_all_pages_everything, search_pathless, search_any_of, search_in_turn, search_subtree_from, indices_exist_and_bulk_refreshed, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
             refresh_makes_writes_searchable, sources_must_be_objects, cas_increments_are_exact,
             create_race_has_one_winner);
     };
@@ -894,7 +1017,7 @@ macro_rules! conformance_suite {
             index_lifecycle, create_then_get, ids_may_contain_slashes_and_unicode,
             index_writes_and_conditions, delete_and_conditions, mget_keeps_order,
             bulk_items_are_independent, search_subtree_is_component_wise, search_exact_path, search_children,
-            search_all_pages_everything, search_pathless, search_any_of, indices_exist_and_bulk_refreshed, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
+            search_all_pages_everything, search_pathless, search_any_of, search_in_turn, search_subtree_from, indices_exist_and_bulk_refreshed, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
             refresh_makes_writes_searchable, sources_must_be_objects, cas_increments_are_exact,
             create_race_has_one_winner, near_real_time_hides_unrefreshed_writes);
     };

@@ -29,8 +29,24 @@ impl Scan {
     /// # Errors
     /// A page that could not be read, after the pages under way have ended: as
     /// [`Scan::next_page`].
-    pub async fn pipeline<T, W, Fut, D>(
+    pub async fn pipeline<T, W, Fut, D>(&mut self, in_flight: usize, work: W, done: D) -> Result<()>
+    where
+        W: FnMut(Vec<StoredDoc>) -> Fut,
+        Fut: Future<Output = T>,
+        D: FnMut(T) -> ControlFlow<()>,
+    {
+        self.pipeline_after(Vec::new(), in_flight, work, done).await
+    }
+
+    /// As [`Scan::pipeline`], with `first` (unless empty) handed to `work` as the first page,
+    /// before any the scan reads: a page the caller read otherwise (a rename's check reads the
+    /// first page of its source; the scan reads the rest).
+    ///
+    /// # Errors
+    /// As [`Scan::pipeline`].
+    pub async fn pipeline_after<T, W, Fut, D>(
         &mut self,
+        first: Vec<StoredDoc>,
         in_flight: usize,
         mut work: W,
         mut done: D,
@@ -55,7 +71,7 @@ impl Scan {
             })
             .fuse());
             let mut running = FuturesUnordered::new();
-            let mut ahead: Option<Vec<StoredDoc>> = None;
+            let mut ahead: Option<Vec<StoredDoc>> = (!first.is_empty()).then_some(first);
             let (mut reading, mut stopped) = (true, false);
             loop {
                 while running.len() < in_flight && !stopped {
@@ -68,7 +84,16 @@ impl Scan {
                 if running.is_empty() && !read {
                     break;
                 }
+                // `biased`: the branches are tried in order, not at random, so that a run is
+                // the same every time (the simulation replays a seed call for call). A page
+                // that ended is taken first: it frees a place for the page read ahead.
                 tokio::select! {
+                    biased;
+                    Some(outcome) = running.next(), if !running.is_empty() => {
+                        if done(outcome).is_break() {
+                            stopped = true;
+                        }
+                    }
                     page = pages.next(), if read => match page {
                         Some(Ok(page)) => ahead = Some(page),
                         Some(Err(e)) => {
@@ -77,11 +102,6 @@ impl Scan {
                         }
                         None => reading = false,
                     },
-                    Some(outcome) = running.next(), if !running.is_empty() => {
-                        if done(outcome).is_break() {
-                            stopped = true;
-                        }
-                    }
                 }
             }
         }
@@ -101,6 +121,14 @@ mod tests {
     use crate::store::{DocStore, SharedStore};
     use crate::types::Scope;
     use crate::{Scan, SqliteStore};
+
+    impl Scan {
+        async fn next_page_then_close(mut self) -> Vec<crate::types::StoredDoc> {
+            let page = self.next_page().await.expect("page").unwrap_or_default();
+            self.close().await;
+            page
+        }
+    }
 
     async fn store_of(docs: usize) -> SharedStore {
         let store = SqliteStore::in_memory().expect("in-memory store");
@@ -151,6 +179,34 @@ mod tests {
             );
             assert!(!scan.is_open());
         }
+    }
+
+    #[tokio::test]
+    async fn a_page_read_before_goes_first() {
+        let store = store_of(25).await;
+        let first = Scan::new(Arc::clone(&store), "t", Scope::All, 5)
+            .next_page_then_close()
+            .await;
+        let mut scan = Scan::new(Arc::clone(&store), "t", Scope::All, 10);
+        let mut pages = Vec::new();
+        scan.pipeline_after(
+            first,
+            1,
+            |page| async move { page.into_iter().map(|d| d.id).collect::<Vec<_>>() },
+            |ids| {
+                pages.push(ids);
+                std::ops::ControlFlow::Continue(())
+            },
+        )
+        .await
+        .expect("pipeline");
+        let sizes: Vec<usize> = pages.iter().map(Vec::len).collect();
+        assert_eq!(
+            sizes,
+            vec![5, 10, 10, 5],
+            "the page read before, then the scan's"
+        );
+        assert!(!scan.is_open());
     }
 
     #[tokio::test]

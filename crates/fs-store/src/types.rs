@@ -80,6 +80,16 @@ pub enum Scope {
     /// (`/clinton` covers `/clinton/a`, not `/clintonx`). The root covers every document that
     /// has a path.
     Subtree(FsPath),
+    /// The documents of `Subtree(root)` whose path sorts at or after `start`: the rest of a
+    /// subtree read in path order, for a caller that already holds its beginning (a rename's
+    /// check reads the first page of a large source). Under locks the subtree does not change
+    /// but by the caller, so this needs nothing kept open on the server between the two reads.
+    SubtreeFrom {
+        /// The subtree.
+        root: FsPath,
+        /// The first path read (it need not exist).
+        start: FsPath,
+    },
     /// Documents whose `parent` field equals the path: the entries of one directory.
     Children(FsPath),
     /// Documents without a `path` field: nothing of the tree, only what holds an id for it (a
@@ -89,16 +99,26 @@ pub enum Scope {
     /// send one per scope (a rename's check reads the source's subtree, the destination and
     /// its parent at once). Sorted by path if every scope is.
     AnyOf(Vec<Scope>),
+    /// The documents of each scope in turn, in one page: those of the first scope (in its own
+    /// order), then those of the second that the first does not hold, and so on. A search of it reads one page and has no next one; a
+    /// count counts as [`Scope::AnyOf`]. What a caller reads when some documents must be in
+    /// the page whatever the size of the rest: a rename's check puts the destination and its
+    /// parent before the source's subtree, so that one search answers for both even when the
+    /// subtree is too large to read.
+    InTurn(Vec<Scope>),
 }
 
 impl Scope {
     /// Returns true if a search of this scope is sorted by path (then id); the others are
-    /// sorted by id, or not at all.
+    /// sorted by id, or not at all ([`Scope::InTurn`] by scope first).
     pub fn sorted_by_path(&self) -> bool {
         match self {
-            Scope::All | Scope::Pathless => false,
+            Scope::All | Scope::Pathless | Scope::InTurn(_) => false,
             Scope::AnyOf(scopes) => scopes.iter().all(Scope::sorted_by_path),
-            Scope::Exact(_) | Scope::Subtree(_) | Scope::Children(_) => true,
+            Scope::Exact(_)
+            | Scope::Subtree(_)
+            | Scope::SubtreeFrom { .. }
+            | Scope::Children(_) => true,
         }
     }
 }

@@ -16,13 +16,14 @@
 //! once a read shows it is exactly the copy. Anything else there is a conflict, and the job
 //! stops.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use fs_locks::LockClient;
 use fs_model::{FsDoc, FsPath};
 use fs_store::{BulkOp, Scan, Scope, StoreError, Version};
 use serde_json::Value;
 
+use super::before_write::Gate;
 use super::Renamer;
 use crate::error::{RenameError, Result};
 use crate::report::{RenameEvent, RenameReport};
@@ -30,14 +31,15 @@ use crate::strategy::Strategy;
 use crate::tree::{Entry, FsTree};
 
 impl Renamer {
-    /// Copies everything at or under `from` to `to`; `total` is the count the checks found.
+    /// Copies everything at or under `from` to `to`; `total` is the count the checks found
+    /// (once known).
     pub(super) async fn copy_all(
         &self,
         tree: &FsTree,
-        locks: &LockClient,
+        (locks, gate): (&LockClient, &Gate),
         (from, to): (&FsPath, &FsPath),
         job_id: &str,
-        total: u64,
+        total: &OnceLock<u64>,
         report: &mut RenameReport,
     ) -> Result<()> {
         let store = tree.store();
@@ -47,7 +49,7 @@ impl Renamer {
         // Under locks nothing is added under the source, so a subtree that fits in one page
         // needs no point in time on Elasticsearch (as for a rename).
         let locked = self.config.strategy != Strategy::None;
-        let mut scan = if locked && total < page_size as u64 {
+        let mut scan = if locked && total.get().is_some_and(|&n| n < page_size as u64) {
             Scan::single_page(Arc::clone(store), index, scope, page_size)
         } else {
             Scan::new(Arc::clone(store), index, scope, page_size)
@@ -66,13 +68,18 @@ impl Renamer {
                     .map(|d| Entry::from_stored(index, d))
                     .collect::<Result<Vec<_>>>()?;
                 report.found += entries.len() as u64;
-                self.before_page(locks, &entries, from, (report.rewritten, report.found))
-                    .await?;
+                self.before_page(
+                    (locks, gate),
+                    &entries,
+                    from,
+                    (report.rewritten, report.found),
+                )
+                .await?;
                 self.copy_page(tree, locks, &entries, (from, to), job_id, report)
                     .await?;
                 self.emit(RenameEvent::Progress {
                     done: report.rewritten,
-                    total: total.max(report.found),
+                    total: total.get().copied().unwrap_or(0).max(report.found),
                 });
             }
             Ok(())
@@ -82,27 +89,6 @@ impl Renamer {
         // locks are released.
         scan.close().await;
         copied
-    }
-
-    /// What every page of a rename, a copy or a delete goes through before its write: the hook, a
-    /// cancellation, and the check that the locks are still this job's (a page read while
-    /// they were is written only if they still are). A cancellation reports
-    /// `(rewritten, found)`.
-    pub(super) async fn before_page(
-        &self,
-        locks: &LockClient,
-        entries: &[Entry],
-        path: &FsPath,
-        (rewritten, found): (u64, u64),
-    ) -> Result<()> {
-        if let Some(hooks) = &self.config.hooks {
-            hooks.before_write(entries).await;
-        }
-        if self.config.cancel.as_ref().is_some_and(|c| *c.borrow()) {
-            return Err(RenameError::Cancelled { rewritten, found });
-        }
-        locks.ensure_held(path.as_str()).await?;
-        Ok(())
     }
 
     /// Copies one page in two bulk requests: claims on the copies' ids, then, once the

@@ -16,6 +16,7 @@ use fs_locks::LockClient;
 use fs_model::FsPath;
 use fs_store::{BulkOp, StoreError};
 
+use super::before_write::Gate;
 use super::Renamer;
 use crate::error::{RenameError, Result};
 use crate::report::{RenameEvent, RenameReport};
@@ -26,7 +27,7 @@ impl Renamer {
     pub(super) async fn delete_all(
         &self,
         tree: &FsTree,
-        locks: &LockClient,
+        (locks, gate): (&LockClient, &Gate),
         path: &FsPath,
         report: &mut RenameReport,
     ) -> Result<()> {
@@ -45,7 +46,7 @@ impl Renamer {
                 .then_with(|| a.doc.path.cmp(&b.doc.path))
         });
         for page in pages_by_depth(&entries, self.config.page_size) {
-            self.before_page(locks, page, path, (report.rewritten, report.found))
+            self.before_page((locks, gate), page, path, (report.rewritten, report.found))
                 .await?;
             self.delete_page(tree, page, path, report).await?;
             self.emit(RenameEvent::Progress {

@@ -2,9 +2,10 @@
 //! delete (`rm -r`), from locks to release.
 //!
 //! Steps, the same for every kind ([`run`](self) holds them): take the locks → check, now
-//! that nobody else can change the answer → journal → write, page by page (the next page read
-//! while earlier ones are written) → check the count → close the journal and refresh, at once
-//! → release. What the writes are depends on
+//! that nobody else can change the answer (a rename's check also reads the first page of its
+//! source) → journal, while the first pages are read; their writes wait for the entry
+//! (`before_write.rs`) → write, page by page (the next page read while earlier ones are
+//! written) → check the count → close the journal and refresh, at once → release. What the writes are depends on
 //! the kind:
 //!
 //! - a rename (`rewrite.rs`) pages through the source and bulk-rewrites `path`, `parent`,
@@ -42,6 +43,7 @@ use fs_locks::LockClient;
 use fs_model::FsPath;
 use fs_store::{CountingStore, SharedStore};
 
+mod before_write;
 mod builder;
 mod bulk;
 mod copy;
@@ -201,12 +203,13 @@ impl Renamer {
             tree.refresh().await?;
             let total = tree.count_under(&from).await?;
             self.emit(RenameEvent::Checked { total });
+            // A journaled job: its writes wait for nothing.
             self.finish(
                 &tree,
-                locks,
+                (locks, &before_write::Gate::open()),
                 &task,
                 &entry.job_id,
-                (total, None),
+                (&std::sync::OnceLock::from(total), run::Read::default()),
                 &mut report,
             )
             .await?

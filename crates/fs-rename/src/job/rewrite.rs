@@ -1,41 +1,82 @@
 //! The rewrite: every document under the source, page by page, each written conditionally on
 //! the version its page read; transient item failures sent again, a conflict a stop.
 
+use std::collections::HashSet;
 use std::ops::ControlFlow;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use fs_locks::LockClient;
 use fs_model::FsPath;
-use fs_store::{BulkOp, Scan, Scope, StoreError};
+use fs_store::{BulkOp, Scan, Scope, StoreError, StoredDoc};
+use serde_json::Value;
 
+use super::before_write::Gate;
 use super::Renamer;
 use crate::error::{RenameError, Result};
 use crate::report::{RenameEvent, RenameReport};
 use crate::strategy::Strategy;
 use crate::tree::{Entry, FsTree};
 
+/// The path of a document as read, for a scan to start from it.
+fn stored_path(index: &str, doc: &StoredDoc) -> Result<FsPath> {
+    let bad = |message: String| RenameError::BadDocument {
+        index: index.to_owned(),
+        id: doc.id.clone(),
+        message,
+    };
+    let path = doc
+        .source
+        .get("path")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("no `path` field".to_owned()))?;
+    FsPath::parse(path).map_err(|e| bad(e.to_string()))
+}
+
 /// How many times a transiently failed bulk item is sent again.
 const ITEM_RETRIES: u32 = 6;
 
 impl Renamer {
+    /// Rewrites every document at or under `from`: first what the check read of them, if
+    /// anything (`read`: more than a page), then the rest, scanned from where that stopped.
+    /// `total` is how many there are, once known (for progress).
     pub(super) async fn rewrite(
         &self,
         tree: &FsTree,
-        locks: &LockClient,
-        from: &FsPath,
-        to: &FsPath,
-        total: u64,
+        (locks, gate): (&LockClient, &Gate),
+        (from, to): (&FsPath, &FsPath),
+        (total, mut read): (&OnceLock<u64>, Vec<StoredDoc>),
         report: &mut RenameReport,
     ) -> Result<()> {
         let store = tree.store();
         let index = tree.index();
-        let scope = Scope::Subtree(from.clone());
+        let page_size = self.config.page_size.max(1);
+        // The check read a page and more: its first page is written as it is, and the scan
+        // starts at the first document after it (under the locks nothing but this job changes
+        // the subtree, so nothing need be kept open between the two reads). Only documents
+        // sharing that path with the page (a tree with duplicate paths) come twice: those
+        // already in the page are left out, by id.
+        let (scope, first, again) = if read.len() > page_size {
+            let rest = read.split_off(page_size);
+            let start = stored_path(index, &rest[0])?;
+            let again: HashSet<String> = read
+                .iter()
+                .filter(|d| d.source.get("path").and_then(Value::as_str) == Some(start.as_str()))
+                .map(|d| d.id.clone())
+                .collect();
+            let scope = Scope::SubtreeFrom {
+                root: from.clone(),
+                start,
+            };
+            (scope, read, again)
+        } else {
+            (Scope::Subtree(from.clone()), Vec::new(), HashSet::new())
+        };
         // Under locks the count cannot grow, so a subtree that fits in one page needs no
         // point in time on Elasticsearch (opening one costs more than a small scan).
         let locked = self.config.strategy != Strategy::None;
-        let page_size = self.config.page_size;
-        let mut scan = if locked && total < page_size as u64 {
+        let fits = first.is_empty() && total.get().is_some_and(|&n| n < page_size as u64);
+        let mut scan = if locked && fits {
             Scan::single_page(Arc::clone(store), index, scope, page_size)
         } else {
             Scan::new(Arc::clone(store), index, scope, page_size)
@@ -44,35 +85,51 @@ impl Renamer {
         // requests at once: each document is written conditionally on the version its own
         // page read, so the pages need no order among themselves.
         let mut failure: Option<RenameError> = None;
+        let again = &again;
+        // The first page handed out is the check's (if any), which keeps all of its documents.
+        let mut checks_page = !first.is_empty();
         let scanned = scan
-            .pipeline(
+            .pipeline_after(
+                first,
                 self.config.in_flight,
-                |docs| async move {
-                    let found = docs.len() as u64;
-                    let mut written = Written::default();
-                    let result = async {
-                        let entries = docs
-                            .into_iter()
-                            .map(|d| Entry::from_stored(index, d))
-                            .collect::<Result<Vec<_>>>()?;
-                        // The page was read while the locks were ours only if they still are
-                        // now: past this point a recoverer may have taken over, and what was
-                        // read may be stale.
-                        self.before_page(locks, &entries, from, (0, 0)).await?;
-                        self.write_page(tree, &entries, (from, to), false, &mut written)
-                            .await
+                |mut docs| {
+                    let scanned = !std::mem::take(&mut checks_page);
+                    async move {
+                        if scanned && !again.is_empty() {
+                            docs.retain(|d| !again.contains(&d.id));
+                        }
+                        let found = docs.len() as u64;
+                        if found == 0 {
+                            return (found, Written::default(), Ok(()));
+                        }
+                        let mut written = Written::default();
+                        let result = async {
+                            let entries = docs
+                                .into_iter()
+                                .map(|d| Entry::from_stored(index, d))
+                                .collect::<Result<Vec<_>>>()?;
+                            // The page was read while the locks were ours only if they still are
+                            // now: past this point a recoverer may have taken over, and what was
+                            // read may be stale.
+                            self.before_page((locks, gate), &entries, from, (0, 0))
+                                .await?;
+                            self.write_page(tree, &entries, (from, to), false, &mut written)
+                                .await
+                        }
+                        .await;
+                        (found, written, result)
                     }
-                    .await;
-                    (found, written, result)
                 },
                 |(found, written, result)| {
                     report.found += found;
                     written.add_to(report);
                     match result {
+                        // A page that held only documents already written.
+                        Ok(()) if found == 0 => ControlFlow::Continue(()),
                         Ok(()) => {
                             self.emit(RenameEvent::Progress {
                                 done: report.rewritten,
-                                total: total.max(report.found),
+                                total: total.get().copied().unwrap_or(0).max(report.found),
                             });
                             ControlFlow::Continue(())
                         }
@@ -97,7 +154,7 @@ impl Renamer {
     pub(super) async fn rewrite_known(
         &self,
         tree: &FsTree,
-        locks: &LockClient,
+        (locks, gate): (&LockClient, &Gate),
         (from, to): (&FsPath, &FsPath),
         entries: Vec<Entry>,
         report: &mut RenameReport,
@@ -105,7 +162,7 @@ impl Renamer {
         let total = entries.len() as u64;
         for page in entries.chunks(self.config.page_size.max(1)) {
             report.found += page.len() as u64;
-            self.before_page(locks, page, from, (report.rewritten, report.found))
+            self.before_page((locks, gate), page, from, (report.rewritten, report.found))
                 .await?;
             let last = report.found == total;
             let mut written = Written::default();

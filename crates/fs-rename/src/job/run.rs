@@ -1,13 +1,14 @@
 //! One job, from taking the locks to releasing them, whatever its kind: the restarts after a
 //! fence, the locks of each strategy, the checks, the journal around the writes, the count.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use fs_locks::{LockClient, LockEvent, LockGuard};
-use fs_store::{CountingStore, SharedStore};
+use fs_store::{CountingStore, SharedStore, StoredDoc};
 use tokio::time::Instant;
 
+use super::before_write::Gate;
 use super::{journaled, RenameOutcome, Renamer, Task};
 use crate::error::{RenameError, Result};
 use crate::journal::{Journal, JournalEntry, JournalLock};
@@ -161,23 +162,55 @@ impl Renamer {
         if !locked {
             tree.refresh().await?;
         }
-        let checked = task.check(tree).await?;
-        let total = match (&checked.subtree, checked.total) {
-            (Some(subtree), _) => subtree.len() as u64,
-            (None, Some(total)) => total,
-            (None, None) => tree.count_under(task.from()).await?,
-        };
-        // Read under the locks, the subtree stays as it is until they are released: the
-        // rewrite need not read it again. Without locks it may change meanwhile.
-        let known = checked.subtree.filter(|_| locked);
+        let checked = task.check(tree, self.config.page_size).await?;
         report.phases.checking += started.elapsed();
-        self.emit(RenameEvent::Checked { total });
+        // How many documents lie under the source: what the check read, if it read them all;
+        // else counted, beside the journal entry in a locked job (only progress needs it).
+        let total = OnceLock::new();
+        if checked.whole {
+            let _ = total.set(checked.subtree.len() as u64);
+        }
         if !locked {
+            let counted = match total.get() {
+                Some(&n) => n,
+                None => tree.count_under(task.from()).await?,
+            };
+            self.emit(RenameEvent::Checked { total: counted });
+            // Without locks the subtree may change after the check: the writes read it again.
             let refresh = self
-                .finish(tree, locks, task, job_id, (total, known), report)
+                .finish(
+                    tree,
+                    (locks, &Gate::open()),
+                    task,
+                    job_id,
+                    (&OnceLock::from(counted), Read::default()),
+                    report,
+                )
                 .await?;
             return refresh.make(tree).await;
         }
+        if let Some(&n) = total.get() {
+            self.emit(RenameEvent::Checked { total: n });
+        }
+        // Read under the locks, the subtree stays as it is until they are released: a rename
+        // writes what the check read (all of it, or its first page) without reading it again.
+        let read = match task {
+            Task::Rename { .. } if checked.whole => Read {
+                known: Some(
+                    checked
+                        .subtree
+                        .into_iter()
+                        .map(|d| Entry::from_stored(tree.index(), d))
+                        .collect::<Result<Vec<_>>>()?,
+                ),
+                first: Vec::new(),
+            },
+            Task::Rename { .. } => Read {
+                known: None,
+                first: checked.subtree,
+            },
+            Task::Copy { .. } | Task::Delete { .. } => Read::default(),
+        };
         // A job paused past its lease (by its own clock, less the allowed skew) stops here,
         // before journaling: a recovery may already be clearing its locks. A pause after this
         // check is caught by the fence (see `crate::journal`).
@@ -197,22 +230,58 @@ impl Renamer {
         for guard in guards.iter_mut() {
             guard.keep_on_drop();
         }
-        // Until this write is known to have landed or not, the job may be journaled: an
-        // unknown outcome counts as journaled, so the locks are left for recovery to resolve.
-        // A fence means it was not and never will be: nothing was written, so the locks
-        // (what is left of them) are released.
-        let version = match journaled(|| journal.open(&entry)).await {
-            Ok(version) => version,
-            Err(fenced @ RenameError::Fenced { .. }) => return Err(fenced),
-            Err(e) => return Err(unfinished(e, report)),
+        // The entry goes out (with the count, if the check did not read the whole subtree)
+        // while the first pages are read; their writes wait for it at the gate
+        // (`before_write.rs`).
+        let (keeper, gate) = Gate::shut();
+        let open = async {
+            let count = async {
+                match total.get() {
+                    Some(_) => None,
+                    None => Some(tree.count_under(task.from()).await),
+                }
+            };
+            let (opened, counted) = tokio::join!(journaled(|| journal.open(&entry)), count);
+            match counted {
+                Some(Ok(n)) => {
+                    let _ = total.set(n);
+                    self.emit(RenameEvent::Checked { total: n });
+                }
+                // Only the progress's total is missing: the job goes on without it.
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, from = %task.from(), "counting the documents to write failed; progress goes on without a total");
+                }
+                None => {}
+            }
+            if opened.is_ok() {
+                self.emit(RenameEvent::Journaled {
+                    job: job_id.clone(),
+                });
+            }
+            keeper.decide(opened.is_ok());
+            opened
         };
-        self.emit(RenameEvent::Journaled {
-            job: job_id.clone(),
-        });
-        let refresh = match self
-            .finish(tree, locks, task, &job_id, (total, known), report)
-            .await
-        {
+        let found = report.found;
+        let (opened, finished) = tokio::join!(
+            open,
+            self.finish(tree, (locks, &gate), task, &job_id, (&total, read), report)
+        );
+        // Until the entry is known to have landed or not, the job may be journaled: an
+        // unknown outcome counts as journaled, so the locks are left for recovery to resolve.
+        // A fence means it was not and never will be: nothing was written (the gate stayed
+        // shut), so the locks (what is left of them) are released. Either way the pages
+        // read meanwhile were not written: they are not counted as found.
+        let version = match opened {
+            Ok(version) => version,
+            Err(e) => {
+                report.found = found;
+                return Err(match e {
+                    fenced @ RenameError::Fenced { .. } => fenced,
+                    e => unfinished(e, report),
+                });
+            }
+        };
+        let refresh = match finished {
             Ok(refresh) => refresh,
             Err(e) => return Err(unfinished(e, report)),
         };
@@ -248,35 +317,39 @@ impl Renamer {
 
     /// Writes everything the task writes and checks the count: the part of a job that a
     /// recovery repeats. `job_id` is the journal id (a copy's new ids derive from it).
-    /// `total` is how many documents lie under the source, and `known` all of them where the
-    /// check read them under the locks (a rename then reads nothing more, and its one write
+    /// `total` is how many documents lie under the source (once known: it may be counted
+    /// while the first pages are read), and `read` what the check read of them under the
+    /// locks (a rename then does not read it again; when that is all of them, its one write
     /// also makes itself searchable). Returns whether the writes still need a refresh: the
     /// caller sends it (with the journal's close, in a journaled job) before the release.
     pub(super) async fn finish(
         &self,
         tree: &FsTree,
-        locks: &LockClient,
+        (locks, gate): (&LockClient, &Gate),
         task: &Task,
         job_id: &str,
-        (total, known): (u64, Option<Vec<Entry>>),
+        (total, read): (&OnceLock<u64>, Read),
         report: &mut RenameReport,
     ) -> Result<Refresh> {
         let started = Instant::now();
         let mut refreshed = false;
         let written = match task {
-            Task::Rename { from, to } => match known {
+            Task::Rename { from, to } => match read.known {
                 Some(entries) => {
                     refreshed = true;
-                    self.rewrite_known(tree, locks, (from, to), entries, report)
+                    self.rewrite_known(tree, (locks, gate), (from, to), entries, report)
                         .await
                 }
-                None => self.rewrite(tree, locks, from, to, total, report).await,
+                None => {
+                    self.rewrite(tree, (locks, gate), (from, to), (total, read.first), report)
+                        .await
+                }
             },
             Task::Copy { from, to } => {
-                self.copy_all(tree, locks, (from, to), job_id, total, report)
+                self.copy_all(tree, (locks, gate), (from, to), job_id, total, report)
                     .await
             }
-            Task::Delete { path, .. } => self.delete_all(tree, locks, path, report).await,
+            Task::Delete { path, .. } => self.delete_all(tree, (locks, gate), path, report).await,
         };
         report.phases.rewriting = started.elapsed();
         written?;
@@ -322,6 +395,15 @@ impl Renamer {
                 .collect(),
         }
     }
+}
+
+/// What a job's check read, handed to its writes: the whole subtree of a rename's source,
+/// parsed (`known`), or the first page of a larger one (`first`, as read). Empty for a copy,
+/// a delete, a job without locks and a recovery: their writes read it all themselves.
+#[derive(Debug, Default)]
+pub(super) struct Read {
+    pub known: Option<Vec<Entry>>,
+    pub first: Vec<StoredDoc>,
 }
 
 impl Refresh {

@@ -3,28 +3,22 @@
 
 use fs_locks::{LockClient, LockGuard};
 use fs_model::{DocKind, FsPath};
-use fs_store::{Scope, SearchRequest};
+use fs_store::{Scope, SearchRequest, StoredDoc};
+use serde_json::Value;
 
 use crate::error::{RenameError, Result};
 use crate::kind::JobKind;
 use crate::tree::{Entry, FsTree};
 
-/// How many documents of the source's subtree a rename's or a copy's check reads with the
-/// destination and its parent, in one search. A subtree that fits needs no count and no scan
-/// after the check (a one-file rename, a small directory); for a larger one the three paths
-/// are read again alone while the subtree is counted (one more round trip, two requests at
-/// once), then it is scanned page by page.
-const CHECK_READS: usize = 64;
-
 /// What a job's check read under its locks.
 #[derive(Debug, Default)]
 pub(crate) struct Checked {
-    /// Every document at or under the source, in path order, when they fitted in the check's
-    /// one search; `None` when the subtree is larger (or the check does not read it).
-    pub subtree: Option<Vec<Entry>>,
-    /// How many documents lie at or under the source, when the check counted them (a subtree
-    /// too large to read with the check).
-    pub total: Option<u64>,
+    /// The documents at or under the source that the check read, in path order: all of them
+    /// if `whole`, else the first page (a rename writes it, then scans the rest). Empty for a
+    /// delete, whose check reads no subtree.
+    pub subtree: Vec<StoredDoc>,
+    /// `subtree` is every document at or under the source.
+    pub whole: bool,
 }
 
 /// What a run does to the tree.
@@ -117,10 +111,11 @@ impl Task {
     }
 
     /// The checks a task makes once its locks are held; before that their answers are stale.
-    pub async fn check(&self, tree: &FsTree) -> Result<Checked> {
+    /// A rename's or a copy's reads up to `page_size` documents of the source's subtree too.
+    pub async fn check(&self, tree: &FsTree, page_size: usize) -> Result<Checked> {
         match self {
             Task::Rename { from, to } | Task::Copy { from, to } => {
-                check_source_and_destination(tree, from, to).await
+                check_source_and_destination(tree, from, to, page_size).await
             }
             Task::Delete { path, recursive } => {
                 check_delete(tree, path, *recursive).await?;
@@ -131,82 +126,63 @@ impl Task {
 }
 
 /// A rename or a copy: the source exists, the destination does not, and its parent is a
-/// directory. One search reads the source's subtree (up to [`CHECK_READS`] documents), the
-/// destination and its parent; if the subtree is larger, a second search reads the three paths
-/// alone while a count runs beside it.
+/// directory. One search reads the destination and its parent, then (in the same page) the
+/// source's subtree in path order, up to `page_size` documents: a subtree that fits needs no
+/// count and no scan; a larger one has its first page read. Scopes read in turn
+/// ([`Scope::InTurn`]) put the destination and its parent in the page however large the
+/// subtree: the check is one round trip at any size.
 async fn check_source_and_destination(
     tree: &FsTree,
     from: &FsPath,
     to: &FsPath,
+    page_size: usize,
 ) -> Result<Checked> {
     let Some(parent) = to.parent() else {
         return Err(RenameError::DestinationExists { path: to.clone() });
     };
-    let mut scopes = vec![Scope::Subtree(from.clone()), Scope::Exact(to.clone())];
+    let mut scopes = vec![Scope::Exact(to.clone())];
     if !parent.is_root() {
         scopes.push(Scope::Exact(parent.clone()));
     }
-    // Room for the destination and its parent beside the subtree, and one more document to
+    // Room for the destination and its parent before the subtree, and one more document to
     // tell a subtree that fits from one that does not.
-    let size = CHECK_READS + scopes.len();
+    let size = scopes.len() + page_size.max(1) + 1;
+    scopes.push(Scope::Subtree(from.clone()));
     let context = format!("checking `{from}` and `{to}`");
     let page = tree
         .store()
         .search(
             tree.index(),
-            SearchRequest::single_page(Scope::AnyOf(scopes), size),
+            SearchRequest::single_page(Scope::InTurn(scopes), size),
         )
         .await
         .map_err(RenameError::store(context))?;
-    if page.docs.len() < size {
-        let subtree = judge(tree, page.docs, (from, to, &parent))?;
-        return Ok(Checked {
-            subtree: Some(subtree),
-            total: None,
-        });
-    }
-    // A larger subtree: the three paths alone, and the count beside them, at once (the
-    // locks hold both answers still).
-    let mut exact = vec![Scope::Exact(from.clone()), Scope::Exact(to.clone())];
-    if !parent.is_root() {
-        exact.push(Scope::Exact(parent.clone()));
-    }
-    let size = exact.len();
-    let context = format!("checking `{from}` and `{to}`");
-    let (page, total) = tokio::join!(
-        tree.store().search(
-            tree.index(),
-            SearchRequest::single_page(Scope::AnyOf(exact), size),
-        ),
-        tree.count_under(from),
-    );
-    let page = page.map_err(RenameError::store(context))?;
-    judge(tree, page.docs, (from, to, &parent))?;
-    Ok(Checked {
-        subtree: None,
-        total: Some(total?),
-    })
+    let whole = page.docs.len() < size;
+    let subtree = judge(tree, page.docs, (from, to, &parent))?;
+    Ok(Checked { subtree, whole })
 }
 
-/// Judges what the check read (`docs`: the source, or its subtree, with the destination
-/// and its parent if they exist); returns the documents at or under the source.
+/// Judges what the check read (`docs`: the destination and its parent if they exist, then
+/// the source's subtree); returns the documents at or under the source, as read. Only the
+/// destination's parent is parsed here: the subtree's documents are parsed where they are
+/// written.
 fn judge(
     tree: &FsTree,
-    docs: Vec<fs_store::StoredDoc>,
+    docs: Vec<StoredDoc>,
     (from, to, parent): (&FsPath, &FsPath, &FsPath),
-) -> Result<Vec<Entry>> {
-    let mut subtree = Vec::new();
+) -> Result<Vec<StoredDoc>> {
+    let mut subtree = Vec::with_capacity(docs.len());
     let (mut source, mut destination, mut parent_kind) = (false, false, None);
     for stored in docs {
-        let entry = Entry::from_stored(tree.index(), stored)?;
-        let path = &entry.doc.path;
-        destination |= path == to;
-        if path == parent {
+        let path = stored.source.get("path").and_then(Value::as_str);
+        if path == Some(to.as_str()) {
+            destination = true;
+        } else if path == Some(parent.as_str()) {
+            let entry = Entry::from_stored(tree.index(), stored)?;
             parent_kind.get_or_insert(entry.doc.kind);
-        }
-        if path.is_inside(from) {
-            source |= path == from;
-            subtree.push(entry);
+        } else {
+            source |= path == Some(from.as_str());
+            subtree.push(stored);
         }
     }
     if parent.is_root() {

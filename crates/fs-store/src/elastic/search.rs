@@ -21,7 +21,7 @@ use crate::types::{Page, Scope, SearchRequest, StoredDoc};
 impl ElasticStore {
     pub(super) async fn search_page(&self, index: &str, request: SearchRequest) -> Result<Page> {
         let context = format!("searching `{index}`");
-        if request.single_page || matches!(request.scope, Scope::Exact(_)) {
+        if request.single_page || matches!(request.scope, Scope::Exact(_) | Scope::InTurn(_)) {
             return self.search_once(&context, index, &request).await;
         }
         let paging = self.paging().await?;
@@ -73,10 +73,22 @@ impl ElasticStore {
         request: &SearchRequest,
     ) -> Result<Page> {
         let indices = [index];
-        let sort = if !request.scope.sorted_by_path() {
-            json!(["_doc"])
-        } else {
-            json!([{ "path": "asc" }])
+        let sort = match &request.scope {
+            Scope::InTurn(_) => {
+                if let Some(cursor) = &request.after {
+                    return Err(StoreError::rejected(
+                        context,
+                        format!(
+                            "scopes in turn are read in one page: no cursor ({})",
+                            cursor.0
+                        ),
+                    ));
+                }
+                // The score says which scope holds a document first (see `scope_query`).
+                json!([{ "_score": "desc" }, { "path": { "order": "asc", "missing": "_last" } }])
+            }
+            scope if scope.sorted_by_path() => json!([{ "path": "asc" }]),
+            _ => json!(["_doc"]),
         };
         let body = json!({ "size": request.size, "query": scope_query(&request.scope), "sort": sort,
                            "seq_no_primary_term": true, "track_total_hits": false });
@@ -239,17 +251,33 @@ fn scope_query(scope: &Scope) -> Value {
             "should": [ { "term": { "path": p.as_str() } }, { "prefix": { "path": format!("{p}/") } } ],
             "minimum_should_match": 1
         } }),
+        Scope::SubtreeFrom { root, start } => json!({ "bool": { "filter": [
+            scope_query(&Scope::Subtree(root.clone())),
+            { "range": { "path": { "gte": start.as_str() } } }
+        ] } }),
         Scope::Children(p) => json!({ "term": { "parent": p.as_str() } }),
         Scope::Pathless => json!({ "bool": { "must_not": { "exists": { "field": "path" } } } }),
         // A `bool` with no `should` clause matches everything on some servers: none matches
         // nothing, said so.
-        Scope::AnyOf(scopes) if scopes.is_empty() => {
+        Scope::AnyOf(scopes) | Scope::InTurn(scopes) if scopes.is_empty() => {
             json!({ "bool": { "must_not": { "match_all": {} } } })
         }
         Scope::AnyOf(scopes) => json!({ "bool": {
             "should": scopes.iter().map(scope_query).collect::<Vec<_>>(),
             "minimum_should_match": 1
         } }),
+        // A document scores the boost of the first scope that holds it (`dis_max` takes the
+        // largest, and the first scope's is the largest): sorted by score, the documents of an
+        // earlier scope come before any that only later ones hold.
+        Scope::InTurn(scopes) => {
+            let n = scopes.len();
+            json!({ "dis_max": {
+                "queries": scopes.iter().enumerate().map(|(i, s)| json!({
+                    "constant_score": { "filter": scope_query(s), "boost": (n - i) as f64 }
+                })).collect::<Vec<_>>(),
+                "tie_breaker": 0.0
+            } })
+        }
     }
 }
 

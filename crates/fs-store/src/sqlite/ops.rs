@@ -425,12 +425,17 @@ fn scope_filter(scope: &Scope, binds: &mut Vec<SqlValue>) -> String {
                 n - 1
             )
         }
+        Scope::SubtreeFrom { root, start } => {
+            let subtree = scope_filter(&Scope::Subtree(root.clone()), binds);
+            binds.push(SqlValue::Text(start.as_str().to_owned()));
+            format!("{subtree} AND path >= ?{}", binds.len())
+        }
         Scope::Children(p) => {
             binds.push(SqlValue::Text(p.as_str().to_owned()));
             format!(" AND parent = ?{}", binds.len())
         }
         Scope::Pathless => " AND path IS NULL".to_owned(),
-        Scope::AnyOf(scopes) => {
+        Scope::AnyOf(scopes) | Scope::InTurn(scopes) => {
             let either: Vec<String> = scopes
                 .iter()
                 .map(|s| format!("(1{})", scope_filter(s, binds)))
@@ -462,6 +467,9 @@ pub(super) fn search(
     let table = if nrt { SEARCHABLE } else { LIVE };
     let tx = conn.transaction().map_err(err)?;
     index_seq(&tx, index)?;
+    if let Scope::InTurn(scopes) = &req.scope {
+        return search_in_turn(&tx, table, index, scopes, req);
+    }
     let mut binds = vec![SqlValue::Text(index.to_owned())];
     let mut sql = format!("SELECT id, seq_no, source, path FROM {table} WHERE idx = ?1");
     sql.push_str(&scope_filter(&req.scope, &mut binds));
@@ -528,6 +536,66 @@ pub(super) fn search(
         _ => None,
     };
     Ok(Page { docs, next })
+}
+
+/// A [`Scope::InTurn`]: one query a scope, each in its own order and without what the scopes
+/// before it hold, until the page is full. Each query walks its own index range, where one
+/// query ranking them all would read and sort every match of the large ones.
+fn search_in_turn(
+    tx: &rusqlite::Transaction<'_>,
+    table: &str,
+    index: &str,
+    scopes: &[Scope],
+    req: &SearchRequest,
+) -> Result<Page> {
+    let context = format!("searching `{index}`");
+    if let Some(cursor) = &req.after {
+        return Err(StoreError::rejected(
+            context,
+            format!(
+                "scopes in turn are read in one page: no cursor ({})",
+                cursor.0
+            ),
+        ));
+    }
+    let err = |e| sql_error(&context, e);
+    let mut docs = Vec::new();
+    for (i, scope) in scopes.iter().enumerate() {
+        let room = req.size.saturating_sub(docs.len());
+        if room == 0 {
+            break;
+        }
+        let mut binds = vec![SqlValue::Text(index.to_owned())];
+        let mut sql = format!("SELECT id, seq_no, source FROM {table} WHERE idx = ?1");
+        sql.push_str(&scope_filter(scope, &mut binds));
+        for earlier in &scopes[..i] {
+            // `COALESCE`: a comparison with a missing path is NULL, which must not count as
+            // "held by an earlier scope".
+            let filter = scope_filter(earlier, &mut binds);
+            sql.push_str(&format!(" AND NOT COALESCE((1{filter}), 0)"));
+        }
+        sql.push_str(if scope.sorted_by_path() {
+            " ORDER BY path, id"
+        } else {
+            " ORDER BY id"
+        });
+        binds.push(SqlValue::Integer(i64::try_from(room).unwrap_or(i64::MAX)));
+        sql.push_str(&format!(" LIMIT ?{}", binds.len()));
+        let mut stmt = tx.prepare_cached(&sql).map_err(err)?;
+        let mut rows = stmt.query(rusqlite::params_from_iter(binds)).map_err(err)?;
+        while let Some(row) = rows.next().map_err(err)? {
+            let id: String = row.get(0).map_err(err)?;
+            let seq_no: i64 = row.get(1).map_err(err)?;
+            let text: String = row.get(2).map_err(err)?;
+            let source = parse_source(index, &id, &text)?;
+            docs.push(StoredDoc {
+                id,
+                version: version(seq_no),
+                source,
+            });
+        }
+    }
+    Ok(Page { docs, next: None })
 }
 
 pub(super) fn count(conn: &mut Connection, nrt: bool, index: &str, scope: &Scope) -> Result<u64> {
