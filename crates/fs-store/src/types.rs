@@ -143,6 +143,21 @@ pub struct SearchRequest {
 }
 
 impl SearchRequest {
+    /// Refuses a cursor on a search of [`Scope::InTurn`], which is read in one page: what
+    /// every store answers the same way.
+    pub(crate) fn one_page_in_turn(&self, context: &str) -> crate::error::Result<()> {
+        match &self.after {
+            Some(cursor) => Err(crate::error::StoreError::rejected(
+                context,
+                format!(
+                    "scopes in turn are read in one page: no cursor ({})",
+                    cursor.0
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Returns a request for the first page of `scope`, `size` documents at most. Callers
     /// that page read through [`Scan`](crate::Scan), which closes what the search keeps open.
     pub fn first(scope: Scope, size: usize) -> SearchRequest {

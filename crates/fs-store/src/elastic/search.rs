@@ -75,15 +75,7 @@ impl ElasticStore {
         let indices = [index];
         let sort = match &request.scope {
             Scope::InTurn(_) => {
-                if let Some(cursor) = &request.after {
-                    return Err(StoreError::rejected(
-                        context,
-                        format!(
-                            "scopes in turn are read in one page: no cursor ({})",
-                            cursor.0
-                        ),
-                    ));
-                }
+                request.one_page_in_turn(context)?;
                 // The score says which scope holds a document first (see `scope_query`).
                 json!([{ "_score": "desc" }, { "path": { "order": "asc", "missing": "_last" } }])
             }

@@ -52,6 +52,20 @@ fn parse_source(index: &str, id: &str, text: &str) -> Result<Value> {
     })
 }
 
+/// Reads a row whose first columns are `id, seq_no, source` as a stored document.
+fn stored_doc(index: &str, row: &rusqlite::Row<'_>, context: &str) -> Result<StoredDoc> {
+    let err = |e| sql_error(context, e);
+    let id: String = row.get(0).map_err(err)?;
+    let seq_no: i64 = row.get(1).map_err(err)?;
+    let text: String = row.get(2).map_err(err)?;
+    let source = parse_source(index, &id, &text)?;
+    Ok(StoredDoc {
+        id,
+        version: version(seq_no),
+        source,
+    })
+}
+
 /// Returns the index's last sequence number, or `IndexNotFound`.
 fn index_seq(conn: &Connection, index: &str) -> Result<i64> {
     conn.prepare_cached("SELECT seq FROM indices WHERE name = ?1")
@@ -141,15 +155,7 @@ pub(super) fn snapshot(conn: &mut Connection, index: &str) -> Result<Vec<StoredD
             .map_err(err)?;
         let mut rows = stmt.query([index]).map_err(err)?;
         while let Some(row) = rows.next().map_err(err)? {
-            let id: String = row.get(0).map_err(err)?;
-            let seq_no: i64 = row.get(1).map_err(err)?;
-            let text: String = row.get(2).map_err(err)?;
-            let source = parse_source(index, &id, &text)?;
-            docs.push(StoredDoc {
-                id,
-                version: version(seq_no),
-                source,
-            });
+            docs.push(stored_doc(index, row, &context)?);
         }
     }
     Ok(docs)
@@ -515,16 +521,8 @@ pub(super) fn search(
         let mut stmt = tx.prepare_cached(&sql).map_err(err)?;
         let mut rows = stmt.query(rusqlite::params_from_iter(binds)).map_err(err)?;
         while let Some(row) = rows.next().map_err(err)? {
-            let id: String = row.get(0).map_err(err)?;
-            let seq_no: i64 = row.get(1).map_err(err)?;
-            let text: String = row.get(2).map_err(err)?;
             last_path = row.get::<_, Option<String>>(3).map_err(err)?;
-            let source = parse_source(index, &id, &text)?;
-            docs.push(StoredDoc {
-                id,
-                version: version(seq_no),
-                source,
-            });
+            docs.push(stored_doc(index, row, &context)?);
         }
     }
     let next = match docs.last() {
@@ -549,15 +547,7 @@ fn search_in_turn(
     req: &SearchRequest,
 ) -> Result<Page> {
     let context = format!("searching `{index}`");
-    if let Some(cursor) = &req.after {
-        return Err(StoreError::rejected(
-            context,
-            format!(
-                "scopes in turn are read in one page: no cursor ({})",
-                cursor.0
-            ),
-        ));
-    }
+    req.one_page_in_turn(&context)?;
     let err = |e| sql_error(&context, e);
     let mut docs = Vec::new();
     for (i, scope) in scopes.iter().enumerate() {
@@ -584,15 +574,7 @@ fn search_in_turn(
         let mut stmt = tx.prepare_cached(&sql).map_err(err)?;
         let mut rows = stmt.query(rusqlite::params_from_iter(binds)).map_err(err)?;
         while let Some(row) = rows.next().map_err(err)? {
-            let id: String = row.get(0).map_err(err)?;
-            let seq_no: i64 = row.get(1).map_err(err)?;
-            let text: String = row.get(2).map_err(err)?;
-            let source = parse_source(index, &id, &text)?;
-            docs.push(StoredDoc {
-                id,
-                version: version(seq_no),
-                source,
-            });
+            docs.push(stored_doc(index, row, &context)?);
         }
     }
     Ok(Page { docs, next: None })
