@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::ops::ControlFlow;
 use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::stream::{FuturesUnordered, StreamExt};
 
@@ -62,11 +63,24 @@ impl Scan {
             // `next` on this stream may be dropped unfinished (the other branch of the select
             // won) and polled again later: the stream keeps the read under way, so no page is
             // lost, as it would be by dropping a `next_page` half-way.
-            let mut pages = pin!(futures::stream::unfold(&mut *self, |scan| async move {
-                match scan.next_page().await {
-                    Ok(Some(page)) => Some((Ok(page), scan)),
-                    Ok(None) => None,
-                    Err(e) => Some((Err(e), scan)),
+            //
+            // A read under way when the pipeline stops is finished, not dropped: the first
+            // read of a scan opens what the store keeps open for it (a point in time), and a
+            // read dropped half-way would leave that open with no cursor to close it. (It can
+            // happen only with a page handed in first, whose work may fail before the scan's
+            // first read has come back.)
+            let reading_now = AtomicBool::new(false);
+            let mut pages = pin!(futures::stream::unfold(&mut *self, |scan| {
+                let reading_now = &reading_now;
+                async move {
+                    reading_now.store(true, Ordering::Relaxed);
+                    let page = scan.next_page().await;
+                    reading_now.store(false, Ordering::Relaxed);
+                    match page {
+                        Ok(Some(page)) => Some((Ok(page), scan)),
+                        Ok(None) => None,
+                        Err(e) => Some((Err(e), scan)),
+                    }
                 }
             })
             .fuse());
@@ -103,6 +117,11 @@ impl Scan {
                         None => reading = false,
                     },
                 }
+            }
+            if reading_now.load(Ordering::Relaxed) {
+                // What it read is not worked on (the pipeline stopped); the close below
+                // closes what it opened.
+                let _ = pages.next().await;
             }
         }
         self.close().await;
