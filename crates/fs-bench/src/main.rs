@@ -4,7 +4,8 @@
 //!
 //! `cargo run --release -p fs-bench -- [--quick] [--max-docs N] [--rtt 2ms] [--out docs]`
 //! `cargo run --release -p fs-bench -- --profile-rename 100000` (one rename, for a profiler)
-//! `cargo run --release -p fs-bench -- --profile-concurrency 16` (phases of concurrent renames)
+//! `cargo run --release -p fs-bench -- --profile-concurrency 16 [--profile-embedded]` (phases of
+//! concurrent renames on `remote`, or on the embedded store)
 
 mod book;
 mod fairness;
@@ -48,6 +49,10 @@ struct Args {
     /// `docs/profile.md`).
     #[arg(long, value_name = "K")]
     profile_concurrency: Option<usize>,
+    /// With --profile-concurrency: runs on the embedded store (`--embedded` says how it is
+    /// opened) instead of `remote`.
+    #[arg(long, requires = "profile_concurrency")]
+    profile_embedded: bool,
     /// How the embedded store is opened: `file` (a database file with the default options,
     /// what fsrename runs), `memory`, or `near-real-time` (the tests' mode).
     #[arg(long, value_enum, default_value = "file")]
@@ -77,7 +82,12 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(k) = args.profile_concurrency {
         let secs = if args.quick { 0.5 } else { 5.0 };
-        println!("{}", phases::profile(k, args.rtt, 50, secs).await?);
+        let on = if args.profile_embedded {
+            phases::On::Embedded(args.embedded)
+        } else {
+            phases::On::Remote(args.rtt)
+        };
+        println!("{}", phases::profile(k, on, 50, secs).await?);
         return Ok(());
     }
     let mut plan = measure::Plan::new(

@@ -1,6 +1,7 @@
-//! `--profile-concurrency K`: where the time of a rename goes when K run at once on `remote`,
-//! phase by phase, with tree locks and with none. On a store whose cost is latency a CPU
-//! profiler sees only the client waiting; the phases say what it waits for.
+//! `--profile-concurrency K`: where the time of a rename goes when K run at once on `remote`
+//! (or, with `--profile-embedded`, on the embedded store), phase by phase, with tree locks and
+//! with none. On a store whose cost is latency a CPU profiler sees only the client waiting;
+//! the phases say what it waits for.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,18 +76,34 @@ async fn run(
     Ok(total)
 }
 
-/// Profiles `k` concurrent renames on `remote` (`rtt` per call), with tree locks and with
-/// none; returns a markdown table of the mean milliseconds per rename in each phase.
-pub async fn profile(k: usize, rtt: Duration, docs: usize, secs: f64) -> anyhow::Result<String> {
-    let memory: SharedStore = Arc::new(fs_store::SqliteStore::in_memory()?);
-    let remote: SharedStore = Arc::new(LatencyStore::new(memory, rtt));
-    let tree = run(&remote, Strategy::Tree, k, docs, secs).await?;
-    let none = run(&remote, Strategy::None, k, docs, secs).await?;
+/// Where [`profile`] runs: `remote` with its round trip, or the embedded store.
+#[derive(Debug, Clone, Copy)]
+pub enum On {
+    Remote(Duration),
+    Embedded(crate::measure::Embedded),
+}
+
+/// Profiles `k` concurrent renames `on` a backend, with tree locks and with none; returns a
+/// markdown table of the mean milliseconds per rename in each phase.
+pub async fn profile(k: usize, on: On, docs: usize, secs: f64) -> anyhow::Result<String> {
+    let (store, _dir, described) = match on {
+        On::Remote(rtt) => {
+            let memory: SharedStore = Arc::new(fs_store::SqliteStore::in_memory()?);
+            let remote: SharedStore = Arc::new(LatencyStore::new(memory, rtt));
+            let described = format!("remote ({} ms a call)", rtt.as_secs_f64() * 1e3);
+            (remote, None, described)
+        }
+        On::Embedded(kind) => {
+            let (store, dir) = crate::measure::embedded(kind)?;
+            (store, dir, format!("the embedded store ({kind:?})"))
+        }
+    };
+    let tree = run(&store, Strategy::Tree, k, docs, secs).await?;
+    let none = run(&store, Strategy::None, k, docs, secs).await?;
     let mut out = format!(
-        "K = {k} jobs on remote ({} ms a call), each renaming its own directory of {docs} \
+        "K = {k} jobs on {described}, each renaming its own directory of {docs} \
          documents back and forth for {secs} s.\n\n\
-         | per rename | tree | none | tree − none |\n| --- | --- | --- | --- |\n",
-        rtt.as_secs_f64() * 1e3
+         | per rename | tree | none | tree − none |\n| --- | --- | --- | --- |\n"
     );
     let mut row = |what: &str, t: f64, n: f64| {
         out.push_str(&format!("| {what} | {t:.1} | {n:.1} | {:+.1} |\n", t - n));
