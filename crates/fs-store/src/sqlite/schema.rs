@@ -12,6 +12,9 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 use super::ops::sql_error;
 use crate::error::{Result, StoreError};
 
+/// How many prepared statements a connection keeps.
+const STATEMENT_CACHE: usize = 256;
+
 /// The tables searches read in each mode.
 pub(super) const LIVE: &str = "docs";
 pub(super) const SEARCHABLE: &str = "searchable";
@@ -56,6 +59,9 @@ pub(super) fn prepare(
     let context = format!("opening {location}");
     let err = |e| sql_error(&context, e);
     conn.busy_timeout(busy_timeout).map_err(err)?;
+    // The statements differ by scope, page size and id-list length: rusqlite's default cache
+    // of 16 would prepare most of them again at every call.
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     // In-memory databases answer `memory` here; that is fine.
     conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
         .map_err(err)?;
