@@ -4,8 +4,8 @@
 //!
 //! `cargo run --release -p fs-bench -- [--quick] [--max-docs N] [--rtt 2ms] [--out docs]`
 //! `cargo run --release -p fs-bench -- --profile-rename 100000` (one rename, for a profiler)
-//! `cargo run --release -p fs-bench -- --profile-concurrency 16 [--profile-embedded]` (phases of
-//! concurrent renames on `remote`, or on the embedded store)
+//! `cargo run --release -p fs-bench -- --profile-concurrency 16 [--profile-on embedded]` (phases
+//! of concurrent renames on `remote`, or on another backend)
 
 mod book;
 mod fairness;
@@ -49,10 +49,18 @@ struct Args {
     /// `docs/profile.md`).
     #[arg(long, value_name = "K")]
     profile_concurrency: Option<usize>,
-    /// With --profile-concurrency: runs on the embedded store (`--embedded` says how it is
-    /// opened) instead of `remote`.
-    #[arg(long, requires = "profile_concurrency")]
-    profile_embedded: bool,
+    /// With --profile-concurrency: where the renames run: `remote` (`--rtt` a call),
+    /// `embedded` (`--embedded` says how it is opened) or `osmem` (behind the tests' proxy).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "remote",
+        requires = "profile_concurrency"
+    )]
+    profile_on: phases::Backend,
+    /// With --profile-concurrency: how many documents each renamed directory holds.
+    #[arg(long, default_value_t = 50, requires = "profile_concurrency")]
+    profile_docs: usize,
     /// How the embedded store is opened: `file` (a database file with the default options,
     /// what fsrename runs), `memory`, or `near-real-time` (the tests' mode).
     #[arg(long, value_enum, default_value = "file")]
@@ -82,12 +90,12 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(k) = args.profile_concurrency {
         let secs = if args.quick { 0.5 } else { 5.0 };
-        let on = if args.profile_embedded {
-            phases::On::Embedded(args.embedded)
-        } else {
-            phases::On::Remote(args.rtt)
+        let on = match args.profile_on {
+            phases::Backend::Remote => phases::On::Remote(args.rtt),
+            phases::Backend::Embedded => phases::On::Embedded(args.embedded),
+            phases::Backend::Osmem => phases::On::Osmem,
         };
-        println!("{}", phases::profile(k, on, 50, secs).await?);
+        println!("{}", phases::profile(k, on, args.profile_docs, secs).await?);
         return Ok(());
     }
     let mut plan = measure::Plan::new(

@@ -298,7 +298,7 @@ fn backends(plan: &Plan, embedded: SharedStore) -> anyhow::Result<Vec<Bench>> {
 /// osmem-server behind an Elasticsearch-behaviour proxy of its own, which runs the lock
 /// scripts with no pause between their read and their write: the tests widen that window to
 /// make races frequent, which would measure the test device rather than the locks.
-fn osmem() -> SharedStore {
+pub fn osmem() -> SharedStore {
     static PROXY: std::sync::OnceLock<fs_testkit::EsProxy> = std::sync::OnceLock::new();
     let proxy = PROXY.get_or_init(|| {
         fs_testkit::start_es_proxy(fs_testkit::EsProxyOptions {

@@ -1,5 +1,5 @@
 //! `--profile-concurrency K`: where the time of a rename goes when K run at once on `remote`
-//! (or, with `--profile-embedded`, on the embedded store), phase by phase, with tree locks and
+//! (or, with `--profile-on`, on the embedded store or osmem), phase by phase, with tree locks and
 //! with none. On a store whose cost is latency a CPU profiler sees only the client waiting;
 //! the phases say what it waits for.
 
@@ -76,11 +76,20 @@ async fn run(
     Ok(total)
 }
 
-/// Where [`profile`] runs: `remote` with its round trip, or the embedded store.
+/// The backends [`profile`] can run on.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Backend {
+    Remote,
+    Embedded,
+    Osmem,
+}
+
+/// Where [`profile`] runs: `remote` with its round trip, the embedded store, or osmem.
 #[derive(Debug, Clone, Copy)]
 pub enum On {
     Remote(Duration),
     Embedded(crate::measure::Embedded),
+    Osmem,
 }
 
 /// Profiles `k` concurrent renames `on` a backend, with tree locks and with none; returns a
@@ -97,6 +106,7 @@ pub async fn profile(k: usize, on: On, docs: usize, secs: f64) -> anyhow::Result
             let (store, dir) = crate::measure::embedded(kind)?;
             (store, dir, format!("the embedded store ({kind:?})"))
         }
+        On::Osmem => (crate::measure::osmem(), None, "osmem".to_owned()),
     };
     let tree = run(&store, Strategy::Tree, k, docs, secs).await?;
     let none = run(&store, Strategy::None, k, docs, secs).await?;
