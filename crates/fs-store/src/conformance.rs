@@ -680,6 +680,32 @@ pub async fn search_subtree_from(store: SharedStore) {
         start: path("/clinton/zz"),
     };
     assert!(search_all(&*store, &index, none, 100).await.is_empty());
+    // From the root itself: the root is in; from between the root and what lies below it
+    // (`/clinton-x` sorts there), the root is out and so is the sibling.
+    let from = |root: &str, start: &str| Scope::SubtreeFrom {
+        root: path(root),
+        start: path(start),
+    };
+    let whole = search_all(&*store, &index, from("/clinton", "/clinton"), 100).await;
+    assert_eq!(whole.len(), 6, "{whole:?}");
+    assert_eq!(whole.first().map(String::as_str), Some("/clinton"));
+    let below = search_all(&*store, &index, from("/clinton", "/clinton-x"), 100).await;
+    assert_eq!(below.len(), 5, "{below:?}");
+    assert!(
+        below.iter().all(|p| p.starts_with("/clinton/")),
+        "{below:?}"
+    );
+    // Under the root of the tree: every path from `start` on.
+    assert_eq!(
+        search_all(&*store, &index, from("/", "/clinton0"), 100).await,
+        vec![
+            "/clinton0",
+            "/clintonx",
+            "/gormley",
+            "/gormley/b.txt",
+            "/日本/é"
+        ]
+    );
 }
 
 /// Scopes in turn: the documents of the first scope before those only later ones hold, each

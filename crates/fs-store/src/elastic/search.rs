@@ -17,6 +17,7 @@ use super::response::{doc_of, shorten};
 use super::ElasticStore;
 use crate::error::{Result, StoreError};
 use crate::types::{Page, Scope, SearchRequest, StoredDoc};
+use fs_model::FsPath;
 
 impl ElasticStore {
     pub(super) async fn search_page(&self, index: &str, request: SearchRequest) -> Result<Page> {
@@ -243,10 +244,7 @@ fn scope_query(scope: &Scope) -> Value {
             "should": [ { "term": { "path": p.as_str() } }, { "prefix": { "path": format!("{p}/") } } ],
             "minimum_should_match": 1
         } }),
-        Scope::SubtreeFrom { root, start } => json!({ "bool": { "filter": [
-            scope_query(&Scope::Subtree(root.clone())),
-            { "range": { "path": { "gte": start.as_str() } } }
-        ] } }),
+        Scope::SubtreeFrom { root, start } => subtree_from_query(root, start),
         Scope::Children(p) => json!({ "term": { "parent": p.as_str() } }),
         Scope::Pathless => json!({ "bool": { "must_not": { "exists": { "field": "path" } } } }),
         // A `bool` with no `should` clause matches everything on some servers: none matches
@@ -270,6 +268,27 @@ fn scope_query(scope: &Scope) -> Value {
                 "tie_breaker": 0.0
             } })
         }
+    }
+}
+
+/// A subtree from a path on, as one `range` over the paths below the root, `[max(start, root/),
+/// root0)` (`0` follows `/`), and the root itself if `start` does not pass it. The subtree's
+/// own query and a `range` together cost osmem half as much again a page as the subtree alone
+/// (the whole query is evaluated at every page of a scan); one `range` costs less than either.
+fn subtree_from_query(root: &FsPath, start: &FsPath) -> Value {
+    if root.is_root() {
+        return json!({ "range": { "path": { "gte": start.as_str(), "lt": "0" } } });
+    }
+    let below = format!("{root}/");
+    let from = start.as_str().max(below.as_str());
+    let range = json!({ "range": { "path": { "gte": from, "lt": format!("{root}0") } } });
+    if start.as_str() <= root.as_str() {
+        json!({ "bool": {
+            "should": [ { "term": { "path": root.as_str() } }, range ],
+            "minimum_should_match": 1
+        } })
+    } else {
+        range
     }
 }
 
