@@ -13,7 +13,7 @@ use crate::clock::LeaseClock;
 use crate::engine::{self, Calls, Taken};
 use crate::error::{LockError, Result};
 use crate::events::{EventSink, LockEvent};
-use crate::guard::{LockGuard, ReleaseReport};
+use crate::guard::{FirstWrite, LockGuard, ReleaseReport, ReleasedAfter};
 use crate::lease;
 use crate::lock_doc::{LockMode, Owner};
 use crate::plan::{LockItem, TreeLockRequest};
@@ -91,18 +91,48 @@ impl Inner {
             .copied()
     }
 
-    /// Releases `taken` with the protocol in use.
-    pub(crate) async fn release_taken(
+    /// Makes `first` (if any), then releases `taken` if it landed: in one request where the
+    /// store chains them, else one after the other.
+    pub(crate) async fn release_taken_after(
         &self,
         calls: &mut Calls<'_>,
         taken: Vec<Taken>,
+        first: Option<FirstWrite>,
     ) -> Result<engine::Released> {
-        match self.protocol().await? {
+        let protocol = self.protocol().await?;
+        let first = match first {
+            Some(first)
+                if protocol == LockProtocol::Scripted && !taken.is_empty() && self.chains() =>
+            {
+                return scripted::release(calls, taken, &self.owner, self.lease, Some(first)).await
+            }
+            Some(first) => first,
+            None => {
+                return match protocol {
+                    LockProtocol::Scripted => {
+                        scripted::release(calls, taken, &self.owner, self.lease, None).await
+                    }
+                    _ => engine::release(calls, taken, &self.owner, self.lease).await,
+                }
+            }
+        };
+        if let Err(why) = calls.write_first(first).await? {
+            return Ok(engine::Released {
+                lost: Vec::new(),
+                first_failed: Some(why),
+            });
+        }
+        match protocol {
             LockProtocol::Scripted => {
-                scripted::release(calls, taken, &self.owner, self.lease).await
+                scripted::release(calls, taken, &self.owner, self.lease, None).await
             }
             _ => engine::release(calls, taken, &self.owner, self.lease).await,
         }
+    }
+
+    /// Whether the store makes a write and a scripted release in one transaction.
+    fn chains(&self) -> bool {
+        self.store.scripted().is_some_and(|s| s.chains())
     }
 
     pub(crate) fn emit(&self, event: LockEvent) {
@@ -244,6 +274,30 @@ impl LockClient {
 
     /// Gives up one hold on each of `ids`; releases in the store those no guard holds any more.
     pub(crate) async fn release_ids(&self, ids: &[String]) -> Result<ReleaseReport> {
+        match self.release_ids_after(ids, None).await {
+            ReleasedAfter::Released(result) => result,
+            // Nothing to write first, so nothing failed there.
+            ReleasedAfter::FirstFailed(cause) => Err(LockError::Store {
+                context: "releasing locks".into(),
+                cause,
+            }),
+        }
+    }
+
+    /// Returns true if the store makes a write and the release of this client's locks in one
+    /// request and one transaction ([`crate::LockGuard::release_after`]): the scripted
+    /// protocol on a store that [chains](fs_store::ScriptedUpdates::chains) (the embedded
+    /// store).
+    pub async fn chains_release(&self) -> bool {
+        matches!(self.inner.protocol().await, Ok(LockProtocol::Scripted)) && self.inner.chains()
+    }
+
+    /// [`LockClient::release_ids`], after `first` if there is one.
+    pub(crate) async fn release_ids_after(
+        &self,
+        ids: &[String],
+        first: Option<FirstWrite>,
+    ) -> ReleasedAfter {
         let inner = &self.inner;
         let mut held = inner.held.lock().await;
         let mut last = Vec::new();
@@ -264,16 +318,23 @@ impl LockClient {
             }
         }
         let mut calls = inner.calls();
-        let released = inner.release_taken(&mut calls, last).await?;
+        let released = inner.release_taken_after(&mut calls, last, first).await;
         drop(held);
+        let released = match released {
+            Ok(released) => released,
+            Err(e) => return ReleasedAfter::Released(Err(e)),
+        };
+        if let Some(why) = released.first_failed {
+            return ReleasedAfter::FirstFailed(why);
+        }
         inner.report_lost(&released.lost);
         if let Some(path) = lost_before.first().or(released.lost.first()) {
-            return Err(LockError::LeaseLost { path: path.clone() });
+            return ReleasedAfter::Released(Err(LockError::LeaseLost { path: path.clone() }));
         }
-        Ok(ReleaseReport {
+        ReleasedAfter::Released(Ok(ReleaseReport {
             round_trips: calls.round_trips,
             races: calls.races,
-        })
+        }))
     }
 
     /// Returns a receiver of the labels of locks this client has lost; it changes when a

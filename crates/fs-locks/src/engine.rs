@@ -30,6 +30,7 @@ use serde_json::Value;
 
 use crate::backoff::Backoff;
 use crate::error::{Blocker, LockError, Result};
+use crate::guard::FirstWrite;
 use crate::lock_doc::{LockMode, Observed, Owner};
 use crate::plan::LockItem;
 use crate::script_params::{
@@ -99,27 +100,75 @@ impl<'a> Calls<'a> {
             )))
     }
 
+    /// The store's scripted updates; an error saying `context` where it runs none.
+    fn scripted(&self, context: &str) -> Result<&'a dyn fs_store::ScriptedUpdates> {
+        self.store.scripted().ok_or_else(|| LockError::Store {
+            context: context.to_owned(),
+            cause: StoreError::Rejected {
+                context: self.store.describe(),
+                status: None,
+                message: "no scripts".into(),
+            },
+        })
+    }
+
     /// Sends scripted updates in one request.
     pub(crate) async fn bulk_update(
         &mut self,
         items: Vec<fs_store::ScriptedUpdate>,
     ) -> Result<Vec<fs_store::UpdateItemResult>> {
         let context = format!("updating lock documents in `{}` by script", self.index);
-        let Some(scripted) = self.store.scripted() else {
-            return Err(LockError::Store {
-                context,
-                cause: StoreError::Rejected {
-                    context: self.store.describe(),
-                    status: None,
-                    message: "no scripts".into(),
-                },
-            });
-        };
+        let scripted = self.scripted(&context)?;
         self.round_trips += 1;
         scripted
             .bulk_update(self.index, items)
             .await
             .map_err(LockError::store(context))
+    }
+
+    /// Makes `first`, then (only if it landed) the scripted updates, in one request and one
+    /// transaction (the store [chains](fs_store::ScriptedUpdates::chains)).
+    pub(crate) async fn bulk_update_after(
+        &mut self,
+        first: FirstWrite,
+        items: Vec<fs_store::ScriptedUpdate>,
+    ) -> Result<fs_store::Chained<fs_store::UpdateItemResult>> {
+        let context = format!(
+            "writing `{}/{}` and updating lock documents in `{}` by script",
+            first.index,
+            first.op.id(),
+            self.index
+        );
+        let scripted = self.scripted(&context)?;
+        self.round_trips += 1;
+        scripted
+            .bulk_update_after(&first.index, first.op, self.index, items)
+            .await
+            .map_err(LockError::store(context))
+    }
+
+    /// Makes `first` alone: `Ok(Err(why))` if it did not land.
+    pub(crate) async fn write_first(
+        &mut self,
+        first: FirstWrite,
+    ) -> Result<std::result::Result<Version, StoreError>> {
+        let context = format!("writing `{}/{}`", first.index, first.op.id());
+        self.round_trips += 1;
+        let mut answers = self
+            .store
+            .bulk(&first.index, vec![first.op])
+            .await
+            .map_err(LockError::store(context.clone()))?;
+        match answers.pop() {
+            Some(answer) => Ok(answer),
+            None => Err(LockError::Store {
+                context,
+                cause: StoreError::Backend {
+                    context: self.store.describe(),
+                    message: "a bulk request of one item got no answer".into(),
+                },
+            }),
+        }
     }
 
     pub(crate) async fn bulk(&mut self, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
@@ -463,6 +512,9 @@ async fn undo_then(
 pub(crate) struct Released {
     /// Locks that were no longer ours (taken over or removed after our lease expired).
     pub(crate) lost: Vec<String>,
+    /// Why the write to make before the release did not land, if it did not: then nothing
+    /// was released (see [`crate::LockGuard::release_after`]).
+    pub(crate) first_failed: Option<StoreError>,
 }
 
 /// Orders locks for release: the targets (S, X) before the intention locks, deepest first

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use fs_store::{BulkOp, StoreError};
+
 use crate::client::LockClient;
 use crate::error::Result;
 
@@ -27,6 +29,27 @@ pub struct ReleaseReport {
     pub round_trips: u32,
     /// Release items sent again because they lost a race (see [`Grant::races`]).
     pub races: u32,
+}
+
+/// A write that a release depends on, made just before it: a job's journal entry closed
+/// (see [`LockGuard::release_after`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FirstWrite {
+    /// The index written (not the lock index).
+    pub index: String,
+    /// The write: conditional, so that it fails rather than overwrite a change it did not see.
+    pub op: BulkOp,
+}
+
+/// How [`LockGuard::release_after`] ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReleasedAfter {
+    /// The write landed; then the locks were released, or the release failed (as
+    /// [`LockGuard::release`] fails).
+    Released(Result<ReleaseReport>),
+    /// The write did not land (why): nothing was released, and the locks are no longer
+    /// renewed, so they stay until their leases expire (as after [`LockGuard::abandon`]).
+    FirstFailed(StoreError),
 }
 
 /// A set of held locks. Release it with [`LockGuard::release`]; a guard dropped without that
@@ -89,6 +112,17 @@ impl LockGuard {
 }
 
 impl LockGuard {
+    /// Makes `first`, then releases the locks if it landed. Where the store
+    /// [chains](LockClient::chains_release) them, both go in one request and one transaction:
+    /// a job closes its journal entry and releases its locks in one round trip, and neither
+    /// lands without the other. Elsewhere `first` goes alone, and the release follows once it
+    /// landed.
+    pub async fn release_after(mut self, first: FirstWrite) -> ReleasedAfter {
+        self.released = true;
+        let ids = std::mem::take(&mut self.ids);
+        self.client.release_ids_after(&ids, Some(first)).await
+    }
+
     /// Makes a drop without [`LockGuard::release`] leave the locks to expire instead of
     /// releasing them: once a rename has journaled itself, a job whose future is dropped
     /// half-way must leave its tree locked for recovery, not open it to others.

@@ -6,7 +6,9 @@
 //!   [tree locks](LockClient::lock_tree) (shared on every ancestor, exclusive on the target),
 //!   [rename locks](LockClient::lock_rename) (source and destination in one acquisition), the
 //!   [global lock](LockClient::lock_global) and [document locks](LockClient::lock_documents).
-//! - [`LockGuard`]: held locks; [`LockGuard::release`] gives them back deepest first.
+//! - [`LockGuard`]: held locks; [`LockGuard::release`] gives them back deepest first;
+//!   [`LockGuard::release_after`] only once a write they protect landed (a journal entry
+//!   closed), in the same transaction where the store can ([`LockClient::chains_release`]).
 //! - [`TreeLockRequest`]: which documents a tree lock takes, in which order.
 //! - Leases: every lock records an expiry that a background task renews; expired locks are
 //!   only touched by the explicit [`LockClient::reap_expired`] (or its two halves,
@@ -64,7 +66,7 @@ pub use client::LockClient;
 pub use clock::{AnchoredThread, LeaseClock};
 pub use error::{Blocker, LockError, Result};
 pub use events::{EventSink, LockEvent};
-pub use guard::{Grant, LockGuard, ReleaseReport};
+pub use guard::{FirstWrite, Grant, LockGuard, ReleaseReport, ReleasedAfter};
 pub use lease::{ExpiredHolder, ExpiredLock, Reaped};
 pub use listing::LockInfo;
 pub use lock_doc::{Conflict, HolderEntry, LockMode, Observed, Owner, WaiterEntry};

@@ -11,11 +11,12 @@ use std::time::Duration;
 
 use fs_model::lock_scripts::UPGRADE_REFUSAL;
 use fs_model::FsPath;
-use fs_store::{ScriptedUpdate, StoreError, UpdateResult, Version};
+use fs_store::{Chained, ScriptedUpdate, StoreError, UpdateResult, Version};
 
 use crate::backoff::Backoff;
 use crate::engine::{Attempt, Calls, Released, Taken};
 use crate::error::{Blocker, LockError, Result};
+use crate::guard::FirstWrite;
 use crate::lock_doc::{Observed, Owner};
 use crate::plan::LockItem;
 use crate::protocol::{ACQUIRE, RELEASE, RENEW, UNWAIT, WAIT};
@@ -187,7 +188,7 @@ pub(crate) async fn attempt(
         taken.sort_by_key(|t| items.iter().position(|i| i.id == t.item.id));
         return Ok(Attempt::Granted(taken));
     }
-    if let Err(e) = release(calls, taken, owner, lease.min(Duration::from_secs(5))).await {
+    if let Err(e) = release(calls, taken, owner, lease.min(Duration::from_secs(5)), None).await {
         tracing::warn!(error = %e, "could not undo a refused lock attempt; leases will expire it");
     }
     if let Some((_, e)) = failure {
@@ -218,11 +219,14 @@ fn unreachable_state() -> LockError {
 }
 
 /// Releases `taken` in one scripted bulk request, sending it again on transient failures.
+/// With `first`, the first request makes that write too, before the updates and in the same
+/// transaction ([`Calls::bulk_update_after`]); if it does not land, nothing is released.
 pub(crate) async fn release(
     calls: &mut Calls<'_>,
     taken: Vec<Taken>,
     owner: &Owner,
     patience: Duration,
+    mut first: Option<FirstWrite>,
 ) -> Result<Released> {
     let mut released = Released::default();
     if taken.is_empty() {
@@ -244,7 +248,22 @@ pub(crate) async fn release(
     let mut pending: Vec<usize> = (0..updates.len()).collect();
     while !pending.is_empty() {
         let batch: Vec<ScriptedUpdate> = pending.iter().map(|&i| updates[i].clone()).collect();
-        let results = match calls.bulk_update(batch).await {
+        let sent = match first.clone() {
+            // A failed request changed nothing (one transaction): it is sent whole again.
+            Some(write) => match calls.bulk_update_after(write, batch).await {
+                Ok(Chained::Ran(_, results)) => {
+                    first = None;
+                    Ok(results)
+                }
+                Ok(Chained::FirstFailed(why)) => {
+                    released.first_failed = Some(why);
+                    return Ok(released);
+                }
+                Err(e) => Err(e),
+            },
+            None => calls.bulk_update(batch).await,
+        };
+        let results = match sent {
             Ok(results) => results,
             Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(backoff.next_pause()).await;

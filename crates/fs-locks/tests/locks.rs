@@ -6,7 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use fs_locks::{LockError, LockProtocol, TreeLockRequest};
+use fs_locks::{FirstWrite, LockError, LockProtocol, ReleasedAfter, TreeLockRequest};
+use fs_store::BulkOp;
 use serde_json::json;
 
 async fn shared_and_shared_are_compatible(env: Env) {
@@ -219,6 +220,61 @@ async fn a_rename_locks_source_and_destination_at_once(env: Env) {
         a.lock_tree(&fs_model::FsPath::root()).await,
         Err(LockError::RootLock)
     ));
+}
+
+/// A release that depends on a write (a job's journal entry closed): the write lands, then
+/// the locks go, in one round trip where the store chains them (the embedded store's atomic
+/// updates) and two elsewhere; a write that fails releases nothing, and the locks stay for
+/// their lease.
+async fn a_release_after_a_write(env: Env) {
+    let a = client(&env, "a");
+    let other = format!("{}-first", env.locks);
+    env.store
+        .create_index(&other, &json!({}))
+        .await
+        .expect("index for the write");
+    let version = env
+        .store
+        .create(&other, "entry", json!({"state": "running"}))
+        .await
+        .expect("entry");
+    let close = |version| FirstWrite {
+        index: other.clone(),
+        op: BulkOp::Index {
+            id: "entry".to_owned(),
+            source: json!({"state": "closed"}),
+            if_version: Some(version),
+        },
+    };
+    let chains = a.chains_release().await;
+    let guard = a.lock_tree(&p("/clinton/a")).await.expect("lock");
+    match guard.release_after(close(version)).await {
+        ReleasedAfter::Released(Ok(report)) => {
+            assert_eq!(
+                report.round_trips,
+                if chains { 1 } else { 2 },
+                "chains: {chains}"
+            )
+        }
+        other => panic!("the write lands and the locks go: {other:?}"),
+    }
+    assert_eq!(lock_count(&env).await, 0);
+    let entry = env.store.get(&other, "entry").await.expect("get");
+    assert_eq!(entry.expect("entry").source["state"], "closed");
+
+    let guard = a.lock_tree(&p("/clinton/b")).await.expect("lock");
+    match guard.release_after(close(version)).await {
+        ReleasedAfter::FirstFailed(e) => assert!(e.is_conflict(), "{e}"),
+        other => panic!("a stale write fails and nothing is released: {other:?}"),
+    }
+    assert_eq!(
+        lock_doc(&env, "/clinton/b").await.expect("left")["lock_type"],
+        "exclusive"
+    );
+    assert_eq!(
+        lock_doc(&env, "/clinton").await.expect("left")["lock_type"],
+        "shared"
+    );
 }
 
 async fn a_foreign_clients_book_documents_are_respected(env: Env) {
@@ -462,6 +518,7 @@ on_every_backend!(
     a_retried_share_is_not_counted_twice,
     upgrading_shared_to_exclusive_is_refused_clearly,
     a_rename_locks_source_and_destination_at_once,
+    a_release_after_a_write,
     a_foreign_clients_book_documents_are_respected,
     the_global_lock,
     document_locks,

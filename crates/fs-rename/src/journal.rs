@@ -258,6 +258,19 @@ impl Journal {
         })
     }
 
+    /// Returns the creation of `entry` as one write, to send with the job's first writes in
+    /// one transaction where the store chains them ([`fs_store::DocStore::bulk_after`]): the
+    /// same `_create` as [`Journal::open`], which a fence at the id makes fail.
+    ///
+    /// # Errors
+    /// [`RenameError::BadDocument`] if the entry cannot be written as JSON.
+    pub fn open_write(&self, entry: &JournalEntry) -> Result<fs_store::BulkOp> {
+        Ok(fs_store::BulkOp::Create {
+            id: entry.job_id.clone(),
+            source: to_source(entry, &self.index)?,
+        })
+    }
+
     /// Fences the journal id `job_id` unless the job has journaled: creates a tombstone there
     /// (see the module documentation), so that a job whose expired locks are about to be
     /// cleared can never journal afterwards. `by` names the fencer; `now` is epoch ms.
@@ -367,17 +380,7 @@ impl Journal {
     /// [`RenameError::Fenced`] if another owner has claimed the entry since;
     /// [`RenameError::Store`].
     pub async fn close(&self, job_id: &str, version: Version) -> Result<()> {
-        let tombstone = JournalFence {
-            job_id: job_id.to_owned(),
-            state: FENCED.to_owned(),
-            fenced_at: fs_locks::LeaseClock::new().now_ms(),
-            fenced_by: "closed: the job is done".to_owned(),
-        };
-        let source = serde_json::to_value(&tombstone).map_err(|e| RenameError::BadDocument {
-            index: self.index.clone(),
-            id: job_id.to_owned(),
-            message: e.to_string(),
-        })?;
+        let source = self.closed(job_id)?;
         match self
             .store
             .index(&self.index, job_id, source, Some(version))
@@ -395,6 +398,39 @@ impl Journal {
                 "closing journal entry `{job_id}`"
             ))(e)),
         }
+    }
+
+    /// Returns the close of entry `job_id` at `version` as one write, to send with the
+    /// release of the job's locks ([`fs_locks::LockGuard::release_after`]): the same write
+    /// as [`Journal::close`], whose failure (the entry claimed by a recoverer) leaves the locks
+    /// to expire for recovery.
+    ///
+    /// # Errors
+    /// [`RenameError::BadDocument`] if the tombstone cannot be written as JSON.
+    pub fn close_write(&self, job_id: &str, version: Version) -> Result<fs_locks::FirstWrite> {
+        Ok(fs_locks::FirstWrite {
+            index: self.index.clone(),
+            op: fs_store::BulkOp::Index {
+                id: job_id.to_owned(),
+                source: self.closed(job_id)?,
+                if_version: Some(version),
+            },
+        })
+    }
+
+    /// The tombstone that replaces a closed entry.
+    fn closed(&self, job_id: &str) -> Result<Value> {
+        let tombstone = JournalFence {
+            job_id: job_id.to_owned(),
+            state: FENCED.to_owned(),
+            fenced_at: fs_locks::LeaseClock::new().now_ms(),
+            fenced_by: "closed: the job is done".to_owned(),
+        };
+        serde_json::to_value(&tombstone).map_err(|e| RenameError::BadDocument {
+            index: self.index.clone(),
+            id: job_id.to_owned(),
+            message: e.to_string(),
+        })
     }
 
     /// Returns true if the entry `job_id` is still the one written at `version`: nobody has

@@ -20,7 +20,7 @@ use fs_model::{DocKind, FsDoc, FsPath};
 use serde_json::{json, Value};
 
 use crate::{
-    BulkOp, Cursor, DocStore, Scan, Scope, SearchRequest, SharedStore, StoreError, Version,
+    BulkOp, Chained, Cursor, DocStore, Scan, Scope, SearchRequest, SharedStore, StoreError, Version,
 };
 
 /// Returns a fresh index name `prefix-<random>`, created with `path` and `parent` as keywords
@@ -831,6 +831,84 @@ pub async fn indices_exist_and_bulk_refreshed(store: SharedStore) {
     );
 }
 
+/// A chained request ([`DocStore::bulk_after`]): where the store chains, the first write and
+/// the bulk land together, refreshed; a first write that fails (a conflict, a missing index)
+/// leaves everything as it was. Where it does not chain, it refuses and changes nothing.
+pub async fn chained_writes_land_together_or_not_at_all(store: SharedStore) {
+    let first_index = fresh_index(&*store, "conf-chain-first").await;
+    let index = fresh_index(&*store, "conf-chain").await;
+    store
+        .create(&first_index, "taken", file("/taken"))
+        .await
+        .expect("create");
+    let ops = |path: &str| {
+        vec![BulkOp::Create {
+            id: path.trim_start_matches('/').to_owned(),
+            source: file(path),
+        }]
+    };
+    let create = |id: &str| BulkOp::Create {
+        id: id.to_owned(),
+        source: file(&format!("/{id}")),
+    };
+    let sent = store
+        .bulk_after(&first_index, create("entry"), &index, ops("/a"), true)
+        .await;
+    if !store.chains_bulk() {
+        assert!(
+            matches!(sent, Err(StoreError::Rejected { .. })),
+            "a store that does not chain refuses: {sent:?}"
+        );
+        assert!(store
+            .get(&first_index, "entry")
+            .await
+            .expect("get")
+            .is_none());
+        return;
+    }
+    match sent.expect("chained") {
+        Chained::Ran(version, results) => {
+            assert!(results.iter().all(Result::is_ok), "{results:?}");
+            let entry = store.get(&first_index, "entry").await.expect("get");
+            assert_eq!(entry.map(|d| d.version), Some(version));
+        }
+        other => panic!("the first write should land: {other:?}"),
+    }
+    assert_eq!(
+        search_all(&*store, &index, Scope::Subtree(FsPath::root()), 10).await,
+        vec!["/a"],
+        "the bulk landed, searchable with no refresh after it"
+    );
+    let refused = store
+        .bulk_after(&first_index, create("taken"), &index, ops("/b"), true)
+        .await
+        .expect("chained");
+    assert!(
+        matches!(&refused, Chained::FirstFailed(e) if e.is_conflict()),
+        "a conflict on the first write: {refused:?}"
+    );
+    let missing = format!("{first_index}-missing");
+    let refused = store
+        .bulk_after(&missing, create("entry"), &index, ops("/c"), true)
+        .await
+        .expect("chained");
+    assert!(
+        matches!(
+            &refused,
+            Chained::FirstFailed(StoreError::IndexNotFound { .. })
+        ),
+        "a missing index for the first write: {refused:?}"
+    );
+    assert!(
+        store.get(&index, "b").await.expect("get").is_none(),
+        "nothing ran after a failed first write"
+    );
+    assert!(
+        store.get(&index, "c").await.expect("get").is_none(),
+        "nothing ran after a failed first write"
+    );
+}
+
 pub async fn search_hits_carry_versions(store: SharedStore) {
     let index = fresh_index(&*store, "conf-hitver").await;
     put_paths(&*store, &index, &["/a", "/a/b"]).await;
@@ -1028,7 +1106,7 @@ macro_rules! conformance_suite {
             index_lifecycle, create_then_get, ids_may_contain_slashes_and_unicode,
             index_writes_and_conditions, delete_and_conditions, mget_keeps_order,
             bulk_items_are_independent, search_subtree_is_component_wise, search_exact_path, search_children,
-            search_all_pages_everything, search_pathless, search_any_of, search_in_turn, search_subtree_from, indices_exist_and_bulk_refreshed, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
+            search_all_pages_everything, search_pathless, search_any_of, search_in_turn, search_subtree_from, indices_exist_and_bulk_refreshed, chained_writes_land_together_or_not_at_all, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
             refresh_makes_writes_searchable, sources_must_be_objects, cas_increments_are_exact,
             create_race_has_one_winner);
     };
@@ -1043,7 +1121,7 @@ macro_rules! conformance_suite {
             index_lifecycle, create_then_get, ids_may_contain_slashes_and_unicode,
             index_writes_and_conditions, delete_and_conditions, mget_keeps_order,
             bulk_items_are_independent, search_subtree_is_component_wise, search_exact_path, search_children,
-            search_all_pages_everything, search_pathless, search_any_of, search_in_turn, search_subtree_from, indices_exist_and_bulk_refreshed, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
+            search_all_pages_everything, search_pathless, search_any_of, search_in_turn, search_subtree_from, indices_exist_and_bulk_refreshed, chained_writes_land_together_or_not_at_all, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
             refresh_makes_writes_searchable, sources_must_be_objects, cas_increments_are_exact,
             create_race_has_one_winner, near_real_time_hides_unrefreshed_writes);
     };

@@ -10,7 +10,7 @@ use crate::error::{Result, StoreError};
 use crate::scripted::{ScriptedUpdate, ScriptedUpdates, UpdateItemResult};
 use crate::store::{DocStore, SharedStore};
 use crate::types::{
-    BulkItemResult, BulkOp, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
+    BulkItemResult, BulkOp, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
 };
 
 /// Wraps a store and counts every call made through it: one call, one round trip.
@@ -125,6 +125,25 @@ impl DocStore for CountingStore {
         self.inner.bulk_refreshed(index, ops).await
     }
 
+    fn chains_bulk(&self) -> bool {
+        self.inner.chains_bulk()
+    }
+
+    /// One round trip: both go in one request.
+    async fn bulk_after(
+        &self,
+        first_index: &str,
+        first: BulkOp,
+        index: &str,
+        ops: Vec<BulkOp>,
+        refresh: bool,
+    ) -> Result<Chained<BulkItemResult>> {
+        self.count();
+        self.inner
+            .bulk_after(first_index, first, index, ops, refresh)
+            .await
+    }
+
     fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
         self.inner.scripted().map(|_| self as &dyn ScriptedUpdates)
     }
@@ -156,6 +175,32 @@ impl ScriptedUpdates for CountingStore {
         self.count();
         match self.inner.scripted() {
             Some(scripted) => scripted.bulk_update(index, items).await,
+            None => Err(StoreError::rejected(
+                format!("scripted update of `{index}`"),
+                "the store runs no scripts",
+            )),
+        }
+    }
+
+    fn chains(&self) -> bool {
+        self.inner.scripted().is_some_and(ScriptedUpdates::chains)
+    }
+
+    /// One round trip: both go in one request.
+    async fn bulk_update_after(
+        &self,
+        first_index: &str,
+        first: BulkOp,
+        index: &str,
+        items: Vec<ScriptedUpdate>,
+    ) -> Result<Chained<UpdateItemResult>> {
+        self.count();
+        match self.inner.scripted() {
+            Some(scripted) => {
+                scripted
+                    .bulk_update_after(first_index, first, index, items)
+                    .await
+            }
             None => Err(StoreError::rejected(
                 format!("scripted update of `{index}`"),
                 "the store runs no scripts",

@@ -58,4 +58,6 @@ pub use scripted::{
 };
 pub use sqlite::{SqliteOptions, SqliteStore};
 pub use store::{DocStore, SharedStore};
-pub use types::{BulkItemResult, BulkOp, Cursor, Page, Scope, SearchRequest, StoredDoc, Version};
+pub use types::{
+    BulkItemResult, BulkOp, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
+};

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::error::{Result, StoreError};
-use crate::types::Version;
+use crate::types::{BulkOp, Chained, Version};
 
 /// An update of one document by a stored script, with a document to insert if it is missing.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,6 +81,38 @@ pub trait ScriptedUpdates: Send + Sync {
         index: &str,
         items: Vec<ScriptedUpdate>,
     ) -> Result<Vec<UpdateItemResult>>;
+
+    /// Whether [`ScriptedUpdates::bulk_update_after`] makes its write and its updates in one
+    /// request and one transaction. Elasticsearch cannot (a bulk request neither orders its
+    /// items across indices nor stops at a failed one); the embedded store can.
+    fn chains(&self) -> bool {
+        false
+    }
+
+    /// Makes `first` (one write to `first_index`) and, only if it landed, the updates of
+    /// `index`, in one request and one transaction: a job's journal entry closed and its locks
+    /// released at once, so that neither can land without the other having landed first.
+    /// Ask [`ScriptedUpdates::chains`] first: a store that cannot chain answers
+    /// [`StoreError::Rejected`] and changes nothing.
+    ///
+    /// # Errors
+    /// Failures of the request as a whole (then neither landed).
+    async fn bulk_update_after(
+        &self,
+        first_index: &str,
+        first: BulkOp,
+        index: &str,
+        items: Vec<ScriptedUpdate>,
+    ) -> Result<Chained<UpdateItemResult>> {
+        let _ = (first, items);
+        Err(StoreError::Rejected {
+            context: format!(
+                "a write to `{first_index}` chained with scripted updates of `{index}`"
+            ),
+            status: None,
+            message: "this store cannot make them in one transaction".to_owned(),
+        })
+    }
 }
 
 /// The lock scripts a store without painless has been given (`PUT _scripts/{id}`), by id:

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::error::Result;
 use crate::scripted::ScriptedUpdates;
 use crate::types::{
-    BulkItemResult, BulkOp, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
+    BulkItemResult, BulkOp, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
 };
 
 /// A document store with Elasticsearch's guarantees: each document is read and written
@@ -154,6 +154,39 @@ pub trait DocStore: Send + Sync + Debug {
         let results = self.bulk(index, ops).await?;
         self.refresh(index).await?;
         Ok(results)
+    }
+
+    /// Whether [`DocStore::bulk_after`] makes its write and the bulk request in one request
+    /// and one transaction. Elasticsearch cannot (a bulk request neither orders its items
+    /// across indices nor stops at a failed one); the embedded store can.
+    fn chains_bulk(&self) -> bool {
+        false
+    }
+
+    /// Makes `first` (one write to `first_index`) and, only if it landed, the bulk `ops` on
+    /// `index` (refreshed in the same call with `refresh`, as by
+    /// [`DocStore::bulk_refreshed`]), in one request and one transaction: a job's journal
+    /// entry and its first writes, so that neither lands without the other. Ask
+    /// [`DocStore::chains_bulk`] first: a store that cannot chain answers
+    /// [`StoreError::Rejected`](crate::StoreError::Rejected) and changes nothing.
+    ///
+    /// # Errors
+    /// Failures of the request as a whole (then nothing landed, unless only the refresh
+    /// failed).
+    async fn bulk_after(
+        &self,
+        first_index: &str,
+        first: BulkOp,
+        index: &str,
+        ops: Vec<BulkOp>,
+        refresh: bool,
+    ) -> Result<Chained<BulkItemResult>> {
+        let _ = (first, ops, refresh);
+        Err(crate::StoreError::Rejected {
+            context: format!("a write to `{first_index}` chained with a bulk request to `{index}`"),
+            status: None,
+            message: "this store cannot make them in one transaction".to_owned(),
+        })
     }
 
     /// Returns the store's scripted updates if its server runs scripts; `None` by default.

@@ -68,6 +68,17 @@ impl BulkOp {
 /// deletion), or why this item failed. Other items are unaffected by one item's failure.
 pub type BulkItemResult = Result<Version, crate::StoreError>;
 
+/// What a chained request did: one write, then (only if it landed) the writes that depend on
+/// it, in one transaction ([`DocStore::bulk_after`](crate::DocStore::bulk_after),
+/// [`ScriptedUpdates::bulk_update_after`](crate::ScriptedUpdates::bulk_update_after)).
+#[derive(Debug)]
+pub enum Chained<T> {
+    /// The first write did not land (why); nothing else ran.
+    FirstFailed(crate::StoreError),
+    /// The first write landed at this version, then the rest ran: one result each, in order.
+    Ran(Version, Vec<T>),
+}
+
 /// Which documents a search or count looks at.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scope {

@@ -106,6 +106,25 @@ impl DocStore for LatencyStore {
         self.wait().await;
         self.inner.bulk_refreshed(index, ops).await
     }
+    fn chains_bulk(&self) -> bool {
+        self.inner.chains_bulk()
+    }
+
+    /// One call's latency: both go in one request.
+    async fn bulk_after(
+        &self,
+        first_index: &str,
+        first: BulkOp,
+        index: &str,
+        ops: Vec<BulkOp>,
+        refresh: bool,
+    ) -> Result<fs_store::Chained<BulkItemResult>> {
+        self.wait().await;
+        self.inner
+            .bulk_after(first_index, first, index, ops, refresh)
+            .await
+    }
+
     fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
         self.inner.scripted().map(|_| self as &dyn ScriptedUpdates)
     }
@@ -136,6 +155,31 @@ impl ScriptedUpdates for LatencyStore {
         self.wait().await;
         match self.inner.scripted() {
             Some(scripted) => scripted.bulk_update(index, items).await,
+            None => Err(fs_store::StoreError::Rejected {
+                context: self.describe(),
+                status: None,
+                message: "the store runs no scripts".to_owned(),
+            }),
+        }
+    }
+    fn chains(&self) -> bool {
+        self.inner.scripted().is_some_and(ScriptedUpdates::chains)
+    }
+    /// One call's latency: both go in one request.
+    async fn bulk_update_after(
+        &self,
+        first_index: &str,
+        first: BulkOp,
+        index: &str,
+        items: Vec<ScriptedUpdate>,
+    ) -> Result<fs_store::Chained<UpdateItemResult>> {
+        self.wait().await;
+        match self.inner.scripted() {
+            Some(scripted) => {
+                scripted
+                    .bulk_update_after(first_index, first, index, items)
+                    .await
+            }
             None => Err(fs_store::StoreError::Rejected {
                 context: self.describe(),
                 status: None,

@@ -26,6 +26,11 @@
 //! checks that its lease is still good, and every write is conditional on what it read, so a
 //! job paused past its lease (a zombie) stops at its first write instead of damaging the tree.
 //!
+//! Where the store makes several writes in one transaction (the embedded store), a rename
+//! whose check read its whole (small) subtree sends its entry with its writes
+//! (`chained.rs`), and a job whose writes are searchable closes its entry with the release
+//! (`release.rs`): the same guarantees, two round trips fewer.
+//!
 //! A job whose entry is closed has happened, so a release that fails afterwards does not make
 //! it fail: it is reported done, with the locks it left in [`RenameReport::locks_left`] and a
 //! warning; they expire with their lease and the recovery sweep deletes them (`release.rs`).
@@ -46,6 +51,7 @@ use fs_store::{CountingStore, SharedStore};
 mod before_write;
 mod builder;
 mod bulk;
+mod chained;
 mod copy;
 mod delete;
 mod document_locks;

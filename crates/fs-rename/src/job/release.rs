@@ -2,10 +2,14 @@
 //! or delete), which abandons them for recovery; and a complete job whose release fails is
 //! still done, with the locks it left named in its report.
 
-use fs_locks::{LockClient, LockError, LockGuard, LockItem, Observed};
+use std::sync::Arc;
 
-use super::Renamer;
+use fs_locks::{LockClient, LockError, LockGuard, LockItem, Observed, ReleasedAfter};
+
+use super::run::PendingClose;
+use super::{journaled, Renamer};
 use crate::error::{RenameError, Result};
+use crate::journal::Journal;
 use crate::report::{RenameEvent, RenameReport};
 use crate::tree::FsTree;
 
@@ -28,11 +32,35 @@ impl Renamer {
         &self,
         tree: &FsTree,
         locks: &LockClient,
-        guards: Vec<LockGuard>,
-        result: Result<()>,
+        mut guards: Vec<LockGuard>,
+        result: Result<Option<PendingClose>>,
         job_id: &str,
         report: &mut RenameReport,
     ) -> Result<()> {
+        let result = match result {
+            Ok(Some(close)) => match guards.pop() {
+                Some(guard) if guards.is_empty() => {
+                    return self
+                        .close_and_release(tree, locks, guard, close, report)
+                        .await
+                }
+                // Chained only with one guard (`locked_work`); were there more, the entry is
+                // closed first, as everywhere else.
+                last => {
+                    guards.extend(last);
+                    let journal = Journal::new(Arc::clone(tree.store()), tree.index());
+                    match journaled(|| journal.close(&close.job_id, close.version)).await {
+                        Ok(()) => {
+                            self.emit(RenameEvent::Closed { job: close.job_id });
+                            Ok(())
+                        }
+                        Err(e) => Err(unfinished(&close.job_id, e, report)),
+                    }
+                }
+            },
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        };
         if matches!(result, Err(RenameError::Unfinished { .. })) {
             for guard in guards.into_iter().rev() {
                 guard.abandon().await;
@@ -66,6 +94,64 @@ impl Renamer {
                 self.left_to_expire(tree, locks, &held, job_id, &release, report)
                     .await;
                 Ok(())
+            }
+        }
+    }
+
+    /// Closes the journal entry and releases the locks in one transaction
+    /// ([`LockGuard::release_after`]). If the close does not land, it is tried alone (as
+    /// [`Journal::close`], which tells a recoverer's claim from a close already made): the
+    /// locks, no longer renewed, are left to expire either way.
+    async fn close_and_release(
+        &self,
+        tree: &FsTree,
+        locks: &LockClient,
+        guard: LockGuard,
+        close: PendingClose,
+        report: &mut RenameReport,
+    ) -> Result<()> {
+        let journal = Journal::new(Arc::clone(tree.store()), tree.index());
+        let job_id = close.job_id.as_str();
+        let first = match journal.close_write(job_id, close.version) {
+            Ok(first) => first,
+            Err(e) => {
+                guard.abandon().await;
+                return Err(unfinished(job_id, e, report));
+            }
+        };
+        let held = locks.held_items().await;
+        match guard.release_after(first).await {
+            ReleasedAfter::Released(released) => {
+                self.emit(RenameEvent::Closed {
+                    job: job_id.to_owned(),
+                });
+                match released {
+                    Ok(_) => self.emit(RenameEvent::Released),
+                    Err(release) => {
+                        self.left_to_expire(tree, locks, &held, job_id, &release, report)
+                            .await;
+                    }
+                }
+                Ok(())
+            }
+            ReleasedAfter::FirstFailed(why) => {
+                match journaled(|| journal.close(job_id, close.version)).await {
+                    // Closed after all (by this try, or by a recoverer that finished the job):
+                    // done, with its locks left to expire.
+                    Ok(()) => {
+                        self.emit(RenameEvent::Closed {
+                            job: job_id.to_owned(),
+                        });
+                        let release = LockError::Store {
+                            context: "closing the journal entry with the release".to_owned(),
+                            cause: why,
+                        };
+                        self.left_to_expire(tree, locks, &held, job_id, &release, report)
+                            .await;
+                        Ok(())
+                    }
+                    Err(e) => Err(unfinished(job_id, e, report)),
+                }
             }
         }
     }
@@ -118,6 +204,16 @@ impl Renamer {
             "job complete, but its locks were not released: they expire with their lease and `fsrename recover` clears them");
         report.locks_left = left;
         report.warnings.push(warning);
+    }
+}
+
+/// The error of a journaled job that stopped before its entry was closed.
+fn unfinished(job_id: &str, cause: RenameError, report: &RenameReport) -> RenameError {
+    RenameError::Unfinished {
+        job: job_id.to_owned(),
+        rewritten: report.rewritten,
+        found: report.found,
+        cause: Box::new(cause),
     }
 }
 

@@ -196,20 +196,7 @@ impl Renamer {
     ) -> Result<()> {
         // Each attempt builds its items afresh from the entries: a clone of every item kept
         // for a resend would cost as much as building the few that are resent.
-        let op_for = |i: usize| -> Result<BulkOp> {
-            let entry = &entries[i];
-            let moved = entry.doc.renamed(from, to)?;
-            let source = serde_json::to_value(&moved).map_err(|e| RenameError::BadDocument {
-                index: tree.index().to_owned(),
-                id: entry.id.clone(),
-                message: e.to_string(),
-            })?;
-            Ok(BulkOp::Index {
-                id: entry.id.clone(),
-                source,
-                if_version: self.config.versioned.then_some(entry.version),
-            })
-        };
+        let op_for = |i: usize| -> Result<BulkOp> { self.rename_op(tree, &entries[i], (from, to)) };
         let mut pending: Vec<usize> = (0..entries.len()).collect();
         let mut attempt = 0;
         while !pending.is_empty() {
@@ -273,6 +260,27 @@ impl Renamer {
             attempt += 1;
         }
         Ok(())
+    }
+
+    /// The write that moves `entry` from under `from` to under `to`: conditional on the
+    /// version read (unless the job writes unversioned).
+    pub(super) fn rename_op(
+        &self,
+        tree: &FsTree,
+        entry: &Entry,
+        (from, to): (&FsPath, &FsPath),
+    ) -> Result<BulkOp> {
+        let moved = entry.doc.renamed(from, to)?;
+        let source = serde_json::to_value(&moved).map_err(|e| RenameError::BadDocument {
+            index: tree.index().to_owned(),
+            id: entry.id.clone(),
+            message: e.to_string(),
+        })?;
+        Ok(BulkOp::Index {
+            id: entry.id.clone(),
+            source,
+            if_version: self.config.versioned.then_some(entry.version),
+        })
     }
 
     /// Returns true if the document already holds exactly what `op` would write.

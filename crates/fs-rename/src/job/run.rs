@@ -9,6 +9,7 @@ use fs_store::{CountingStore, SharedStore, StoredDoc};
 use tokio::time::Instant;
 
 use super::before_write::Gate;
+use super::chained::Journaled;
 use super::{journaled, RenameOutcome, Renamer, Task};
 use crate::error::{RenameError, Result};
 use crate::journal::{Journal, JournalEntry, JournalLock};
@@ -142,6 +143,8 @@ impl Renamer {
         }
     }
 
+    /// The work under the locks: checks, journal entry, writes, close. Returns the entry still
+    /// to close where its close goes with the release ([`PendingClose`]).
     async fn locked_work(
         &self,
         tree: &FsTree,
@@ -150,7 +153,7 @@ impl Renamer {
         task: &Task,
         job_id: &str,
         report: &mut RenameReport,
-    ) -> Result<()> {
+    ) -> Result<Option<PendingClose>> {
         if let Some(hooks) = &self.config.hooks {
             hooks.locked().await;
         }
@@ -187,7 +190,7 @@ impl Renamer {
                     report,
                 )
                 .await?;
-            return refresh.make(tree).await;
+            return refresh.make(tree).await.map(|()| None);
         }
         if let Some(&n) = total.get() {
             self.emit(RenameEvent::Checked { total: n });
@@ -230,42 +233,89 @@ impl Renamer {
         for guard in guards.iter_mut() {
             guard.keep_on_drop();
         }
-        // The entry goes out (with the count, if the check did not read the whole subtree)
-        // while the first pages are read; their writes wait for it at the gate
-        // (`before_write.rs`).
-        let (keeper, gate) = Gate::shut();
-        let open = async {
-            let count = async {
-                match total.get() {
-                    Some(_) => None,
-                    None => Some(tree.count_under(task.from()).await),
-                }
-            };
-            let (opened, counted) = tokio::join!(journaled(|| journal.open(&entry)), count);
-            match counted {
-                Some(Ok(n)) => {
-                    let _ = total.set(n);
-                    self.emit(RenameEvent::Checked { total: n });
-                }
-                // Only the progress's total is missing: the job goes on without it.
-                Some(Err(e)) => {
-                    tracing::warn!(error = %e, from = %task.from(), "counting the documents to write failed; progress goes on without a total");
-                }
-                None => {}
-            }
-            if opened.is_ok() {
-                self.emit(RenameEvent::Journaled {
-                    job: job_id.clone(),
-                });
-            }
-            keeper.decide(opened.is_ok());
-            opened
-        };
         let found = report.found;
-        let (opened, finished) = tokio::join!(
-            open,
-            self.finish(tree, (locks, &gate), task, &job_id, (&total, read), report)
-        );
+        // A rename whose check read it all, on a store that chains writes: the entry and the
+        // writes in one transaction (`chained.rs`).
+        let mut read = read;
+        let mut landed = None;
+        if let (Task::Rename { from, to }, Some(entries)) = (task, read.known.take()) {
+            if self.chains_journal(tree, &entries) {
+                let started = Instant::now();
+                let sent = self
+                    .rewrite_journaled(tree, locks, (from, to), entries, (&entry, &journal), report)
+                    .await?;
+                match sent {
+                    Journaled::Landed { version, failed } => {
+                        landed = Some((version, failed, started))
+                    }
+                    Journaled::NotLanded(entries) => read.known = Some(entries),
+                    Journaled::Unknown(e) => return Err(unfinished(e, report)),
+                }
+            } else {
+                read.known = Some(entries);
+            }
+        }
+        let (opened, finished) = match landed {
+            Some((version, failed, started)) => {
+                let finished = if failed.is_empty() {
+                    report.phases.rewriting = started.elapsed();
+                    self.written_all(task, report).await.map(|()| Refresh::Done)
+                } else {
+                    // Items that failed in the transaction go again, the usual way.
+                    let again = Read {
+                        known: Some(failed),
+                        first: Vec::new(),
+                    };
+                    self.finish(
+                        tree,
+                        (locks, &Gate::open()),
+                        task,
+                        &job_id,
+                        (&total, again),
+                        report,
+                    )
+                    .await
+                };
+                (Ok(version), finished)
+            }
+            None => {
+                // The entry goes out (with the count, if the check did not read the whole
+                // subtree) while the first pages are read; their writes wait for it at the
+                // gate (`before_write.rs`).
+                let (keeper, gate) = Gate::shut();
+                let open = async {
+                    let count = async {
+                        match total.get() {
+                            Some(_) => None,
+                            None => Some(tree.count_under(task.from()).await),
+                        }
+                    };
+                    let (opened, counted) = tokio::join!(journaled(|| journal.open(&entry)), count);
+                    match counted {
+                        Some(Ok(n)) => {
+                            let _ = total.set(n);
+                            self.emit(RenameEvent::Checked { total: n });
+                        }
+                        // Only the progress's total is missing: the job goes on without it.
+                        Some(Err(e)) => {
+                            tracing::warn!(error = %e, from = %task.from(), "counting the documents to write failed; progress goes on without a total");
+                        }
+                        None => {}
+                    }
+                    if opened.is_ok() {
+                        self.emit(RenameEvent::Journaled {
+                            job: job_id.clone(),
+                        });
+                    }
+                    keeper.decide(opened.is_ok());
+                    opened
+                };
+                tokio::join!(
+                    open,
+                    self.finish(tree, (locks, &gate), task, &job_id, (&total, read), report)
+                )
+            }
+        };
         // Until the entry is known to have landed or not, the job may be journaled: an
         // unknown outcome counts as journaled, so the locks are left for recovery to resolve.
         // A fence means it was not and never will be: nothing was written (the gate stayed
@@ -285,6 +335,15 @@ impl Renamer {
             Ok(refresh) => refresh,
             Err(e) => return Err(unfinished(e, report)),
         };
+        // Where the store closes the entry and releases the locks in one transaction, and the
+        // writes are searchable already, the close goes with the release (`release.rs`): one
+        // round trip fewer, and neither lands without the other.
+        if matches!(refresh, Refresh::Done) && guards.len() == 1 && locks.chains_release().await {
+            return Ok(Some(PendingClose {
+                job_id: job_id.clone(),
+                version,
+            }));
+        }
         // The refresh that makes the writes searchable and the close of the journal go out at
         // once: both must land before the release, and neither depends on the other (every
         // write was acknowledged; the refresh changes only what search sees).
@@ -312,7 +371,7 @@ impl Renamer {
                 report.kind, self.config.lease
             ));
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Writes everything the task writes and checks the count: the part of a job that a
@@ -353,6 +412,16 @@ impl Renamer {
         };
         report.phases.rewriting = started.elapsed();
         written?;
+        self.written_all(task, report).await?;
+        Ok(if refreshed {
+            Refresh::Done
+        } else {
+            Refresh::Needed
+        })
+    }
+
+    /// What follows the last write: the count checked against what was found, and the hooks.
+    async fn written_all(&self, task: &Task, report: &RenameReport) -> Result<()> {
         if report.rewritten != report.found {
             return Err(RenameError::CountMismatch {
                 rewritten: report.rewritten,
@@ -365,11 +434,7 @@ impl Renamer {
                 hooks.committed(from, to).await;
             }
         }
-        Ok(if refreshed {
-            Refresh::Done
-        } else {
-            Refresh::Needed
-        })
+        Ok(())
     }
 
     async fn journal_entry(&self, locks: &LockClient, task: &Task, job_id: &str) -> JournalEntry {
@@ -395,6 +460,14 @@ impl Renamer {
                 .collect(),
         }
     }
+}
+
+/// A journal entry whose close goes with the release of the job's locks, in one transaction
+/// (see [`fs_locks::LockGuard::release_after`]).
+#[derive(Debug)]
+pub(super) struct PendingClose {
+    pub job_id: String,
+    pub version: fs_store::Version,
 }
 
 /// What a job's check read, handed to its writes: the whole subtree of a rename's source,

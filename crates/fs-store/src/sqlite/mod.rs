@@ -21,7 +21,9 @@ use crate::error::{Result, StoreError};
 use crate::index_name::validate_index_name;
 use crate::scripted::ScriptedUpdates;
 use crate::store::DocStore;
-use crate::types::{BulkItemResult, BulkOp, Page, Scope, SearchRequest, StoredDoc, Version};
+use crate::types::{
+    BulkItemResult, BulkOp, Chained, Page, Scope, SearchRequest, StoredDoc, Version,
+};
 use ops::Writer;
 
 /// How a [`SqliteStore`] is opened.
@@ -292,6 +294,49 @@ impl DocStore for SqliteStore {
             let results = writer.bulk(&ops)?;
             writer.finish()?;
             Ok(results)
+        })
+        .await
+    }
+
+    /// One call: the writes, then (near-real-time) the refresh, without queueing for the
+    /// connection a second time. (Realtime, there is nothing to refresh: the writes' own
+    /// transaction found the index.)
+    async fn bulk_refreshed(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
+        let index = index.to_owned();
+        self.run(move |conn, nrt| {
+            let mut writer = Writer::begin(conn, &index, nrt)?;
+            let results = writer.bulk(&ops)?;
+            writer.finish()?;
+            if nrt {
+                ops::refresh(conn, nrt, &index)?;
+            }
+            Ok(results)
+        })
+        .await
+    }
+
+    fn chains_bulk(&self) -> bool {
+        true
+    }
+
+    /// One transaction: the first write, then (only if it landed) the bulk; a first write
+    /// that fails rolls back and changes nothing. The refresh follows in the same call.
+    async fn bulk_after(
+        &self,
+        first_index: &str,
+        first: BulkOp,
+        index: &str,
+        ops: Vec<BulkOp>,
+        refresh: bool,
+    ) -> Result<Chained<BulkItemResult>> {
+        let (first_index, index) = (first_index.to_owned(), index.to_owned());
+        self.run(move |conn, nrt| {
+            let chained =
+                Writer::chained(conn, nrt, (&first_index, &first), &index, |w| w.bulk(&ops))?;
+            if refresh && nrt && matches!(chained, Chained::Ran(..)) {
+                ops::refresh(conn, nrt, &index)?;
+            }
+            Ok(chained)
         })
         .await
     }

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::schema::{LIVE, SEARCHABLE};
 use crate::error::{Result, StoreError};
 use crate::types::{
-    BulkItemResult, BulkOp, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
+    BulkItemResult, BulkOp, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
 };
 
 /// SQLite has one primary term: documents never change hands between shard copies.
@@ -192,6 +192,37 @@ impl<'c> Writer<'c> {
             seq,
             near_real_time: nrt,
         })
+    }
+
+    /// One transaction: `first` (one write to `first_index`), then, only if it landed, `rest`
+    /// on `index`, committed. A first write that does not land (a conflict, a missing index)
+    /// rolls back and comes back as [`Chained::FirstFailed`].
+    pub(super) fn chained<T>(
+        conn: &'c mut Connection,
+        nrt: bool,
+        (first_index, first): (&str, &BulkOp),
+        index: &str,
+        rest: impl FnOnce(&mut Writer<'c>) -> Result<Vec<T>>,
+    ) -> Result<Chained<T>> {
+        let mut writer = match Writer::begin(conn, first_index, nrt) {
+            Ok(writer) => writer,
+            Err(e @ StoreError::IndexNotFound { .. }) => return Ok(Chained::FirstFailed(e)),
+            Err(e) => return Err(e),
+        };
+        let landed = match writer.bulk(std::slice::from_ref(first))?.pop() {
+            Some(Ok(version)) => version,
+            Some(Err(e)) => return Ok(Chained::FirstFailed(e)),
+            None => {
+                return Err(StoreError::Backend {
+                    context: format!("writing `{first_index}/{}`", first.id()),
+                    message: "the write got no answer".to_owned(),
+                })
+            }
+        };
+        writer.switch_index(index)?;
+        let results = rest(&mut writer)?;
+        writer.finish()?;
+        Ok(Chained::Ran(landed, results))
     }
 
     fn err(&self, id: &str) -> impl Fn(rusqlite::Error) -> StoreError {
@@ -397,13 +428,28 @@ impl<'c> Writer<'c> {
         Ok(results)
     }
 
-    /// Stores the sequence counter back and commits.
-    pub(super) fn finish(self) -> Result<()> {
+    /// Goes on writing in the same transaction to `index`: the sequence counter of the index
+    /// written so far is stored back, and `index`'s is read.
+    pub(super) fn switch_index(&mut self, index: &str) -> Result<()> {
+        self.store_seq()?;
+        self.seq = index_seq(&self.tx, index)?;
+        index.clone_into(&mut self.index);
+        Ok(())
+    }
+
+    fn store_seq(&self) -> Result<()> {
         let context = format!("committing to `{}`", self.index);
         self.tx
             .prepare_cached("UPDATE indices SET seq = ?1 WHERE name = ?2")
             .and_then(|mut stmt| stmt.execute(params![self.seq, self.index]))
-            .map_err(|e| sql_error(&context, e))?;
+            .map(|_| ())
+            .map_err(|e| sql_error(&context, e))
+    }
+
+    /// Stores the sequence counter back and commits.
+    pub(super) fn finish(self) -> Result<()> {
+        self.store_seq()?;
+        let context = format!("committing to `{}`", self.index);
         self.tx.commit().map_err(|e| sql_error(&context, e))
     }
 }

@@ -18,6 +18,7 @@ use crate::scripted::{
     plan_update, unknown_script, PlannedWrite, ScriptedUpdate, ScriptedUpdates, UpdateItemResult,
     UpdateOutcome,
 };
+use crate::types::{BulkOp, Chained};
 
 #[async_trait]
 impl ScriptedUpdates for SqliteStore {
@@ -43,25 +44,60 @@ impl ScriptedUpdates for SqliteStore {
         let index = index.to_owned();
         self.run(move |conn, nrt| {
             let mut writer = Writer::begin(conn, &index, nrt)?;
-            let mut results = Vec::with_capacity(items.len());
-            for (update, script) in items.iter().zip(scripts) {
-                let result = match script {
-                    Some(script) => update_one(&mut writer, &index, script, update),
-                    None => Err(unknown_script(&index, update)),
-                };
-                match result {
-                    // A database failure fails the whole request, as in `bulk`.
-                    Err(e @ (StoreError::Backend { .. } | StoreError::Transient { .. })) => {
-                        return Err(e)
-                    }
-                    other => results.push(other),
-                }
-            }
+            let results = update_all(&mut writer, &index, &items, &scripts)?;
             writer.finish()?;
             Ok(results)
         })
         .await
     }
+
+    fn chains(&self) -> bool {
+        true
+    }
+
+    /// One transaction: the first write, then (only if it landed) the updates; a first write
+    /// that fails rolls back and changes nothing.
+    async fn bulk_update_after(
+        &self,
+        first_index: &str,
+        first: BulkOp,
+        index: &str,
+        items: Vec<ScriptedUpdate>,
+    ) -> Result<Chained<UpdateItemResult>> {
+        let scripts: Vec<Option<&'static LockScript>> = items
+            .iter()
+            .map(|u| self.inner.scripts.get(&u.script))
+            .collect();
+        let (first_index, index) = (first_index.to_owned(), index.to_owned());
+        self.run(move |conn, nrt| {
+            Writer::chained(conn, nrt, (&first_index, &first), &index, |w| {
+                update_all(w, &index, &items, &scripts)
+            })
+        })
+        .await
+    }
+}
+
+/// Runs `items` with their `scripts` in `writer`'s transaction; a database failure fails them
+/// all, as in `bulk`.
+fn update_all(
+    writer: &mut Writer<'_>,
+    index: &str,
+    items: &[ScriptedUpdate],
+    scripts: &[Option<&'static LockScript>],
+) -> Result<Vec<UpdateItemResult>> {
+    let mut results = Vec::with_capacity(items.len());
+    for (update, script) in items.iter().zip(scripts) {
+        let result = match script {
+            Some(script) => update_one(writer, index, script, update),
+            None => Err(unknown_script(index, update)),
+        };
+        match result {
+            Err(e @ (StoreError::Backend { .. } | StoreError::Transient { .. })) => return Err(e),
+            other => results.push(other),
+        }
+    }
+    Ok(results)
 }
 
 /// One update, inside the writer's transaction: nothing can come between its read and its
