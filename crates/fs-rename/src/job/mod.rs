@@ -55,6 +55,7 @@ mod chained;
 mod copy;
 mod delete;
 mod document_locks;
+mod journaling;
 mod release;
 mod rewrite;
 mod run;

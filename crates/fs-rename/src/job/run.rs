@@ -9,7 +9,6 @@ use fs_store::{CountingStore, SharedStore, StoredDoc};
 use tokio::time::Instant;
 
 use super::before_write::Gate;
-use super::chained::Journaled;
 use super::{journaled, RenameOutcome, Renamer, Task};
 use crate::error::{RenameError, Result};
 use crate::journal::{Journal, JournalEntry, JournalLock};
@@ -234,88 +233,16 @@ impl Renamer {
             guard.keep_on_drop();
         }
         let found = report.found;
-        // A rename whose check read it all, on a store that chains writes: the entry and the
-        // writes in one transaction (`chained.rs`).
-        let mut read = read;
-        let mut landed = None;
-        if let (Task::Rename { from, to }, Some(entries)) = (task, read.known.take()) {
-            if self.chains_journal(tree, &entries) {
-                let started = Instant::now();
-                let sent = self
-                    .rewrite_journaled(tree, locks, (from, to), entries, (&entry, &journal), report)
-                    .await?;
-                match sent {
-                    Journaled::Landed { version, failed } => {
-                        landed = Some((version, failed, started))
-                    }
-                    Journaled::NotLanded(entries) => read.known = Some(entries),
-                    Journaled::Unknown(e) => return Err(unfinished(e, report)),
-                }
-            } else {
-                read.known = Some(entries);
-            }
-        }
-        let (opened, finished) = match landed {
-            Some((version, failed, started)) => {
-                let finished = if failed.is_empty() {
-                    report.phases.rewriting = started.elapsed();
-                    self.written_all(task, report).await.map(|()| Refresh::Done)
-                } else {
-                    // Items that failed in the transaction go again, the usual way.
-                    let again = Read {
-                        known: Some(failed),
-                        first: Vec::new(),
-                    };
-                    self.finish(
-                        tree,
-                        (locks, &Gate::open()),
-                        task,
-                        &job_id,
-                        (&total, again),
-                        report,
-                    )
-                    .await
-                };
-                (Ok(version), finished)
-            }
-            None => {
-                // The entry goes out (with the count, if the check did not read the whole
-                // subtree) while the first pages are read; their writes wait for it at the
-                // gate (`before_write.rs`).
-                let (keeper, gate) = Gate::shut();
-                let open = async {
-                    let count = async {
-                        match total.get() {
-                            Some(_) => None,
-                            None => Some(tree.count_under(task.from()).await),
-                        }
-                    };
-                    let (opened, counted) = tokio::join!(journaled(|| journal.open(&entry)), count);
-                    match counted {
-                        Some(Ok(n)) => {
-                            let _ = total.set(n);
-                            self.emit(RenameEvent::Checked { total: n });
-                        }
-                        // Only the progress's total is missing: the job goes on without it.
-                        Some(Err(e)) => {
-                            tracing::warn!(error = %e, from = %task.from(), "counting the documents to write failed; progress goes on without a total");
-                        }
-                        None => {}
-                    }
-                    if opened.is_ok() {
-                        self.emit(RenameEvent::Journaled {
-                            job: job_id.clone(),
-                        });
-                    }
-                    keeper.decide(opened.is_ok());
-                    opened
-                };
-                tokio::join!(
-                    open,
-                    self.finish(tree, (locks, &gate), task, &job_id, (&total, read), report)
-                )
-            }
-        };
+        let (opened, finished) = self
+            .journal_and_write(
+                tree,
+                locks,
+                task,
+                (&entry, &journal),
+                (&total, read),
+                report,
+            )
+            .await?;
         // Until the entry is known to have landed or not, the job may be journaled: an
         // unknown outcome counts as journaled, so the locks are left for recovery to resolve.
         // A fence means it was not and never will be: nothing was written (the gate stayed
@@ -421,7 +348,7 @@ impl Renamer {
     }
 
     /// What follows the last write: the count checked against what was found, and the hooks.
-    async fn written_all(&self, task: &Task, report: &RenameReport) -> Result<()> {
+    pub(super) async fn written_all(&self, task: &Task, report: &RenameReport) -> Result<()> {
         if report.rewritten != report.found {
             return Err(RenameError::CountMismatch {
                 rewritten: report.rewritten,

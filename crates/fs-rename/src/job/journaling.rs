@@ -1,0 +1,125 @@
+//! How a job journals itself and writes: with its writes in one transaction, where the store
+//! chains them and the check read the whole subtree (`chained.rs`); else alongside its first
+//! reads, each page's write waiting at the gate until the entry landed (`before_write.rs`).
+
+use std::sync::OnceLock;
+
+use fs_locks::LockClient;
+use fs_store::Version;
+use tokio::time::Instant;
+
+use super::before_write::Gate;
+use super::chained::Journaled;
+use super::run::{Read, Refresh};
+use super::{journaled, Renamer, Task};
+use crate::error::Result;
+use crate::journal::{Journal, JournalEntry};
+use crate::report::{RenameEvent, RenameReport};
+use crate::tree::FsTree;
+
+impl Renamer {
+    /// Journals the job (`entry`) and makes its writes. Returns whether the entry landed (its
+    /// version, or why not: a fence, or an outcome unknown, which counts as journaled) and
+    /// how the writes ended. An `Err` is a stop before anything was sent: nothing written, no
+    /// entry.
+    pub(super) async fn journal_and_write(
+        &self,
+        tree: &FsTree,
+        locks: &LockClient,
+        task: &Task,
+        (entry, journal): (&JournalEntry, &Journal),
+        (total, read): (&OnceLock<u64>, Read),
+        report: &mut RenameReport,
+    ) -> Result<(Result<Version>, Result<Refresh>)> {
+        // A rename whose check read it all, on a store that chains writes: the entry and the
+        // writes in one transaction (`chained.rs`).
+        let mut read = read;
+        let mut landed = None;
+        if let (Task::Rename { from, to }, Some(entries)) = (task, read.known.take()) {
+            if self.chains_journal(tree, &entries) {
+                let started = Instant::now();
+                let sent = self
+                    .rewrite_journaled(tree, locks, (from, to), entries, (entry, journal), report)
+                    .await?;
+                match sent {
+                    Journaled::Landed { version, failed } => {
+                        landed = Some((version, failed, started))
+                    }
+                    Journaled::NotLanded(entries) => read.known = Some(entries),
+                    // The outcome is unknown: the job counts as journaled.
+                    Journaled::Unknown(e) => return Ok((Err(e), Ok(Refresh::Done))),
+                }
+            } else {
+                read.known = Some(entries);
+            }
+        }
+        Ok(match landed {
+            Some((version, failed, started)) => {
+                let finished = if failed.is_empty() {
+                    report.phases.rewriting = started.elapsed();
+                    self.written_all(task, report).await.map(|()| Refresh::Done)
+                } else {
+                    // Items that failed in the transaction go again, the usual way.
+                    let again = Read {
+                        known: Some(failed),
+                        first: Vec::new(),
+                    };
+                    self.finish(
+                        tree,
+                        (locks, &Gate::open()),
+                        task,
+                        &entry.job_id,
+                        (total, again),
+                        report,
+                    )
+                    .await
+                };
+                (Ok(version), finished)
+            }
+            None => {
+                // The entry goes out (with the count, if the check did not read the whole
+                // subtree) while the first pages are read; their writes wait for it at the
+                // gate (`before_write.rs`).
+                let (keeper, gate) = Gate::shut();
+                let open = async {
+                    let count = async {
+                        match total.get() {
+                            Some(_) => None,
+                            None => Some(tree.count_under(task.from()).await),
+                        }
+                    };
+                    let (opened, counted) = tokio::join!(journaled(|| journal.open(entry)), count);
+                    match counted {
+                        Some(Ok(n)) => {
+                            let _ = total.set(n);
+                            self.emit(RenameEvent::Checked { total: n });
+                        }
+                        // Only the progress's total is missing: the job goes on without it.
+                        Some(Err(e)) => {
+                            tracing::warn!(error = %e, from = %task.from(), "counting the documents to write failed; progress goes on without a total");
+                        }
+                        None => {}
+                    }
+                    if opened.is_ok() {
+                        self.emit(RenameEvent::Journaled {
+                            job: entry.job_id.clone(),
+                        });
+                    }
+                    keeper.decide(opened.is_ok());
+                    opened
+                };
+                tokio::join!(
+                    open,
+                    self.finish(
+                        tree,
+                        (locks, &gate),
+                        task,
+                        &entry.job_id,
+                        (total, read),
+                        report
+                    )
+                )
+            }
+        })
+    }
+}
