@@ -51,7 +51,9 @@ async fn concurrent_shares_race_but_every_one_counts_once() {
     let index = with_scripts(&store).await;
     let mut tasks = tokio::task::JoinSet::new();
     for n in 0..16 {
-        let (store, index) = (store.clone(), index.clone());
+        // A handle each, as separate processes have: one handle sends the updates of its
+        // concurrent callers together, and those never race.
+        let (store, index) = (elastic_store(proxy.url()), index.clone());
         tasks.spawn(async move {
             // Each process sends its share until it lands: a 409 is a race, never a refusal.
             let mut raced = 0;
@@ -81,6 +83,44 @@ async fn concurrent_shares_race_but_every_one_counts_once() {
         "16 updates of one document at once must race: {stats:?}"
     );
     println!("{raced} updates answered 409 and sent again; proxy: {stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shares_sent_at_once_through_one_handle_go_together_and_never_race() {
+    let proxy = start_es_proxy(EsProxyOptions {
+        race_window: Duration::from_millis(5),
+        ..EsProxyOptions::default()
+    });
+    let store = elastic_store(proxy.url());
+    let index = with_scripts(&store).await;
+    proxy.take_requests();
+    let shares = (0..16).map(|n| {
+        let (store, index) = (store.clone(), index.clone());
+        async move {
+            let result = store
+                .bulk_update(&index, vec![share("/p", &format!("p{n}"))])
+                .await
+                .expect("bulk");
+            assert!(
+                matches!(result.as_slice(), [Ok(_)]),
+                "p{n}: one share, granted: {result:?}"
+            );
+        }
+    });
+    futures::future::join_all(shares).await;
+    let doc = store.get(&index, "/p").await.expect("get").expect("doc");
+    assert_eq!(doc.source["lock_count"], 16, "{}", doc.source);
+    let stats = proxy.stats();
+    assert_eq!(stats.races, 0, "one request's items do not race: {stats:?}");
+    let bulks = proxy
+        .take_requests()
+        .iter()
+        .filter(|r| r.contains("_bulk"))
+        .count();
+    assert!(
+        (1..16).contains(&bulks),
+        "16 callers at once through one handle: {bulks} bulk requests"
+    );
 }
 
 #[tokio::test]

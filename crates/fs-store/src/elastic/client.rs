@@ -63,6 +63,7 @@ impl ElasticStore {
                 contexts: OpenContexts::new(),
                 scripts: std::sync::Mutex::default(),
                 scripts_refused: std::sync::atomic::AtomicBool::new(false),
+                lanes: std::sync::Arc::default(),
             }),
         })
     }

@@ -16,8 +16,10 @@
 //! - `search`: scopes as queries, one-page and paged searches, counts.
 //! - `cursor`: the point in time or scroll a paged search keeps open, and closing it.
 //! - `scripts`: stored scripts and scripted bulk updates.
+//! - `combine`: scripted bulk updates of one index from concurrent callers, sent together.
 
 mod client;
+mod combine;
 mod config;
 mod cursor;
 mod documents;
@@ -64,6 +66,8 @@ struct Inner {
     scripts: Mutex<HashMap<String, String>>,
     /// Set once the server refused to store a script: it is not asked again.
     scripts_refused: AtomicBool,
+    /// Scripted updates of concurrent callers waiting to go out together, by index.
+    lanes: Arc<combine::Lanes>,
 }
 
 impl Drop for Inner {

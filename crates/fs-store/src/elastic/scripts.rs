@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use elasticsearch::{GetScriptParts, PutScriptParts};
 use serde_json::json;
 
+use super::combine::{self, SendUpdates};
 use super::request::Retry;
 use super::response::{error_of, shorten, version_of};
 use super::ElasticStore;
@@ -78,6 +79,8 @@ impl ScriptedUpdates for ElasticStore {
         Ok(None)
     }
 
+    /// Goes out together with the scripted updates of `index` that concurrent callers of this
+    /// handle send meanwhile (see `combine`).
     async fn bulk_update(
         &self,
         index: &str,
@@ -86,6 +89,18 @@ impl ScriptedUpdates for ElasticStore {
         if items.is_empty() {
             return Ok(Vec::new());
         }
+        combine::bulk_update(&self.inner.lanes, self, index, items).await
+    }
+}
+
+impl SendUpdates for ElasticStore {
+    /// One bulk request of scripted updates.
+    async fn send(
+        &self,
+        index: String,
+        items: Vec<ScriptedUpdate>,
+    ) -> Result<Vec<UpdateItemResult>> {
+        let index = index.as_str();
         let context = format!("scripted bulk update of {} items in `{index}`", items.len());
         let mut lines = Vec::with_capacity(items.len() * 2);
         for item in &items {

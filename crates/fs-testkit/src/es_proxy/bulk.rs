@@ -1,5 +1,5 @@
-//! `_bulk`: update items run here (scripted), every other item goes to the server behind, in
-//! the order sent; every write that lands is noted for near-real-time search.
+//! `_bulk`: update items run here (scripted; a run of them together, as a shard runs them:
+//! `update_run`), every other item goes to the server behind, in the order sent; every write that lands is noted for near-real-time search.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -8,7 +8,8 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Value};
 
-use super::{answer, scripted, Proxy, Request};
+use super::update_run::{self, UpdateItem};
+use super::{answer, Proxy, Request};
 
 /// One action of a bulk request, with its source line if it has one.
 struct Item {
@@ -41,8 +42,10 @@ pub(crate) async fn bulk(
     let mut answers: Vec<Value> = Vec::with_capacity(items.len());
     let mut touched = BTreeSet::new();
     let mut run: Vec<&Item> = Vec::new();
+    let mut updates: Vec<UpdateItem> = Vec::new();
     for item in &items {
         if item.action != "update" {
+            run_updates(proxy, &mut updates, &mut answers).await?;
             run.push(item);
             continue;
         }
@@ -50,16 +53,19 @@ pub(crate) async fn bulk(
         let Some(item_index) = index_of(item) else {
             return Err("an update item without an index".into());
         };
-        let id = item.meta["_id"].as_str().unwrap_or_default().to_owned();
-        let retries = item.meta["retry_on_conflict"]
+        let retry_on_conflict = item.meta["retry_on_conflict"]
             .as_u64()
             .or(item.meta["_retry_on_conflict"].as_u64())
             .and_then(|n| u32::try_from(n).ok())
             .unwrap_or(0);
-        let body = item.body.clone().unwrap_or(Value::Null);
-        let outcome = scripted::update(proxy, &item_index, &id, &body, retries).await?;
-        answers.push(json!({"update": outcome.item}));
+        updates.push(UpdateItem {
+            index: item_index,
+            id: item.meta["_id"].as_str().unwrap_or_default().to_owned(),
+            body: item.body.clone().unwrap_or(Value::Null),
+            retry_on_conflict,
+        });
     }
+    run_updates(proxy, &mut updates, &mut answers).await?;
     flush(proxy, index, &mut run, &mut answers).await?;
     let mut errors = false;
     for (item, answered) in items.iter().zip(&answers) {
@@ -91,6 +97,21 @@ pub(crate) async fn bulk(
         StatusCode::OK,
         json!({"took": took, "errors": errors, "items": answers}),
     ))
+}
+
+/// Runs the pending run of update items together, as a shard runs them.
+async fn run_updates(
+    proxy: &Proxy,
+    updates: &mut Vec<UpdateItem>,
+    answers: &mut Vec<Value>,
+) -> Result<(), String> {
+    if updates.is_empty() {
+        return Ok(());
+    }
+    let outcomes = update_run::run_updates(proxy, updates).await?;
+    answers.extend(outcomes.into_iter().map(|o| json!({"update": o.item})));
+    updates.clear();
+    Ok(())
 }
 
 /// Sends the pending run of non-update items to the server behind, in one request.

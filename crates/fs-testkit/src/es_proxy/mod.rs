@@ -7,6 +7,8 @@
 //!   updates of one document at once race: the loser is retried up to `retry_on_conflict`
 //!   times, then answered 409 `version_conflict_engine_exception`; an upsert racing an upsert
 //!   likewise. A script's refusal is 400 `painless_explain_error`, as Elasticsearch answers it.
+//!   The update items of one bulk request run as a shard runs them ([`update_run`]): one after
+//!   the other, with no race between them, one read and one write a document.
 //! - **Search contexts** ([`contexts`]): open scrolls and points in time are counted, expire
 //!   with their keep-alive, and are capped (default 500, Elasticsearch's
 //!   `search.max_open_scroll_context`); past the cap a search that would open one fails with
@@ -22,6 +24,7 @@ mod bulk;
 mod contexts;
 mod nrt;
 mod scripted;
+mod update_run;
 mod upstream;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -11,7 +11,7 @@
 use axum::http::StatusCode;
 use axum::response::Response;
 use fs_model::lock_scripts::{self, LockScript, ScriptError};
-use fs_store::{ScriptedUpdate, StoreError, UpdateOutcome, UpdateResult};
+use fs_store::{ScriptedUpdate, StoreError, UpdateItemResult, UpdateOutcome, UpdateResult};
 use rand::Rng;
 use serde_json::{json, Value};
 
@@ -109,6 +109,17 @@ pub(crate) async fn update(
     .await;
     Counters::add(&proxy.counters.races, races.lost);
     Counters::add(&proxy.counters.races_retried, races.retried);
+    answer_of(proxy, index, id, script, result)
+}
+
+/// The bulk item Elasticsearch answers for a scripted update that ended in `result`.
+pub(crate) fn answer_of(
+    proxy: &Proxy,
+    index: &str,
+    id: &str,
+    script: &LockScript,
+    result: UpdateItemResult,
+) -> Result<Outcome, String> {
     let (seq_no, term) = match &result {
         Ok(UpdateOutcome {
             version: Some(v), ..
@@ -178,6 +189,22 @@ pub(crate) async fn update(
             ))
         }
         Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Returns the lock script the update names, if it names one the proxy runs.
+pub(crate) fn lock_script_of(proxy: &Proxy, body: &Value) -> Option<&'static LockScript> {
+    script_of(proxy, body).ok().flatten()
+}
+
+/// Waits between the read and the write of updates, up to the configured window, so that
+/// concurrent requests interleave there as they do on a server.
+pub(crate) async fn race_pause(proxy: &Proxy) {
+    let pause = race_window(proxy);
+    if pause.is_zero() {
+        tokio::task::yield_now().await;
+    } else {
+        tokio::time::sleep(pause).await;
     }
 }
 
