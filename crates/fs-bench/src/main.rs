@@ -50,7 +50,8 @@ struct Args {
     #[arg(long, value_name = "K")]
     profile_concurrency: Option<usize>,
     /// With --profile-concurrency: where the renames run: `remote` (`--rtt` a call),
-    /// `embedded` (`--embedded` says how it is opened) or `osmem` (behind the tests' proxy).
+    /// `embedded` (`--embedded` says how it is opened), `osmem` (behind the tests' proxy) or
+    /// `es` (the server at --profile-url).
     #[arg(
         long,
         value_enum,
@@ -58,6 +59,9 @@ struct Args {
         requires = "profile_concurrency"
     )]
     profile_on: phases::Backend,
+    /// With --profile-on es: the Elasticsearch or OpenSearch server's URL.
+    #[arg(long, value_name = "URL", requires = "profile_concurrency")]
+    profile_url: Option<String>,
     /// With --profile-concurrency: how many documents each renamed directory holds.
     #[arg(long, default_value_t = 50, requires = "profile_concurrency")]
     profile_docs: usize,
@@ -94,6 +98,10 @@ async fn main() -> anyhow::Result<()> {
             phases::Backend::Remote => phases::On::Remote(args.rtt),
             phases::Backend::Embedded => phases::On::Embedded(args.embedded),
             phases::Backend::Osmem => phases::On::Osmem,
+            phases::Backend::Es => match args.profile_url.clone() {
+                Some(url) => phases::On::Es(url),
+                None => anyhow::bail!("--profile-on es needs --profile-url URL"),
+            },
         };
         println!("{}", phases::profile(k, on, args.profile_docs, secs).await?);
         return Ok(());

@@ -258,8 +258,9 @@ fn backends(plan: &Plan, embedded: SharedStore) -> anyhow::Result<Vec<Bench>> {
                 "osmem",
                 "osmem-server 0.1.6 over HTTP on loopback, on the same cores, behind the \
                  tests' Elasticsearch-behaviour proxy (near-real-time search; the lock scripts \
-                 run by the proxy as a read and a conditional write per item, with no added \
-                 race window: one request from the client, several inside)"
+                 run by the proxy as a shard runs a bulk request: one read of its documents, \
+                 each one's items in order, one conditional write a document, with no added \
+                 race window: one request from the client, two inside)"
                     .to_owned(),
                 osmem(),
                 plan.osmem_max_docs,

@@ -1,5 +1,5 @@
 //! `--profile-concurrency K`: where the time of a rename goes when K run at once on `remote`
-//! (or, with `--profile-on`, on the embedded store or osmem), phase by phase, with tree locks and
+//! (or, with `--profile-on`, on the embedded store, osmem or a server at `--profile-url`), phase by phase, with tree locks and
 //! with none. On a store whose cost is latency a CPU profiler sees only the client waiting;
 //! the phases say what it waits for.
 
@@ -82,14 +82,17 @@ pub enum Backend {
     Remote,
     Embedded,
     Osmem,
+    Es,
 }
 
-/// Where [`profile`] runs: `remote` with its round trip, the embedded store, or osmem.
-#[derive(Debug, Clone, Copy)]
+/// Where [`profile`] runs: `remote` with its round trip, the embedded store, osmem, or a
+/// server at a URL.
+#[derive(Debug, Clone)]
 pub enum On {
     Remote(Duration),
     Embedded(crate::measure::Embedded),
     Osmem,
+    Es(String),
 }
 
 /// Profiles `k` concurrent renames `on` a backend, with tree locks and with none; returns a
@@ -107,6 +110,11 @@ pub async fn profile(k: usize, on: On, docs: usize, secs: f64) -> anyhow::Result
             (store, dir, format!("the embedded store ({kind:?})"))
         }
         On::Osmem => (crate::measure::osmem(), None, "osmem".to_owned()),
+        On::Es(url) => {
+            let config = fs_store::ElasticConfig::new(&url)?.with_env().replicas(0);
+            let store: SharedStore = Arc::new(fs_store::ElasticStore::connect(config)?);
+            (store, None, format!("the server at {url}"))
+        }
     };
     let tree = run(&store, Strategy::Tree, k, docs, secs).await?;
     let none = run(&store, Strategy::None, k, docs, secs).await?;
