@@ -234,10 +234,16 @@ impl RenameHooks for MeddleWith {
 
 /// With several bulk requests in flight, a conflict on one page stops the job after the
 /// pages under way have ended, and the error counts what the store shows was written.
+///
+/// How many pages start before the conflict comes back depends on timing (a slow answer to
+/// the conflicting bulk request lets later pages run meanwhile; on a loaded machine the 13
+/// pages of an earlier version of this test all ran). So the conflict comes early in a long
+/// run of pages: a stop that works leaves most of them unread.
 async fn a_conflict_with_pages_in_flight_reports_what_was_written(env: Env) {
+    const FILES: usize = 200;
     let files: Vec<(String, bool)> = std::iter::once(("/a".to_owned(), true))
         .chain(std::iter::once(("/x".to_owned(), true)))
-        .chain((0..60).map(|i| (format!("/a/f{i:02}"), false)))
+        .chain((0..FILES).map(|i| (format!("/a/f{i:03}"), false)))
         .collect();
     let entries: Vec<(&str, bool)> = files.iter().map(|(p, d)| (p.as_str(), *d)).collect();
     tree_with(&env, &entries).await;
@@ -247,7 +253,7 @@ async fn a_conflict_with_pages_in_flight_reports_what_was_written(env: Env) {
         .in_flight(4)
         .hooks(Arc::new(MeddleWith {
             env: env.clone(),
-            path: "/a/f30",
+            path: "/a/f012",
         }))
         .build();
     let err = r.rename(&p("/a"), &p("/x/a")).await.expect_err("conflict");
@@ -259,7 +265,7 @@ async fn a_conflict_with_pages_in_flight_reports_what_was_written(env: Env) {
     else {
         panic!("expected a conflict: {err:?}");
     };
-    assert_eq!(path, "/a/f30");
+    assert_eq!(path, "/a/f012");
     env.store.refresh(&env.index).await.expect("refresh");
     let moved = paths_by_id(&env)
         .await
@@ -267,9 +273,10 @@ async fn a_conflict_with_pages_in_flight_reports_what_was_written(env: Env) {
         .filter(|p| p.starts_with("/x/a"))
         .count() as u64;
     assert_eq!(rewritten, moved, "the error counts what was written");
+    let all = FILES as u64 + 1;
     assert!(
-        found > rewritten && found < 61,
-        "found {found}, rewritten {rewritten}: pages after the conflict were not started"
+        found > rewritten && found < all,
+        "found {found} of {all}, rewritten {rewritten}: the pages after the conflict were not started"
     );
 }
 
