@@ -31,7 +31,7 @@ pub(crate) struct UpdateItem {
     pub(crate) retry_on_conflict: u32,
 }
 
-/// One document the run updates: its items (positions in the run) and what reading it said.
+/// One document the run updates, with its items: their positions in the run, scripts and updates.
 struct Doc<'a> {
     index: &'a str,
     id: &'a str,
