@@ -93,7 +93,9 @@ pub async fn scripted_update(
     }
 }
 
-async fn between(pause: Duration) {
+/// Waits `pause` between an update's read and its write; a zero pause still yields, so that
+/// concurrent updates interleave there.
+pub(crate) async fn between(pause: Duration) {
     if pause.is_zero() {
         tokio::task::yield_now().await;
     } else {

@@ -200,12 +200,7 @@ pub(crate) fn lock_script_of(proxy: &Proxy, body: &Value) -> Option<&'static Loc
 /// Waits between the read and the write of updates, up to the configured window, so that
 /// concurrent requests interleave there as they do on a server.
 pub(crate) async fn race_pause(proxy: &Proxy) {
-    let pause = race_window(proxy);
-    if pause.is_zero() {
-        tokio::task::yield_now().await;
-    } else {
-        tokio::time::sleep(pause).await;
-    }
+    crate::scripting::between(race_window(proxy)).await;
 }
 
 /// Returns the lock script the update names (stored or inline), `None` for a partial-document
