@@ -33,6 +33,10 @@ struct Args {
     /// Also run 100 000-document renames on osmem (minutes).
     #[arg(long)]
     full: bool,
+    /// Rounds of the directory renames against the raw rewrite: each round renames there and
+    /// back and rewrites there and back, so each median is of twice this many runs.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    rename_rounds: Option<u32>,
     /// Where to write benchmarks.md and the plots; `-` writes nothing.
     #[arg(long, default_value = "docs")]
     out: String,
@@ -113,6 +117,9 @@ async fn main() -> anyhow::Result<()> {
         args.rtt,
         args.embedded,
     );
+    if let Some(rounds) = args.rename_rounds {
+        plan.rename_repeat = rounds as usize;
+    }
     if !args.only.is_empty() {
         plan.only = args.only;
     }
