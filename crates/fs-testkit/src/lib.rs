@@ -8,7 +8,10 @@
 //! - [`EsProxy`]: a loopback proxy in front of osmem that adds what osmem forgives and
 //!   Elasticsearch does not: scripted updates that race (and the lock scripts run, so the
 //!   scripted protocol is tested), counted and capped scroll contexts and points in time, and
-//!   near-real-time search. [`es_proxy`] is the one every HTTP test of a binary shares;
+//!   near-real-time search; and, when a test asks, network faults from a seed ([`NetFaults`]:
+//!   refused connections, 429 and 503, bulk items rejected alone, connections cut before or
+//!   after the server carried a request out) and a sudden death ([`EsProxy::kill`]).
+//!   [`es_proxy`] is the one every HTTP test of a binary shares;
 //!   [`assert_no_open_contexts`] checks at a test's end that it closed what it opened.
 //! - [`unique_name`]: index names no other test uses, so tests can share one server.
 //! - [`FaultyStore`]: injects transient failures, lost answers, failed bulk items, process
@@ -32,7 +35,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 
-pub use es_proxy::{ContextKind, EsProxy, EsProxyOptions, OpenContext, ProxyStats};
+pub use es_proxy::{
+    ContextKind, EsProxy, EsProxyOptions, NetFaults, OpenContext, ProxyStats, FAULT_SEED_VAR,
+};
 pub use faulty::{faulty, FaultPlan, FaultyStore};
 use fs_store::{ElasticConfig, ElasticStore, SharedStore, SqliteOptions, SqliteStore};
 pub use latency::LatencyStore;

@@ -9,7 +9,7 @@ use axum::response::Response;
 use serde_json::{json, Value};
 
 use super::update_run::{self, UpdateItem};
-use super::{answer, Proxy, Request};
+use super::{answer, Counters, Proxy, Request};
 
 /// One action of a bulk request, with its source line if it has one.
 struct Item {
@@ -39,11 +39,20 @@ pub(crate) async fn bulk(
             .map(str::to_owned)
             .or(index.map(str::to_owned))
     };
+    // Items the fault schedule rejects (a busy node's full write queue) are answered 429 and
+    // not carried out; the others go on as usual.
+    let rejected: Vec<bool> = items.iter().map(|_| proxy.faults.reject_item()).collect();
+    let kept: Vec<&Item> = items
+        .iter()
+        .zip(&rejected)
+        .filter(|(_, rejected)| !**rejected)
+        .map(|(item, _)| item)
+        .collect();
     let mut answers: Vec<Value> = Vec::with_capacity(items.len());
     let mut touched = BTreeSet::new();
     let mut run: Vec<&Item> = Vec::new();
     let mut updates: Vec<UpdateItem> = Vec::new();
-    for item in &items {
+    for &item in &kept {
         if item.action != "update" {
             run_updates(proxy, &mut updates, &mut answers).await?;
             run.push(item);
@@ -68,7 +77,7 @@ pub(crate) async fn bulk(
     run_updates(proxy, &mut updates, &mut answers).await?;
     flush(proxy, index, &mut run, &mut answers).await?;
     let mut errors = false;
-    for (item, answered) in items.iter().zip(&answers) {
+    for (item, answered) in kept.iter().zip(&answers) {
         let result = answered
             .as_object()
             .and_then(|o| o.values().next())
@@ -92,10 +101,29 @@ pub(crate) async fn bulk(
             proxy.refresh(index).await?;
         }
     }
+    let mut carried_out = answers.into_iter();
+    let mut all = Vec::with_capacity(items.len());
+    for (item, rejected) in items.iter().zip(rejected) {
+        if rejected {
+            Counters::add(&proxy.counters.items_too_many, 1);
+            errors = true;
+            all.push(json!({ item.action.as_str(): {
+                "_index": index_of(item),
+                "_id": item.meta["_id"],
+                "status": 429,
+                "error": {
+                    "type": "es_rejected_execution_exception",
+                    "reason": "rejected execution of the item (the proxy's fault schedule)"
+                }
+            }}));
+        } else {
+            all.push(carried_out.next().unwrap_or(Value::Null));
+        }
+    }
     let took = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     Ok(answer(
         StatusCode::OK,
-        json!({"took": took, "errors": errors, "items": answers}),
+        json!({"took": took, "errors": errors, "items": all}),
     ))
 }
 

@@ -16,12 +16,19 @@
 //! - **Near-real-time search** ([`nrt`]): a write becomes visible to search and count only after
 //!   a refresh of its index. Reads by id stay realtime.
 //!
+//! - **Network faults** ([`faults`], off unless asked for): a seeded schedule of refused
+//!   connections, delays, 429 and 503 answers, bulk items rejected with 429, and connections
+//!   cut before a request reaches the server or after it was carried out but before its
+//!   answer is back ([`NetFaults`]). [`EsProxy::kill`] stops a proxy at once, as a node that
+//!   dies.
+//!
 //! Everything else is forwarded as it is. The proxy runs on a thread of its own, with its own
 //! runtime, so that it outlives the runtime of any one test.
 #![allow(clippy::expect_used)]
 
 mod bulk;
 mod contexts;
+mod faults;
 mod nrt;
 mod scripted;
 mod update_run;
@@ -39,6 +46,8 @@ use serde_json::{json, Value};
 
 use contexts::Contexts;
 pub use contexts::{ContextKind, OpenContext};
+use faults::{Fault, Schedule};
+pub use faults::{NetFaults, FAULT_SEED_VAR};
 use nrt::Nrt;
 use upstream::Upstream;
 
@@ -57,6 +66,8 @@ pub struct EsProxyOptions {
     /// Whether stored scripts are accepted and run; default true. Off, the proxy refuses to
     /// store them, as a server with scripting disabled does.
     pub scripts: bool,
+    /// The network faults; default none ([`EsProxy::set_faults`] changes them while it runs).
+    pub faults: NetFaults,
 }
 
 impl Default for EsProxyOptions {
@@ -66,6 +77,7 @@ impl Default for EsProxyOptions {
             race_window: Duration::from_millis(2),
             near_real_time: true,
             scripts: true,
+            faults: NetFaults::none(0),
         }
     }
 }
@@ -91,6 +103,20 @@ pub struct ProxyStats {
     pub contexts_expired: u64,
     /// Refreshes that made pending writes searchable.
     pub refreshes: u64,
+    /// Faults: connections refused at accept.
+    pub refused: u64,
+    /// Faults: requests cut before they reached the server behind.
+    pub cut_before: u64,
+    /// Faults: requests carried out, then cut before their answer was sent.
+    pub cut_after: u64,
+    /// Faults: requests answered 429 without being carried out.
+    pub too_many: u64,
+    /// Faults: requests answered 503 without being carried out.
+    pub unavailable: u64,
+    /// Faults: requests held back before they were carried out.
+    pub delayed: u64,
+    /// Faults: bulk items answered 429 without being carried out.
+    pub items_too_many: u64,
 }
 
 #[derive(Default)]
@@ -104,6 +130,13 @@ struct Counters {
     contexts_refused: AtomicU64,
     contexts_expired: AtomicU64,
     refreshes: AtomicU64,
+    refused: AtomicU64,
+    cut_before: AtomicU64,
+    cut_after: AtomicU64,
+    too_many: AtomicU64,
+    unavailable: AtomicU64,
+    delayed: AtomicU64,
+    items_too_many: AtomicU64,
 }
 
 impl Counters {
@@ -122,6 +155,7 @@ struct Proxy {
     scripts: fs_store::StoredLockScripts,
     contexts: Contexts,
     nrt: Nrt,
+    faults: Schedule,
     counters: Counters,
     /// Every request received, as `METHOD /path?query`, in order of arrival.
     log: std::sync::Mutex<Vec<String>>,
@@ -132,6 +166,8 @@ pub struct EsProxy {
     url: String,
     proxy: Arc<Proxy>,
     stop_tx: Option<tokio::sync::oneshot::Sender<()>>,
+    kill_tx: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for EsProxy {
@@ -148,6 +184,7 @@ impl EsProxy {
     /// # Panics
     /// If it cannot bind or start its runtime: a test cannot go on without it.
     pub fn start(upstream: &str, options: EsProxyOptions) -> EsProxy {
+        let faults = Schedule::new(options.faults.clone());
         let proxy = Arc::new(Proxy {
             options,
             upstream: Upstream::new(upstream),
@@ -158,13 +195,15 @@ impl EsProxy {
             scripts: fs_store::StoredLockScripts::default(),
             contexts: Contexts::default(),
             nrt: Nrt::default(),
+            faults,
             counters: Counters::default(),
             log: std::sync::Mutex::default(),
         });
         let (url_tx, url_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (kill_tx, kill_rx) = tokio::sync::oneshot::channel::<()>();
         let shared = Arc::clone(&proxy);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("es-proxy".into())
             .spawn(move || {
                 let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -178,6 +217,10 @@ impl EsProxy {
                         .expect("proxy listener on loopback");
                     let addr = listener.local_addr().expect("proxy address");
                     url_tx.send(format!("http://{addr}")).expect("proxy url");
+                    let listener = faults::Refusing {
+                        listener,
+                        proxy: Arc::clone(&shared),
+                    };
                     // Elasticsearch takes request bodies up to `http.max_content_length`,
                     // 100 MB by default; axum's default of 2 MB would refuse what it takes
                     // (a lock request for ten thousand documents, say).
@@ -188,13 +231,19 @@ impl EsProxy {
                     let stopped = async {
                         let _ = stop_rx.await;
                     };
-                    if let Err(e) = axum::serve(listener, app)
-                        .with_graceful_shutdown(stopped)
-                        .await
-                    {
-                        eprintln!("es-proxy stopped: {e}");
+                    let served = axum::serve(listener, app).with_graceful_shutdown(stopped);
+                    // A kill ends the runtime with everything in it: the listener closes (new
+                    // connections are refused) and open connections are cut mid-request.
+                    tokio::select! {
+                        result = served => {
+                            if let Err(e) = result {
+                                eprintln!("es-proxy stopped: {e}");
+                            }
+                        }
+                        _ = kill_rx => {}
                     }
                 });
+                runtime.shutdown_background();
             })
             .expect("proxy thread");
         let url = url_rx.recv().expect("the proxy starts");
@@ -202,7 +251,26 @@ impl EsProxy {
             url,
             proxy,
             stop_tx: Some(stop_tx),
+            kill_tx: Some(kill_tx),
+            thread: Some(thread),
         }
+    }
+
+    /// Stops the proxy at once, as a node that dies: requests under way are cut, and from the
+    /// moment this returns its port refuses connections.
+    pub fn kill(&mut self) {
+        if let Some(kill_tx) = self.kill_tx.take() {
+            let _ = kill_tx.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+
+    /// Replaces the network faults (their schedule starts over from their seed): a storm
+    /// for a while, then calm again with [`NetFaults::none`].
+    pub fn set_faults(&self, faults: NetFaults) {
+        self.proxy.faults.set(faults);
     }
 
     /// Returns the proxy's URL, `http://127.0.0.1:PORT`.
@@ -259,6 +327,13 @@ impl Proxy {
             contexts_refused: get(&c.contexts_refused),
             contexts_expired: get(&c.contexts_expired),
             refreshes: get(&c.refreshes),
+            refused: get(&c.refused),
+            cut_before: get(&c.cut_before),
+            cut_after: get(&c.cut_after),
+            too_many: get(&c.too_many),
+            unavailable: get(&c.unavailable),
+            delayed: get(&c.delayed),
+            items_too_many: get(&c.items_too_many),
         }
     }
 
@@ -338,10 +413,45 @@ async fn handle(
         .unwrap_or_else(|e| e.into_inner())
         .push(format!("{} {}", request.method, request.path_and_query()));
     proxy.expire_contexts();
+    let fault = proxy.faults.next_request();
+    let count = |counter: &AtomicU64| Counters::add(counter, 1);
+    match fault {
+        Some(Fault::CutBefore) => {
+            count(&proxy.counters.cut_before);
+            return faults::cut(StatusCode::OK, Bytes::new());
+        }
+        Some(Fault::TooMany) => {
+            count(&proxy.counters.too_many);
+            return answer(
+                StatusCode::TOO_MANY_REQUESTS,
+                json!({"error": {"type": "es_rejected_execution_exception", "reason": "rejected execution (the proxy's fault schedule)"}, "status": 429}),
+            );
+        }
+        Some(Fault::Unavailable) => {
+            count(&proxy.counters.unavailable);
+            return answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": {"type": "unavailable_shards_exception", "reason": "node unavailable (the proxy's fault schedule)"}, "status": 503}),
+            );
+        }
+        Some(Fault::Delay(pause)) => {
+            count(&proxy.counters.delayed);
+            tokio::time::sleep(pause).await;
+        }
+        Some(Fault::CutAfter) | None => {}
+    }
     // A request runs to its end even when its client goes away (a killed process): a server
     // applies what it received, and a write the server behind applied must be noted for the
     // next refresh, or search would never see it.
-    let handled = tokio::spawn(async move { route(&proxy, &request).await }).await;
+    let shared = Arc::clone(&proxy);
+    let handled = tokio::spawn(async move { route(&shared, &request).await }).await;
+    if fault == Some(Fault::CutAfter) {
+        count(&proxy.counters.cut_after);
+        return match handled {
+            Ok(Ok(response)) => faults::cut_answer(response).await,
+            _ => faults::cut(StatusCode::OK, Bytes::new()),
+        };
+    }
     match handled {
         Ok(Ok(response)) => response,
         Ok(Err(e)) => answer(
