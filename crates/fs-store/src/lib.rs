@@ -48,7 +48,7 @@ mod store;
 mod types;
 
 pub use counting::CountingStore;
-pub use elastic::{Auth, ElasticConfig, ElasticStore, Paging};
+pub use elastic::{redact as redact_url, Auth, ElasticConfig, ElasticStore, Paging};
 pub use error::{Result, StoreError};
 pub use index_name::validate_index_name;
 pub use scan::Scan;

@@ -193,6 +193,13 @@ pub trait DocStore: Send + Sync + Debug {
     fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
         None
     }
+
+    /// Returns how many bulk items this handle has sent again on its own since it was made,
+    /// because a busy server rejected them alone (HTTP 429 on the item: not carried out). A
+    /// process that runs one job reports it with the job's own retries. 0 by default.
+    fn items_resent(&self) -> u64 {
+        0
+    }
 }
 
 /// A store shared between tasks.

@@ -18,8 +18,10 @@ use crate::verbs::ProgressMode;
 pub struct Cli {
     /// Where the tree lives: `file:PATH` or a bare path (an embedded database file), `mem`
     /// (in memory, gone when the command ends), or `http(s)://HOST:PORT` (Elasticsearch 7.x/8.x
-    /// or OpenSearch; credentials in the URL or in FSRENAME_ES_USER/FSRENAME_ES_PASSWORD or
-    /// FSRENAME_ES_API_KEY; a CA file in FSRENAME_ES_CA).
+    /// or OpenSearch; for a cluster, its nodes' URLs separated by commas: requests go round
+    /// them and a node that does not answer is skipped for a while; credentials in the URL or
+    /// in FSRENAME_ES_USER/FSRENAME_ES_PASSWORD or FSRENAME_ES_API_KEY; a CA file in
+    /// FSRENAME_ES_CA).
     #[arg(
         long,
         global = true,

@@ -7,14 +7,16 @@ use std::sync::Arc;
 
 use fs_store::{ElasticConfig, ElasticStore, SharedStore, SqliteStore};
 
-/// A store location: `file:PATH` or a bare path, `mem`, or an `http(s)://` URL.
+/// A store location: `file:PATH` or a bare path, `mem`, or an `http(s)://` URL (or several,
+/// separated by commas: the nodes of a cluster).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreLocation {
     /// An embedded database file.
     File(PathBuf),
     /// An in-memory embedded database.
     Memory,
-    /// An Elasticsearch or OpenSearch server.
+    /// An Elasticsearch or OpenSearch server, or the nodes of a cluster (URLs separated by
+    /// commas).
     Http(String),
 }
 
@@ -44,18 +46,8 @@ impl fmt::Display for StoreLocation {
         match self {
             StoreLocation::File(path) => write!(f, "file:{}", path.display()),
             StoreLocation::Memory => f.write_str("mem"),
-            StoreLocation::Http(url) => f.write_str(&redact(url)),
+            StoreLocation::Http(url) => f.write_str(&fs_store::redact_url(url)),
         }
-    }
-}
-
-/// Returns `url` with any credentials replaced, for messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(start), Some(at)) if at > start => {
-            format!("{}<credentials>{}", &url[..start + 3], &url[at..])
-        }
-        _ => url.to_owned(),
     }
 }
 

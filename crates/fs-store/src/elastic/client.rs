@@ -1,16 +1,17 @@
-//! Building a handle: the HTTP client (TLS, credentials), and what the server is.
+//! Building a handle: the HTTP client (TLS, credentials, the nodes), and what the server is.
 
 use std::sync::Arc;
 
 use elasticsearch::auth::Credentials;
 use elasticsearch::cert::{Certificate, CertificateValidation};
-use elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
+use elasticsearch::http::transport::TransportBuilder;
 use elasticsearch::http::Url;
 use elasticsearch::Elasticsearch;
 use tokio::sync::OnceCell;
 
 use super::config::{Auth, ElasticConfig, Paging};
 use super::cursor::OpenContexts;
+use super::nodes::NodePool;
 use super::request::Retry;
 use super::server::ServerInfo;
 use super::{ElasticStore, Inner};
@@ -23,9 +24,20 @@ impl ElasticStore {
     /// [`StoreError::Rejected`] for an unusable URL or CA file.
     pub fn connect(config: ElasticConfig) -> Result<ElasticStore> {
         let context = format!("connecting to {}", config.url);
-        let url =
-            Url::parse(&config.url).map_err(|e| StoreError::rejected(&context, e.to_string()))?;
-        let mut builder = TransportBuilder::new(SingleNodeConnectionPool::new(url))
+        let mut urls = config
+            .nodes
+            .iter()
+            .map(|node| {
+                Url::parse(node)
+                    .map_err(|e| StoreError::rejected(&context, format!("`{node}`: {e}")))
+            })
+            .collect::<Result<Vec<Url>>>()?
+            .into_iter();
+        let first = urls
+            .next()
+            .ok_or_else(|| StoreError::rejected(&context, "no node URL"))?;
+        let nodes = NodePool::new(first, urls.collect());
+        let mut builder = TransportBuilder::new(nodes.clone())
             .timeout(config.request_timeout)
             .disable_proxy();
         match &config.auth {
@@ -58,12 +70,14 @@ impl ElasticStore {
         Ok(ElasticStore {
             inner: Arc::new(Inner {
                 client: Elasticsearch::new(transport),
+                nodes,
                 config,
                 server: OnceCell::new(),
                 contexts: OpenContexts::new(),
                 scripts: std::sync::Mutex::default(),
                 scripts_refused: std::sync::atomic::AtomicBool::new(false),
                 lanes: std::sync::Arc::default(),
+                items_resent: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }

@@ -47,7 +47,10 @@ pub enum Paging {
 /// Where an Elasticsearch or OpenSearch server is and how to talk to it.
 #[derive(Debug, Clone)]
 pub struct ElasticConfig {
+    /// The nodes' URLs joined by commas, for messages.
     pub(crate) url: String,
+    /// The nodes' URLs, without credentials.
+    pub(crate) nodes: Vec<String>,
     pub(crate) auth: Option<Auth>,
     pub(crate) ca_cert: Option<PathBuf>,
     pub(crate) replicas: Option<u32>,
@@ -66,45 +69,36 @@ impl ElasticConfig {
     /// within a minute, well before it can add up to `search.max_open_scroll_context` (500).
     pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(60);
 
-    /// Starts a configuration for the server at `url` (`http(s)://host:port`). Credentials in
-    /// the URL (`https://user:password@host`) become basic authentication and are removed from
-    /// the URL, so they never show in messages.
+    /// Starts a configuration for the server at `url` (`http(s)://host:port`), or for the nodes
+    /// of a cluster, as a comma-separated list of such URLs: requests then go round the nodes,
+    /// and a node that does not serve is skipped for a while (`docs/elasticsearch.md`, "Running
+    /// on a cluster"). Credentials in a URL (`https://user:password@host`) become basic
+    /// authentication and are removed from the URL, so they never show in messages; several
+    /// URLs may carry them only if they are the same.
     ///
     /// # Errors
-    /// [`StoreError::Rejected`] if `url` is not an `http` or `https` URL.
+    /// [`StoreError::Rejected`] if a URL of the list is not an `http` or `https` URL, is empty,
+    /// or carries other credentials than another.
     pub fn new(url: &str) -> Result<ElasticConfig> {
-        let (scheme, rest) = url
-            .split_once("://")
-            .filter(|(scheme, _)| *scheme == "http" || *scheme == "https")
-            .ok_or_else(|| {
-                StoreError::rejected(
-                    format!("store URL `{}`", redact(url)),
-                    "expected http:// or https://",
-                )
-            })?;
-        let (authority, path) = match rest.split_once('/') {
-            Some((authority, path)) => (authority, format!("/{path}")),
-            None => (rest, String::new()),
-        };
-        let (auth, host) = match authority.rsplit_once('@') {
-            Some((userinfo, host)) => {
-                let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
-                let auth = Auth::Basic {
-                    user: user.to_owned(),
-                    password: password.to_owned(),
-                };
-                (Some(auth), host)
+        let mut nodes = Vec::new();
+        let mut auth: Option<Auth> = None;
+        for one in url.split(',').map(str::trim) {
+            let (node, node_auth) = parse_node(one, url)?;
+            match (&auth, node_auth) {
+                (Some(a), Some(b)) if *a != b => {
+                    return Err(StoreError::rejected(
+                        format!("store URL `{}`", redact(url)),
+                        "the nodes carry different credentials",
+                    ))
+                }
+                (None, Some(b)) => auth = Some(b),
+                _ => {}
             }
-            None => (None, authority),
-        };
-        if host.is_empty() {
-            return Err(StoreError::rejected(
-                format!("store URL `{}`", redact(url)),
-                "no host",
-            ));
+            nodes.push(node);
         }
         Ok(ElasticConfig {
-            url: format!("{scheme}://{host}{}", path.trim_end_matches('/')),
+            url: nodes.join(","),
+            nodes,
             auth,
             ca_cert: None,
             replicas: None,
@@ -197,20 +191,73 @@ impl ElasticConfig {
         }
     }
 
-    /// Returns the URL without credentials.
+    /// Returns the URL without credentials (the nodes' URLs, joined by commas).
     pub fn url(&self) -> &str {
         &self.url
     }
+
+    /// Returns the nodes' URLs, without credentials.
+    pub fn nodes(&self) -> &[String] {
+        &self.nodes
+    }
 }
 
-/// Returns `url` with any password replaced, for messages.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(start), Some(at)) if at > start => {
-            format!("{}<credentials>{}", &url[..start + 3], &url[at..])
-        }
-        _ => url.to_owned(),
+/// Parses one node's URL of `list`; returns it without credentials, and the credentials.
+fn parse_node(url: &str, list: &str) -> Result<(String, Option<Auth>)> {
+    let rejected = |reason: &str| {
+        let what = if url == list {
+            format!("store URL `{}`", redact(url))
+        } else {
+            format!("node `{}` of store URL `{}`", redact(url), redact(list))
+        };
+        StoreError::rejected(what, reason)
+    };
+    if url.is_empty() {
+        return Err(rejected(
+            "an empty node URL (two commas, or one at an end?)",
+        ));
     }
+    let (scheme, rest) = url
+        .split_once("://")
+        .filter(|(scheme, _)| *scheme == "http" || *scheme == "https")
+        .ok_or_else(|| rejected("expected http:// or https://"))?;
+    let (authority, path) = match rest.split_once('/') {
+        Some((authority, path)) => (authority, format!("/{path}")),
+        None => (rest, String::new()),
+    };
+    let (auth, host) = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+            let auth = Auth::Basic {
+                user: user.to_owned(),
+                password: password.to_owned(),
+            };
+            (Some(auth), host)
+        }
+        None => (None, authority),
+    };
+    if host.is_empty() {
+        return Err(rejected("no host"));
+    }
+    Ok((
+        format!("{scheme}://{host}{}", path.trim_end_matches('/')),
+        auth,
+    ))
+}
+
+/// Returns `url` (one URL, or a comma-separated list of nodes) with any credentials
+/// replaced, for messages.
+pub fn redact(url: &str) -> String {
+    // Each node of a list on its own, so that no node's credentials show.
+    url.split(',')
+        .map(|node| match (node.find("://"), node.rfind('@')) {
+            (Some(start), Some(at)) if at > start => {
+                format!("{}<credentials>{}", &node[..start + 3], &node[at..])
+            }
+            _ => node.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]
@@ -230,6 +277,10 @@ mod tests {
         );
         assert!(!format!("{config:?}").contains("s3cret"));
         assert_eq!(redact("http://u:p@h:1"), "http://<credentials>@h:1");
+        assert_eq!(
+            redact("http://h:1,https://u:p@g:2"),
+            "http://h:1,https://<credentials>@g:2"
+        );
     }
 
     #[test]
@@ -255,6 +306,27 @@ mod tests {
             "1s",
             "a context must outlive the request that opens it"
         );
+    }
+
+    #[test]
+    fn a_list_of_nodes_is_a_cluster() {
+        let config =
+            ElasticConfig::new("http://u:p@127.0.0.1:9200, http://127.0.0.1:9201/").expect("list");
+        assert_eq!(
+            config.nodes(),
+            ["http://127.0.0.1:9200", "http://127.0.0.1:9201"]
+        );
+        assert_eq!(config.url(), "http://127.0.0.1:9200,http://127.0.0.1:9201");
+        assert!(config.auth.is_some(), "credentials of one node serve all");
+
+        let err = ElasticConfig::new("http://a:1,,http://b:2").expect_err("empty node");
+        assert!(err.to_string().contains("empty node URL"), "{err}");
+        let err = ElasticConfig::new("http://a:1,ftp://b:2").expect_err("scheme");
+        assert!(err.to_string().contains("node `ftp://b:2`"), "{err}");
+        let err =
+            ElasticConfig::new("http://u:p@a:1,http://v:q@b:2").expect_err("other credentials");
+        assert!(err.to_string().contains("different credentials"), "{err}");
+        assert!(!err.to_string().contains(":p@"), "{err}");
     }
 
     #[test]

@@ -191,7 +191,72 @@ impl ElasticStore {
             .await
     }
 
+    /// Sends a `_bulk` request, and sends again on their own, with jittered backoff until the
+    /// retry deadline, the items a busy node rejected with 429 (not carried out, so safe to
+    /// resend). If a resend fails as a whole, its items are answered 504 (their outcome
+    /// unknown), the others keep their answers.
     async fn send_bulk_with(
+        &self,
+        context: &str,
+        index: &str,
+        lines: Vec<Value>,
+        expected: usize,
+        refresh: bool,
+    ) -> Result<Vec<(u16, Value)>> {
+        let first = self
+            .send_bulk_once(context, index, lines.clone(), expected, refresh)
+            .await?;
+        if !first.iter().any(|(status, _)| *status == 429) {
+            return Ok(first);
+        }
+        let spans = item_spans(&lines);
+        if spans.len() != expected {
+            // Lines this function did not build the usual way: answered as they came.
+            return Ok(first);
+        }
+        let deadline = tokio::time::Instant::now() + self.inner.config.retry_deadline;
+        let mut pause = super::request::FIRST_PAUSE;
+        let mut answers = first;
+        loop {
+            let rejected: Vec<usize> = (0..answers.len())
+                .filter(|&i| answers[i].0 == 429)
+                .collect();
+            if rejected.is_empty() || tokio::time::Instant::now() + pause > deadline {
+                return Ok(answers);
+            }
+            tracing::debug!(%context, items = rejected.len(), "bulk items rejected (429); sending them again");
+            self.inner
+                .items_resent
+                .fetch_add(rejected.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            pause = super::request::back_off(pause).await;
+            let again: Vec<Value> = rejected
+                .iter()
+                .flat_map(|&i| lines[spans[i].clone()].iter().cloned())
+                .collect();
+            match self
+                .send_bulk_once(context, index, again, rejected.len(), refresh)
+                .await
+            {
+                Ok(resent) => {
+                    for (i, answer) in rejected.into_iter().zip(resent) {
+                        answers[i] = answer;
+                    }
+                }
+                Err(e) => {
+                    let unknown = serde_json::json!({"error": {
+                        "type": "transient_failure",
+                        "reason": format!("sent again after a 429, then: {e}"),
+                    }});
+                    for i in rejected {
+                        answers[i] = (504, unknown.clone());
+                    }
+                    return Ok(answers);
+                }
+            }
+        }
+    }
+
+    async fn send_bulk_once(
         &self,
         context: &str,
         index: &str,
@@ -281,4 +346,40 @@ fn bulk_lines(ops: &[BulkOp]) -> Vec<Value> {
         }
     }
     lines
+}
+
+/// The lines of each item of a bulk body: its action line, and its source line unless it is a
+/// delete.
+fn item_spans(lines: &[Value]) -> Vec<std::ops::Range<usize>> {
+    let mut spans = Vec::new();
+    let mut at = 0;
+    while at < lines.len() {
+        let delete = lines[at]
+            .as_object()
+            .is_some_and(|action| action.contains_key("delete"));
+        let len = if delete { 1 } else { 2 };
+        spans.push(at..(at + len).min(lines.len()));
+        at += len;
+    }
+    spans
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::item_spans;
+
+    #[test]
+    fn each_item_has_its_lines() {
+        let lines = vec![
+            json!({"index": {"_id": "a"}}),
+            json!({"path": "/a"}),
+            json!({"delete": {"_id": "b"}}),
+            json!({"update": {"_id": "c"}}),
+            json!({"script": {"id": "s"}}),
+            json!({"delete": {"_id": "d"}}),
+        ];
+        assert_eq!(item_spans(&lines), [0..2, 2..3, 3..5, 5..6]);
+    }
 }

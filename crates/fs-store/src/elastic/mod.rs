@@ -7,7 +7,10 @@
 //!
 //! Where each part lives:
 //!
-//! - `config`: [`ElasticConfig`], where the server is and how to talk to it.
+//! - `config`: [`ElasticConfig`], where the server is (one URL, or a cluster's nodes) and how
+//!   to talk to it.
+//! - `nodes`: the nodes of a cluster behind the client's connection pool: taken in turn, one
+//!   that does not serve skipped for a while.
 //! - `client`: building a handle; which server answers (`server`) and its paging.
 //! - `request`: sending one request, with retries of what may be sent again.
 //! - `response`: reading answers: errors, documents, versions.
@@ -24,6 +27,7 @@ mod config;
 mod cursor;
 mod documents;
 mod indices;
+mod nodes;
 mod request;
 mod response;
 mod scripts;
@@ -39,7 +43,7 @@ use elasticsearch::Elasticsearch;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
-pub use config::{Auth, ElasticConfig, Paging};
+pub use config::{redact, Auth, ElasticConfig, Paging};
 use cursor::{OpenContexts, PageCursor};
 use server::ServerInfo;
 
@@ -58,6 +62,8 @@ pub struct ElasticStore {
 
 struct Inner {
     client: Elasticsearch,
+    /// The nodes the client sends to (shared with its transport), to mark one down or up.
+    nodes: nodes::NodePool,
     config: ElasticConfig,
     server: OnceCell<ServerInfo>,
     /// The points in time and scrolls this handle opened and has not closed.
@@ -68,6 +74,8 @@ struct Inner {
     scripts_refused: AtomicBool,
     /// Scripted updates of concurrent callers waiting to go out together, by index.
     lanes: Arc<combine::Lanes>,
+    /// Bulk items sent again after a 429 (a busy node rejected them alone).
+    items_resent: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for Inner {
@@ -162,5 +170,11 @@ impl DocStore for ElasticStore {
 
     fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
         Some(self)
+    }
+
+    fn items_resent(&self) -> u64 {
+        self.inner
+            .items_resent
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }

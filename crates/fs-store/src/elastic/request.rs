@@ -39,11 +39,17 @@ impl ElasticStore {
         Fut: Future<Output = std::result::Result<Response, elasticsearch::Error>>,
     {
         let deadline = tokio::time::Instant::now() + self.inner.config.retry_deadline;
-        let mut pause = Duration::from_millis(50);
+        let mut pause = FIRST_PAUSE;
         loop {
             let failure = match make().await {
                 Ok(response) => {
                     let status = response.status_code().as_u16();
+                    // A node that cannot serve is skipped for a while; one that answers is up.
+                    if matches!(status, 502..=504) {
+                        self.inner.nodes.mark_down(response.url());
+                    } else {
+                        self.inner.nodes.mark_up(response.url());
+                    }
                     let again = matches!(status, 429 | 503)
                         || (retry == Retry::Always && matches!(status, 502 | 504));
                     match response.text().await {
@@ -68,7 +74,14 @@ impl ElasticStore {
                         ),
                     }
                 }
-                Err(e) => (retry == Retry::Always || never_arrived(&e), e.to_string()),
+                Err(e) => {
+                    // A refused or dropped connection, a timeout: the node is skipped for a
+                    // while, and a retry goes to the next one.
+                    if let Some(url) = url_of(&e) {
+                        self.inner.nodes.mark_down(url);
+                    }
+                    (retry == Retry::Always || never_arrived(&e), e.to_string())
+                }
             };
             let (may_retry, message) = failure;
             let now = tokio::time::Instant::now();
@@ -79,10 +92,7 @@ impl ElasticStore {
                 });
             }
             tracing::debug!(%context, %message, "transient failure; retrying");
-            let half = u64::try_from((pause / 2).as_micros()).unwrap_or(u64::MAX);
-            let jittered = pause / 2 + Duration::from_micros(fs_model::entropy::up_to(half));
-            tokio::time::sleep(jittered).await;
-            pause = (pause * 2).min(Duration::from_secs(2));
+            pause = back_off(pause).await;
         }
     }
 
@@ -108,8 +118,31 @@ impl ElasticStore {
     }
 }
 
+/// The first pause before a retry.
+pub(super) const FIRST_PAUSE: Duration = Duration::from_millis(50);
+
+/// Sleeps between half of `pause` and all of it (jittered, so that clients that failed
+/// together do not retry together); returns the next pause, twice as long, at most 2 s.
+pub(super) async fn back_off(pause: Duration) -> Duration {
+    let half = u64::try_from((pause / 2).as_micros()).unwrap_or(u64::MAX);
+    tokio::time::sleep(pause / 2 + Duration::from_micros(fs_model::entropy::up_to(half))).await;
+    (pause * 2).min(Duration::from_secs(2))
+}
+
 fn cut(text: &str) -> String {
     shorten(&Value::String(text.to_owned()))
+}
+
+/// Returns the URL of the request that failed with `error`, if the error says.
+fn url_of(error: &elasticsearch::Error) -> Option<&elasticsearch::http::Url> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if let Some(http) = e.downcast_ref::<reqwest::Error>() {
+            return http.url();
+        }
+        source = e.source();
+    }
+    None
 }
 
 /// Returns true if the error shows the request never reached the server (a refused

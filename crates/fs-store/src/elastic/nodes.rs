@@ -1,0 +1,180 @@
+//! [`NodePool`]: the nodes of a cluster, given as a list of URLs, behind the official client's
+//! connection-pool trait (`elasticsearch::http::transport::ConnectionPool`), so that one client
+//! and one transport serve every node.
+//!
+//! Requests go round the nodes in turn. A node that refuses connections, drops them, or answers
+//! 502, 503 or 504 is marked down by the request loop ([`NodePool::mark_down`]) and skipped
+//! until its pause has run out (1 s, doubling while it stays down, at most 30 s); then it gets
+//! requests again, and one that is answered clears its mark. When every node is down, the one
+//! that comes back soonest is tried, so that a call still fails only at its retry deadline.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use elasticsearch::http::transport::{Connection, ConnectionPool};
+use elasticsearch::http::Url;
+
+/// The first pause of a node marked down; it doubles while the node stays down.
+const FIRST_PAUSE: Duration = Duration::from_secs(1);
+/// The longest pause.
+const LONGEST_PAUSE: Duration = Duration::from_secs(30);
+
+/// The nodes of a cluster, taken in turn. Cheap to clone: clones share the nodes' state.
+#[derive(Debug, Clone)]
+pub(crate) struct NodePool {
+    inner: Arc<Pool>,
+}
+
+#[derive(Debug)]
+struct Pool {
+    nodes: Vec<Node>,
+    turn: AtomicUsize,
+    /// Time zero of the `down_until` clocks.
+    epoch: Instant,
+}
+
+#[derive(Debug)]
+struct Node {
+    connection: Connection,
+    /// `scheme://host:port`, to know a request's node from its URL.
+    origin: String,
+    /// Milliseconds since the pool's epoch until which the node is skipped; 0: up.
+    down_until: AtomicU64,
+    /// How many times in a row it was marked down.
+    downs: AtomicU32,
+}
+
+impl NodePool {
+    /// A pool of `first` and `rest`, in that order.
+    pub(crate) fn new(first: Url, rest: Vec<Url>) -> NodePool {
+        let nodes = std::iter::once(first)
+            .chain(rest)
+            .map(|url| Node {
+                origin: url.origin().ascii_serialization(),
+                connection: Connection::new(url),
+                down_until: AtomicU64::new(0),
+                downs: AtomicU32::new(0),
+            })
+            .collect();
+        NodePool {
+            inner: Arc::new(Pool {
+                nodes,
+                turn: AtomicUsize::new(0),
+                epoch: Instant::now(),
+            }),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.inner.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn node_of(&self, url: &Url) -> Option<&Node> {
+        let origin = url.origin().ascii_serialization();
+        self.inner.nodes.iter().find(|n| n.origin == origin)
+    }
+
+    /// Skips the node of `url` for a while: it refused or dropped a connection, or answered
+    /// that it cannot serve.
+    pub(crate) fn mark_down(&self, url: &Url) {
+        let Some(node) = self.node_of(url) else {
+            return;
+        };
+        let downs = node.downs.fetch_add(1, Ordering::Relaxed).min(5);
+        let pause = (FIRST_PAUSE * 2u32.pow(downs)).min(LONGEST_PAUSE);
+        let until = self.now_ms() + u64::try_from(pause.as_millis()).unwrap_or(u64::MAX);
+        node.down_until.store(until, Ordering::Relaxed);
+        tracing::warn!(node = %node.origin, ?pause, "node skipped: it did not serve a request");
+    }
+
+    /// Clears the mark of the node of `url`: it answered.
+    pub(crate) fn mark_up(&self, url: &Url) {
+        if let Some(node) = self.node_of(url) {
+            if node.downs.swap(0, Ordering::Relaxed) > 0 {
+                node.down_until.store(0, Ordering::Relaxed);
+                tracing::info!(node = %node.origin, "node serves requests again");
+            }
+        }
+    }
+
+    /// How many nodes are skipped now.
+    #[cfg(test)]
+    fn down(&self) -> usize {
+        let now = self.now_ms();
+        self.inner
+            .nodes
+            .iter()
+            .filter(|n| n.down_until.load(Ordering::Relaxed) > now)
+            .count()
+    }
+}
+
+impl ConnectionPool for NodePool {
+    fn next(&self) -> Connection {
+        let nodes = &self.inner.nodes;
+        let start = self.inner.turn.fetch_add(1, Ordering::Relaxed);
+        let now = self.now_ms();
+        let up = (0..nodes.len())
+            .map(|i| &nodes[(start + i) % nodes.len()])
+            .find(|n| n.down_until.load(Ordering::Relaxed) <= now);
+        // Every node down: the one that comes back soonest (the pool is never empty).
+        let node = up.unwrap_or_else(|| {
+            nodes.iter().fold(&nodes[0], |soonest, n| {
+                if n.down_until.load(Ordering::Relaxed) < soonest.down_until.load(Ordering::Relaxed)
+                {
+                    n
+                } else {
+                    soonest
+                }
+            })
+        });
+        node.connection.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url(port: u16) -> Url {
+        Url::parse(&format!("http://127.0.0.1:{port}")).expect("url")
+    }
+
+    fn port_of(connection: &Connection) -> u16 {
+        connection.url().port().expect("port")
+    }
+
+    #[test]
+    fn requests_go_round_the_nodes_and_skip_one_that_is_down() {
+        let pool = NodePool::new(url(1), vec![url(2), url(3)]);
+        let ports: Vec<u16> = (0..6).map(|_| port_of(&pool.next())).collect();
+        assert_eq!(ports, [1, 2, 3, 1, 2, 3]);
+
+        pool.mark_down(&url(2).join("/idx/_bulk").expect("url"));
+        assert_eq!(pool.down(), 1);
+        let ports: Vec<u16> = (0..6).map(|_| port_of(&pool.next())).collect();
+        assert!(!ports.contains(&2), "{ports:?}");
+        assert!(ports.contains(&1) && ports.contains(&3), "{ports:?}");
+
+        pool.mark_up(&url(2));
+        assert_eq!(pool.down(), 0);
+        let ports: Vec<u16> = (0..3).map(|_| port_of(&pool.next())).collect();
+        assert!(ports.contains(&2), "{ports:?}");
+    }
+
+    #[test]
+    fn with_every_node_down_the_one_back_soonest_is_tried() {
+        let pool = NodePool::new(url(1), vec![url(2)]);
+        pool.mark_down(&url(2));
+        pool.mark_down(&url(1));
+        pool.mark_down(&url(1));
+        assert_eq!(pool.down(), 2);
+        for _ in 0..4 {
+            assert_eq!(port_of(&pool.next()), 2, "node 2 comes back first");
+        }
+        // A URL of no node changes nothing.
+        pool.mark_down(&url(9));
+        assert_eq!(pool.down(), 2);
+    }
+}
