@@ -48,6 +48,12 @@ pub(crate) async fn bulk(
         .filter(|(_, rejected)| !**rejected)
         .map(|(item, _)| item)
         .collect();
+    // Noted as under way first: if this node is killed in the middle, what the server behind
+    // applied is still made searchable by the next refresh.
+    let writing = proxy.nrt.begin(kept.iter().filter_map(|item| {
+        let id = item.meta["_id"].as_str()?;
+        Some((index_of(item)?, id.to_owned()))
+    }));
     let mut answers: Vec<Value> = Vec::with_capacity(items.len());
     let mut touched = BTreeSet::new();
     let mut run: Vec<&Item> = Vec::new();
@@ -93,6 +99,7 @@ pub(crate) async fn bulk(
             touched.insert(item_index);
         }
     }
+    writing.done();
     if matches!(
         r.param("refresh").as_deref(),
         Some("" | "true" | "wait_for")

@@ -154,7 +154,7 @@ struct Proxy {
     /// Stored scripts, by id: the lock scripts whose painless source was stored.
     scripts: fs_store::StoredLockScripts,
     contexts: Contexts,
-    nrt: Nrt,
+    nrt: Arc<Nrt>,
     faults: Schedule,
     counters: Counters,
     /// Every request received, as `METHOD /path?query`, in order of arrival.
@@ -194,11 +194,23 @@ impl EsProxy {
             .expect("a client of the upstream server"),
             scripts: fs_store::StoredLockScripts::default(),
             contexts: Contexts::default(),
-            nrt: Nrt::default(),
+            nrt: Arc::default(),
             faults,
             counters: Counters::default(),
             log: std::sync::Mutex::default(),
         });
+        EsProxy::serve(proxy)
+    }
+
+    /// Starts another node of the same cluster: its own port (and its own [`EsProxy::kill`]),
+    /// the same state behind it (scripts, search contexts, what a refresh makes searchable,
+    /// fault schedule and counters), as two nodes of one Elasticsearch cluster share it.
+    pub fn another_node(&self) -> EsProxy {
+        EsProxy::serve(Arc::clone(&self.proxy))
+    }
+
+    /// Serves `proxy` on a port of its own, from a thread of its own.
+    fn serve(proxy: Arc<Proxy>) -> EsProxy {
         let (url_tx, url_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (kill_tx, kill_rx) = tokio::sync::oneshot::channel::<()>();

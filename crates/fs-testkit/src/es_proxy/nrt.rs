@@ -31,6 +31,14 @@ const CHUNK: usize = 1_000;
 #[derive(Default)]
 pub(crate) struct Nrt {
     pending: Mutex<HashMap<String, HashSet<String>>>,
+    /// Documents whose write is under way, by index, with how many writes of each: a refresh
+    /// copies them too (as they are then), and keeps them for the next one.
+    writing: Mutex<HashMap<String, HashMap<String, usize>>>,
+    /// Documents whose write was cut off in the middle (its node killed): the server behind
+    /// may or may not have applied it, and no one will note it, so every refresh copies them
+    /// again. On a real cluster, the node that holds the shard applies a write whatever
+    /// happens to the node that took the request.
+    stray: Mutex<HashMap<String, HashSet<String>>>,
     copies: Mutex<HashSet<String>>,
     /// One refresh at a time per index, so that an older read never overwrites a newer one
     /// in the copy.
@@ -48,22 +56,79 @@ impl Nrt {
             .insert(id.to_owned());
     }
 
+    /// Notes that `ids` (index, id) are about to be written, until [`Writing::done`]: a write
+    /// the proxy is killed in the middle of stays noted for good.
+    pub(crate) fn begin(
+        self: &Arc<Self>,
+        ids: impl IntoIterator<Item = (String, String)>,
+    ) -> Writing {
+        let ids: Vec<(String, String)> = ids.into_iter().collect();
+        let mut writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        for (index, id) in &ids {
+            *writing
+                .entry(index.clone())
+                .or_default()
+                .entry(id.clone())
+                .or_default() += 1;
+        }
+        Writing {
+            nrt: Arc::clone(self),
+            ids,
+            done: false,
+        }
+    }
+
+    /// The ids a refresh of `index` copies: the writes noted (forgotten here), those under way
+    /// and the stray ones (kept).
     fn take(&self, index: &str) -> Vec<String> {
-        self.pending
+        let mut ids: HashSet<String> = self
+            .pending
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(index)
-            .map(|ids| ids.into_iter().collect())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        if let Some(writing) = self
+            .writing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(index)
+        {
+            ids.extend(writing.keys().cloned());
+        }
+        if let Some(stray) = self
+            .stray
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(index)
+        {
+            ids.extend(stray.iter().cloned());
+        }
+        ids.into_iter().collect()
     }
 
     fn pending_indices(&self) -> Vec<String> {
-        self.pending
+        let mut indices: HashSet<String> = self
+            .pending
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .keys()
             .cloned()
-            .collect()
+            .collect();
+        indices.extend(
+            self.stray
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .cloned(),
+        );
+        indices.extend(
+            self.writing
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .cloned(),
+        );
+        indices.into_iter().collect()
     }
 
     fn has_copy(&self, index: &str) -> bool {
@@ -87,6 +152,46 @@ impl Nrt {
     fn refresh_lock(&self, index: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.refreshing.lock().unwrap_or_else(|p| p.into_inner());
         Arc::clone(locks.entry(index.to_owned()).or_default())
+    }
+}
+
+/// Writes under way (from [`Nrt::begin`]).
+pub(crate) struct Writing {
+    nrt: Arc<Nrt>,
+    ids: Vec<(String, String)>,
+    done: bool,
+}
+
+impl Writing {
+    /// The writes ended (noted with [`Nrt::written`] where they landed).
+    pub(crate) fn done(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        let mut writing = self.nrt.writing.lock().unwrap_or_else(|p| p.into_inner());
+        for (index, id) in &self.ids {
+            if let Some(ids) = writing.get_mut(index) {
+                if let Some(n) = ids.get_mut(id) {
+                    *n -= 1;
+                    if *n == 0 {
+                        ids.remove(id);
+                    }
+                }
+                if ids.is_empty() {
+                    writing.remove(index);
+                }
+            }
+        }
+        drop(writing);
+        if !self.done {
+            let mut stray = self.nrt.stray.lock().unwrap_or_else(|p| p.into_inner());
+            for (index, id) in self.ids.drain(..) {
+                stray.entry(index).or_default().insert(id);
+            }
+        }
     }
 }
 
@@ -253,9 +358,13 @@ pub(crate) async fn route(proxy: &Proxy, r: &Request, seg: &[&str]) -> Result<Re
         }
         [index, "_doc" | "_create", id] if m != Method::GET && m != Method::HEAD => {
             let (index, id) = (decode(index), decode(id));
+            let writing = proxy.nrt.begin([(index.clone(), id.clone())]);
             let (status, body) = forward(proxy, r).await?;
             if (200..300).contains(&status) {
                 proxy.nrt.written(&index, &id);
+            }
+            writing.done();
+            if (200..300).contains(&status) {
                 refresh_if_asked(proxy, r, &index).await?;
             }
             Ok(passed_on(status, body))

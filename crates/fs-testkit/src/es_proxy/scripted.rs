@@ -54,10 +54,12 @@ pub(crate) async fn update_one(
         .param("retry_on_conflict")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
+    let writing = proxy.nrt.begin([(index.to_owned(), id.to_owned())]);
     let outcome = update(proxy, index, id, &r.json_body(), retries).await?;
     if outcome.written {
         proxy.nrt.written(index, id);
     }
+    writing.done();
     let status = StatusCode::from_u16(outcome.status).unwrap_or(StatusCode::BAD_GATEWAY);
     if (200..300).contains(&outcome.status) {
         Ok(answer(status, outcome.item))
