@@ -123,6 +123,10 @@ pub struct RenameReport {
     pub lock_attempts: u32,
     /// Bulk items sent again after a transient failure.
     pub retries: u64,
+    /// Items whose resend met a conflict that was the job's own first send, landed with its
+    /// answer lost (a connection cut after the server carried the request out): read back,
+    /// recognised, and counted as written, never reported as someone else's change.
+    pub ambiguous_resolved: u64,
     /// Times the job started over because a recovery had fenced it off before it journaled
     /// (its locks had expired meanwhile; nothing had been rewritten).
     pub restarts: u32,
@@ -157,6 +161,7 @@ impl RenameReport {
             round_trips: 0,
             lock_attempts: 0,
             retries: 0,
+            ambiguous_resolved: 0,
             restarts: 0,
             phases: PhaseTimes::default(),
             locks_left: Vec::new(),

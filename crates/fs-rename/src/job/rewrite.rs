@@ -228,19 +228,30 @@ impl Renamer {
             // a bulk request are written whatever happens to one of them.
             let mut again = Vec::new();
             let mut failure = None;
+            // After a resend, a conflict may be our own earlier write having landed (its answer
+            // lost on the way): those are read back together, below.
+            let mut ours = Vec::new();
             for (i, result) in pending.into_iter().zip(results) {
                 match result {
                     Ok(_) => written.rewritten += 1,
                     Err(e) if e.is_retryable() && attempt < ITEM_RETRIES => again.push(i),
-                    // After a resend, a conflict may be our own earlier write having landed.
-                    Err(e)
-                        if e.is_conflict()
-                            && attempt > 0
-                            && self.landed(tree, &op_for(i)?).await? =>
-                    {
-                        written.rewritten += 1
-                    }
+                    Err(e) if e.is_conflict() && attempt > 0 => ours.push((i, e)),
                     Err(e) => {
+                        failure.get_or_insert((i, e));
+                    }
+                }
+            }
+            if !ours.is_empty() {
+                let ops = ours
+                    .iter()
+                    .map(|(i, _)| op_for(*i))
+                    .collect::<Result<Vec<BulkOp>>>()?;
+                let landed = self.landed(tree, &ops).await?;
+                for ((i, e), landed) in ours.into_iter().zip(landed) {
+                    if landed {
+                        written.rewritten += 1;
+                        written.resolved += 1;
+                    } else {
                         failure.get_or_insert((i, e));
                     }
                 }
@@ -283,17 +294,33 @@ impl Renamer {
         })
     }
 
-    /// Returns true if the document already holds exactly what `op` would write.
-    async fn landed(&self, tree: &FsTree, op: &BulkOp) -> Result<bool> {
-        let BulkOp::Index { id, source, .. } = op else {
-            return Ok(false);
-        };
+    /// Returns, for each of `ops`, whether its document already holds exactly what it would
+    /// write: one `mget` for them all.
+    async fn landed(&self, tree: &FsTree, ops: &[BulkOp]) -> Result<Vec<bool>> {
+        let ids: Vec<String> = ops
+            .iter()
+            .map(|op| match op {
+                BulkOp::Index { id, .. }
+                | BulkOp::Create { id, .. }
+                | BulkOp::Delete { id, .. } => id.clone(),
+            })
+            .collect();
         let current = tree
             .store()
-            .get(tree.index(), id)
+            .mget(tree.index(), &ids)
             .await
-            .map_err(RenameError::store(format!("re-reading `{id}`")))?;
-        Ok(current.is_some_and(|d| &d.source == source))
+            .map_err(RenameError::store(format!(
+                "re-reading {} documents whose write may have landed",
+                ids.len()
+            )))?;
+        Ok(ops
+            .iter()
+            .zip(current)
+            .map(|(op, current)| match op {
+                BulkOp::Index { source, .. } => current.is_some_and(|d| &d.source == source),
+                _ => false,
+            })
+            .collect())
     }
 }
 
@@ -302,12 +329,15 @@ impl Renamer {
 struct Written {
     rewritten: u64,
     retries: u64,
+    /// Conflicts of a resend that were our own first send, found landed.
+    resolved: u64,
 }
 
 impl Written {
     fn add_to(&self, report: &mut RenameReport) {
         report.rewritten += self.rewritten;
         report.retries += self.retries;
+        report.ambiguous_resolved += self.resolved;
     }
 }
 

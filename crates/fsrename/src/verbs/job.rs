@@ -69,6 +69,14 @@ where
             p.rewriting.as_secs_f64() * 1e3,
             report.elapsed().as_secs_f64() * 1e3,
         ))?;
+        // This process ran one job: what its store handle resent is the job's.
+        let resent = tree.store().items_resent();
+        if report.retries > 0 || resent > 0 {
+            out.line(format_args!(
+                "  {} items sent again after transient failures, {} of them had landed the first time (their answer lost); {} items rejected by a busy server (429) and sent again",
+                report.retries, report.ambiguous_resolved, resent,
+            ))?;
+        }
     }
     out.flush()?;
     Ok(EXIT_OK)

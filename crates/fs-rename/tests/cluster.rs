@@ -1,0 +1,150 @@
+//! On a cluster given as a list of nodes (two Elasticsearch-behaviour proxies sharing one
+//! cluster state in front of one osmem): a node that dies in the middle of a large rename
+//! leaves the rename to finish through the other.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use common::*;
+use fs_rename::{fsck, Entry, RenameHooks, Renamer};
+use fs_store::{DocStore, SharedStore};
+use fs_testkit::{Backend, EsProxy, EsProxyOptions};
+
+/// Kills a node before the write of the `at`-th page.
+struct KillAt {
+    at: usize,
+    pages: AtomicUsize,
+    node: Mutex<Option<EsProxy>>,
+}
+
+#[async_trait]
+impl RenameHooks for KillAt {
+    async fn before_write(&self, _page: &[Entry]) {
+        if self.pages.fetch_add(1, Ordering::SeqCst) + 1 != self.at {
+            return;
+        }
+        let node = self.node.lock().expect("node").take();
+        if let Some(mut node) = node {
+            // Requests of earlier pages may be under way at the node: they are cut.
+            tokio::task::block_in_place(|| node.kill());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_finishes_through_the_other_node_when_one_dies() {
+    let first = fs_testkit::start_es_proxy(EsProxyOptions::default());
+    let second = first.another_node();
+    let nodes = format!("{},{}", first.url(), second.url());
+    let store: SharedStore = Arc::new(fs_testkit::elastic_store(&nodes));
+    let env = Env::new(Backend::Osmem).through(store);
+    let files = 10_000;
+    dir_of_files(&env, "/big", files).await;
+    let before = paths_by_id(&env).await;
+
+    let hooks = Arc::new(KillAt {
+        at: 4,
+        pages: AtomicUsize::new(0),
+        node: Mutex::new(Some(first)),
+    });
+    let renamer = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+        .hooks(Arc::clone(&hooks) as Arc<dyn RenameHooks>)
+        .build();
+    let report = renamer
+        .rename(&p("/big"), &p("/moved"))
+        .await
+        .expect("the rename finishes through the second node");
+    assert!(
+        hooks.node.lock().expect("node").is_none(),
+        "the first node was killed during the rename"
+    );
+    let docs = files as u64 + 1;
+    assert_eq!((report.found, report.rewritten), (docs, docs), "{report:?}");
+    // The writes that were under way at the dead node were sent again; whatever of them had
+    // landed is read back in one request a page, not a document at a time.
+    assert!(
+        report.round_trips < 100,
+        "a resent page's own writes are read back together: {report:?}"
+    );
+
+    let after = paths_by_id(&env).await;
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "the same documents, by id"
+    );
+    assert!(
+        after
+            .values()
+            .all(|path| path == "/moved" || path.starts_with("/moved/")),
+        "everything moved"
+    );
+    let check = fsck(Arc::clone(&env.store), &env.index, &p("/"))
+        .await
+        .expect("fsck");
+    assert!(check.is_clean(), "{check}");
+    assert_eq!(locks_left(&env).await, 0);
+    eprintln!("one node killed at page 4 of 11: {report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_rides_out_a_storm_of_429s() {
+    let node = Arc::new(fs_testkit::start_es_proxy(EsProxyOptions::default()));
+    let handle = fs_testkit::elastic_store(node.url());
+    let store: SharedStore = Arc::new(handle.clone());
+    let env = Env::new(Backend::Osmem).through(store);
+    let files = 10_000;
+    dir_of_files(&env, "/big", files).await;
+    let before = paths_by_id(&env).await;
+
+    // 30 % of bulk items rejected for 5 s from the rename's start: its locks, journal and
+    // pages alike.
+    let seed = fs_testkit::NetFaults::seed_from_env();
+    node.set_faults(fs_testkit::NetFaults {
+        bulk_items_too_many: 0.3,
+        ..fs_testkit::NetFaults::none(seed)
+    });
+    let calm = Arc::clone(&node);
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+        calm.set_faults(fs_testkit::NetFaults::none(seed));
+    });
+    let report = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+        .build()
+        .rename(&p("/big"), &p("/moved"))
+        .await
+        .expect("the rename rides out the storm");
+    let rejected = node.stats().items_too_many;
+    node.set_faults(fs_testkit::NetFaults::none(seed));
+    let docs = files as u64 + 1;
+    assert_eq!((report.found, report.rewritten), (docs, docs), "{report:?}");
+    assert!(rejected > 0, "the storm struck");
+    assert_eq!(
+        handle.items_resent() + report.retries,
+        rejected,
+        "every rejected item was sent again, and counted"
+    );
+
+    let after = paths_by_id(&env).await;
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "nothing lost, nothing added"
+    );
+    assert!(after
+        .values()
+        .all(|path| path == "/moved" || path.starts_with("/moved/")));
+    let check = fsck(Arc::clone(&env.store), &env.index, &p("/"))
+        .await
+        .expect("fsck");
+    assert!(check.is_clean(), "{check}");
+    assert_eq!(locks_left(&env).await, 0);
+    eprintln!(
+        "429 storm (seed {seed}): {rejected} items rejected, {} sent again by the store, {} by the rename",
+        handle.items_resent(),
+        report.retries
+    );
+}
