@@ -24,9 +24,41 @@ pub struct Env {
     /// Search contexts that processes the test killed mid-scan may leave open: a dead
     /// process closes nothing, and the server frees its contexts when their keep-alive ends.
     pub dead_scans: Arc<std::sync::atomic::AtomicUsize>,
+    /// A proxy of the test's own whose network faults [`Env::storm`] turns on, with them.
+    pub faulty: Option<(Arc<fs_testkit::EsProxy>, fs_testkit::NetFaults)>,
 }
 
 impl Env {
+    /// A fresh tree index on osmem through a proxy of its own, calm until [`Env::storm`]
+    /// turns on every network fault at `rate` (seeded, the seed printed).
+    pub fn with_network_faults(rate: f64) -> Env {
+        let proxy = Arc::new(fs_testkit::start_es_proxy(
+            fs_testkit::EsProxyOptions::default(),
+        ));
+        let faults = fs_testkit::NetFaults::every(rate, fs_testkit::NetFaults::seed_from_env());
+        Env {
+            store: Arc::new(fs_testkit::elastic_store(proxy.url())),
+            index: fs_testkit::unique_name("fs"),
+            backend: Backend::Osmem,
+            dead_scans: Arc::default(),
+            faulty: Some((proxy, faults)),
+        }
+    }
+
+    /// Turns the network faults on, once the test's set-up is done (no-op without them).
+    pub fn storm(&self) {
+        if let Some((proxy, faults)) = &self.faulty {
+            proxy.set_faults(faults.clone());
+        }
+    }
+
+    /// Turns them off again for the checks, and prints what struck (no-op without them).
+    pub fn calm(&self) {
+        if let Some((proxy, faults)) = &self.faulty {
+            proxy.set_faults(fs_testkit::NetFaults::none(faults.seed));
+            println!("network faults (seed {}): {:?}", faults.seed, proxy.stats());
+        }
+    }
     /// A fresh tree index name on `backend` (the embedded store is near-real-time, so a
     /// forgotten refresh fails).
     pub fn new(backend: Backend) -> Env {
@@ -35,6 +67,7 @@ impl Env {
             index: fs_testkit::unique_name("fs"),
             backend,
             dead_scans: Arc::default(),
+            faulty: None,
         }
     }
 
@@ -45,6 +78,7 @@ impl Env {
             index: self.index.clone(),
             backend: self.backend,
             dead_scans: Arc::clone(&self.dead_scans),
+            faulty: self.faulty.clone(),
         }
     }
 
@@ -65,8 +99,10 @@ impl Env {
 
     /// Checks what every test must leave behind: on the proxied HTTP backend, no search
     /// context open on this test's indices but those of the processes it killed mid-scan.
+    /// Not checked through a faulty proxy: a close cut on its way leaves its context to the
+    /// keep-alive, as a real server does.
     pub fn finish(&self) {
-        if self.backend == Backend::Osmem {
+        if self.backend == Backend::Osmem && self.faulty.is_none() {
             let (locks, journal) = (self.lock_index(), fs_model::journal_index_name(&self.index));
             let open = fs_testkit::es_proxy().open_contexts_on(&[&self.index, &locks, &journal]);
             let dead = self.dead_scans.load(std::sync::atomic::Ordering::SeqCst);
@@ -97,6 +133,24 @@ macro_rules! on_every_backend {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     let env = super::common::Env::new(fs_testkit::Backend::Osmem);
+                    super::$case(env.clone()).await;
+                    env.finish();
+                }
+            )+
+        }
+    };
+}
+
+/// Expands each listed `async fn(Env)` into a test on osmem through a proxy with every
+/// network fault at 2 % (between the case's [`Env::storm`] and [`Env::calm`]).
+#[macro_export]
+macro_rules! with_network_faults {
+    ($($case:ident),+ $(,)?) => {
+        mod network_faults {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let env = super::common::Env::with_network_faults(0.02);
                     super::$case(env.clone()).await;
                     env.finish();
                 }
