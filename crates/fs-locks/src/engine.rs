@@ -340,7 +340,28 @@ pub(crate) async fn attempt(
         }
         let results = match calls.bulk(ops).await {
             Ok(results) => results,
-            Err(e) => return undo_then(calls, taken, owner, Err(e)).await,
+            Err(e) => {
+                // The request's fate is unknown: what of it landed is ours, and is given back
+                // with the rest (read first: our writes were conditional on what we read).
+                let unknown = writing
+                    .into_iter()
+                    .map(|(item, source)| Taken {
+                        item: item.clone(),
+                        version: Version {
+                            seq_no: 0,
+                            primary_term: 0,
+                        },
+                        source,
+                    })
+                    .collect();
+                match read_ours(calls, unknown, owner).await {
+                    Ok((ours, _)) => taken.extend(ours),
+                    Err(read) => {
+                        tracing::warn!(error = %read, "could not read back a lock attempt whose outcome is unknown; leases will expire what it took");
+                    }
+                }
+                return undo_then(calls, taken, owner, Err(e)).await;
+            }
         };
         let mut again = Vec::new();
         for ((item, source), result) in writing.into_iter().zip(results) {
@@ -373,6 +394,25 @@ pub(crate) async fn attempt(
         waiter: false,
         expired_ms_ago: None,
     };
+    // The last round's writes that conflicted or whose fate is unknown: what of them is ours
+    // is given back too.
+    let last: Vec<Taken> = pending
+        .into_iter()
+        .map(|item| Taken {
+            item: item.clone(),
+            version: Version {
+                seq_no: 0,
+                primary_term: 0,
+            },
+            source: Value::Null,
+        })
+        .collect();
+    match read_ours(calls, last, owner).await {
+        Ok((ours, _)) => taken.extend(ours),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read back a contended lock attempt; leases will expire what it took");
+        }
+    }
     undo_then(calls, taken, owner, Ok(Attempt::refused(b))).await
 }
 

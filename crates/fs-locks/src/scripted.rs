@@ -102,6 +102,26 @@ pub(crate) async fn register_waiter(
         .collect())
 }
 
+/// Item `i` of an attempt whose fate is unknown, to give back.
+fn maybe_taken(items: &[LockItem], updates: &[ScriptedUpdate], i: usize) -> Taken {
+    Taken {
+        item: items[i].clone(),
+        version: UNKNOWN,
+        source: updates[i].upsert.clone().unwrap_or_default(),
+    }
+}
+
+/// Gives back what a failed or refused attempt took (or may have taken). A failure is logged:
+/// the attempt's own outcome matters more, and leases expire what is left.
+async fn undo(calls: &mut Calls<'_>, taken: Vec<Taken>, owner: &Owner, lease: Duration) {
+    if taken.is_empty() {
+        return;
+    }
+    if let Err(e) = release(calls, taken, owner, lease.min(Duration::from_secs(5)), None).await {
+        tracing::warn!(error = %e, "could not undo a refused lock attempt; leases will expire it");
+    }
+}
+
 /// Removes the request's waiter entries from `ids`.
 pub(crate) async fn unregister_waiter(
     calls: &mut Calls<'_>,
@@ -143,7 +163,18 @@ pub(crate) async fn attempt(
     let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(50));
     for round in 0..RACE_ROUNDS {
         let batch = pending.iter().map(|&i| updates[i].clone()).collect();
-        let results = calls.bulk_update(batch).await?;
+        let results = match calls.bulk_update(batch).await {
+            Ok(results) => results,
+            Err(e) => {
+                // The request's fate is unknown (a connection cut after it was sent, say):
+                // what it may have taken is given back with the rest, or it would stay held
+                // until its lease ran out while this request waits, fails or tries again. A
+                // release of a lock we do not hold changes nothing.
+                taken.extend(pending.iter().map(|&i| maybe_taken(items, &updates, i)));
+                undo(calls, taken, owner, lease).await;
+                return Err(e);
+            }
+        };
         let mut raced = Vec::new();
         for (i, result) in pending.iter().copied().zip(results) {
             match result {
@@ -167,6 +198,10 @@ pub(crate) async fn attempt(
                 // Still racing after every round: as busy as a refusal, and as harmless.
                 Err(e) if e.is_conflict() => refused.push(items[i].clone()),
                 Err(e) => {
+                    if e.is_retryable() {
+                        // Its fate is unknown: given back with the rest, as above.
+                        taken.push(maybe_taken(items, &updates, i));
+                    }
                     let context = format!("taking the lock on `{}`", items[i].label());
                     failure.get_or_insert((items[i].clone(), LockError::store(context)(e)));
                 }
@@ -188,9 +223,7 @@ pub(crate) async fn attempt(
         taken.sort_by_key(|t| items.iter().position(|i| i.id == t.item.id));
         return Ok(Attempt::Granted(taken));
     }
-    if let Err(e) = release(calls, taken, owner, lease.min(Duration::from_secs(5)), None).await {
-        tracing::warn!(error = %e, "could not undo a refused lock attempt; leases will expire it");
-    }
+    undo(calls, taken, owner, lease).await;
     if let Some((_, e)) = failure {
         return Err(e);
     }
@@ -246,6 +279,10 @@ pub(crate) async fn release(
     let deadline = tokio::time::Instant::now() + patience;
     let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(500));
     let mut pending: Vec<usize> = (0..updates.len()).collect();
+    // Items sent in a request whose fate is unknown (the connection cut after it was sent, say):
+    // if a resend finds our entry gone, it is our own first release that landed, as a retried
+    // delete is in the compare-and-set release.
+    let mut unknown = vec![false; updates.len()];
     while !pending.is_empty() {
         let batch: Vec<ScriptedUpdate> = pending.iter().map(|&i| updates[i].clone()).collect();
         let sent = match first.clone() {
@@ -266,6 +303,9 @@ pub(crate) async fn release(
         let results = match sent {
             Ok(results) => results,
             Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
+                for &i in &pending {
+                    unknown[i] = true;
+                }
                 tokio::time::sleep(backoff.next_pause()).await;
                 continue;
             }
@@ -274,9 +314,18 @@ pub(crate) async fn release(
         let mut again = Vec::new();
         for (i, result) in pending.into_iter().zip(results) {
             match result {
-                Ok(o) if o.result == UpdateResult::Noop => released.lost.push(labels[i].clone()),
+                // Our entry is gone: our own earlier release, or a loss.
+                Ok(o) if o.result == UpdateResult::Noop => {
+                    if !unknown[i] {
+                        released.lost.push(labels[i].clone())
+                    }
+                }
                 Ok(_) => {}
-                Err(StoreError::NotFound { .. }) => released.lost.push(labels[i].clone()),
+                Err(StoreError::NotFound { .. }) => {
+                    if !unknown[i] {
+                        released.lost.push(labels[i].clone())
+                    }
+                }
                 // A race with another update of the same document (two releases of one share,
                 // say) is not a failure: our release script is safe to send again.
                 Err(e)
@@ -285,6 +334,8 @@ pub(crate) async fn release(
                 {
                     if e.is_conflict() {
                         calls.races += 1;
+                    } else {
+                        unknown[i] = true;
                     }
                     again.push(i)
                 }

@@ -69,6 +69,7 @@ async fn tree_locks_never_overlap(env: Env) {
     let scripted_on_proxy = proxied && env.protocol == fs_locks::LockProtocol::Scripted;
     let proxy_before = scripted_on_proxy.then(|| fs_testkit::es_proxy().stats());
     let registry: Registry = Arc::new(Mutex::new(Vec::new()));
+    env.storm();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
     let mut tasks = tokio::task::JoinSet::new();
     for task in 0..TASKS {
@@ -117,6 +118,7 @@ async fn tree_locks_never_overlap(env: Env) {
         timed_out += t;
         races += r;
     }
+    env.calm();
     println!("{granted} acquisitions granted, {timed_out} timed out, {races} lost races sent again by fsrename");
     if let Some(proxy_before) = proxy_before {
         let stats = fs_testkit::es_proxy().stats();
@@ -173,3 +175,5 @@ async fn tree_locks_never_overlap(env: Env) {
 }
 
 on_every_backend!(tree_locks_never_overlap);
+
+with_network_faults!(tree_locks_never_overlap);

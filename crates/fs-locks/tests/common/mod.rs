@@ -17,6 +17,8 @@ pub struct Env {
     pub locks: String,
     pub protocol: LockProtocol,
     pub backend: Backend,
+    /// A proxy of the test's own whose network faults [`Env::storm`] turns on, with them.
+    pub faulty: Option<(Arc<fs_testkit::EsProxy>, fs_testkit::NetFaults)>,
 }
 
 impl Env {
@@ -33,6 +35,7 @@ impl Env {
             locks: fs_testkit::unique_name("fs-lock"),
             protocol,
             backend,
+            faulty: None,
         };
         client(&env, "setup")
             .ensure_index()
@@ -40,13 +43,51 @@ impl Env {
             .expect("lock index");
         env
     }
+
+    /// A fresh lock index on osmem through a proxy of its own, written with `protocol`, calm
+    /// until [`Env::storm`] turns on every network fault at `rate` (seeded, the seed printed).
+    pub async fn with_network_faults(protocol: LockProtocol, rate: f64) -> Env {
+        let proxy = Arc::new(fs_testkit::start_es_proxy(
+            fs_testkit::EsProxyOptions::default(),
+        ));
+        let faults = fs_testkit::NetFaults::every(rate, fs_testkit::NetFaults::seed_from_env());
+        let env = Env {
+            store: Arc::new(fs_testkit::elastic_store(proxy.url())),
+            locks: fs_testkit::unique_name("fs-lock"),
+            protocol,
+            backend: Backend::Osmem,
+            faulty: Some((proxy, faults)),
+        };
+        client(&env, "setup")
+            .ensure_index()
+            .await
+            .expect("lock index");
+        env
+    }
+
+    /// Turns the network faults on, once the test's set-up is done (no-op without them).
+    pub fn storm(&self) {
+        if let Some((proxy, faults)) = &self.faulty {
+            proxy.set_faults(faults.clone());
+        }
+    }
+
+    /// Turns them off again for the checks, and prints what struck (no-op without them).
+    pub fn calm(&self) {
+        if let Some((proxy, faults)) = &self.faulty {
+            proxy.set_faults(fs_testkit::NetFaults::none(faults.seed));
+            println!("network faults (seed {}): {:?}", faults.seed, proxy.stats());
+        }
+    }
 }
 
 impl Env {
     /// Checks what every test must leave behind: on the proxied HTTP backend, no search
     /// context open on this test's lock index.
+    /// Not checked through a faulty proxy: a close cut on its way leaves its context to the
+    /// keep-alive, as a real server does.
     pub fn finish(&self) {
-        if self.backend == Backend::Osmem {
+        if self.backend == Backend::Osmem && self.faulty.is_none() {
             fs_testkit::assert_no_open_contexts(&[&self.locks]);
         }
     }
@@ -127,6 +168,31 @@ macro_rules! on_every_backend {
                     )
                     .await;
                     super::$case(env).await
+                }
+            )+
+        }
+    };
+}
+
+/// Expands each listed `async fn(Env)` into a test on osmem with the scripted protocol (what
+/// fsrename uses on Elasticsearch), through a proxy with every network fault at 2 % (between
+/// the case's [`Env::storm`] and [`Env::calm`]). Compare-and-set under the same faults is not
+/// here yet: one run in three reported an exclusive lock lost at its release (issue 17, stress
+/// seed 10307596627125618203).
+#[macro_export]
+macro_rules! with_network_faults {
+    ($($case:ident),+ $(,)?) => {
+        mod network_faults_scripted {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let env = super::common::Env::with_network_faults(
+                        fs_locks::LockProtocol::Scripted,
+                        0.02,
+                    )
+                    .await;
+                    super::$case(env.clone()).await;
+                    env.finish();
                 }
             )+
         }
