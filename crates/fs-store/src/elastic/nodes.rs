@@ -81,11 +81,17 @@ impl NodePool {
         let Some(node) = self.node_of(url) else {
             return;
         };
-        let downs = node.downs.fetch_add(1, Ordering::Relaxed).min(5);
-        let pause = (FIRST_PAUSE * 2u32.pow(downs)).min(LONGEST_PAUSE);
+        let before = node.downs.fetch_add(1, Ordering::Relaxed);
+        let pause = (FIRST_PAUSE * 2u32.pow(before.min(5))).min(LONGEST_PAUSE);
         let until = self.now_ms() + u64::try_from(pause.as_millis()).unwrap_or(u64::MAX);
         node.down_until.store(until, Ordering::Relaxed);
-        tracing::warn!(node = %node.origin, ?pause, "node skipped: it did not serve a request");
+        // Said once a node goes down, and only where there is another node to go to: a single
+        // server's failures are the request loop's to report.
+        if before == 0 && self.inner.nodes.len() > 1 {
+            tracing::warn!(node = %node.origin, ?pause, "node skipped: it did not serve a request");
+        } else {
+            tracing::debug!(node = %node.origin, ?pause, "node still skipped");
+        }
     }
 
     /// Clears the mark of the node of `url`: it answered.
