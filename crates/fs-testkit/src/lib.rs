@@ -13,6 +13,7 @@
 //!   after the server carried a request out) and a sudden death ([`EsProxy::kill`]).
 //!   [`es_proxy`] is the one every HTTP test of a binary shares;
 //!   [`assert_no_open_contexts`] checks at a test's end that it closed what it opened.
+//! - [`Storm`]: a proxy of a test's own whose network faults come on after the set-up.
 //! - [`unique_name`]: index names no other test uses, so tests can share one server.
 //! - [`FaultyStore`]: injects transient failures, lost answers, failed bulk items, process
 //!   freezes and process death, from a seed.
@@ -30,6 +31,7 @@ mod es_proxy;
 mod faulty;
 mod latency;
 mod scripting;
+mod storm;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -42,6 +44,7 @@ pub use faulty::{faulty, FaultPlan, FaultyStore};
 use fs_store::{ElasticConfig, ElasticStore, SharedStore, SqliteOptions, SqliteStore};
 pub use latency::LatencyStore;
 pub use scripting::{scripted_update, ScriptingStore, UpdateRaces, RETRY_ON_CONFLICT};
+pub use storm::Storm;
 
 /// The backends a shared test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

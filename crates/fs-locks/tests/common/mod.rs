@@ -17,8 +17,8 @@ pub struct Env {
     pub locks: String,
     pub protocol: LockProtocol,
     pub backend: Backend,
-    /// A proxy of the test's own whose network faults [`Env::storm`] turns on, with them.
-    pub faulty: Option<(Arc<fs_testkit::EsProxy>, fs_testkit::NetFaults)>,
+    /// A proxy of the test's own whose network faults [`Env::storm`] turns on.
+    pub faulty: Option<fs_testkit::Storm>,
 }
 
 impl Env {
@@ -47,16 +47,13 @@ impl Env {
     /// A fresh lock index on osmem through a proxy of its own, written with `protocol`, calm
     /// until [`Env::storm`] turns on every network fault at `rate` (seeded, the seed printed).
     pub async fn with_network_faults(protocol: LockProtocol, rate: f64) -> Env {
-        let proxy = Arc::new(fs_testkit::start_es_proxy(
-            fs_testkit::EsProxyOptions::default(),
-        ));
-        let faults = fs_testkit::NetFaults::every(rate, fs_testkit::NetFaults::seed_from_env());
+        let storm = fs_testkit::Storm::start(rate);
         let env = Env {
-            store: Arc::new(fs_testkit::elastic_store(proxy.url())),
+            store: Arc::new(storm.store()),
             locks: fs_testkit::unique_name("fs-lock"),
             protocol,
             backend: Backend::Osmem,
-            faulty: Some((proxy, faults)),
+            faulty: Some(storm),
         };
         client(&env, "setup")
             .ensure_index()
@@ -67,17 +64,12 @@ impl Env {
 
     /// Turns the network faults on, once the test's set-up is done (no-op without them).
     pub fn storm(&self) {
-        if let Some((proxy, faults)) = &self.faulty {
-            proxy.set_faults(faults.clone());
-        }
+        self.faulty.iter().for_each(fs_testkit::Storm::storm);
     }
 
     /// Turns them off again for the checks, and prints what struck (no-op without them).
     pub fn calm(&self) {
-        if let Some((proxy, faults)) = &self.faulty {
-            proxy.set_faults(fs_testkit::NetFaults::none(faults.seed));
-            println!("network faults (seed {}): {:?}", faults.seed, proxy.stats());
-        }
+        self.faulty.iter().for_each(fs_testkit::Storm::calm);
     }
 }
 

@@ -24,40 +24,32 @@ pub struct Env {
     /// Search contexts that processes the test killed mid-scan may leave open: a dead
     /// process closes nothing, and the server frees its contexts when their keep-alive ends.
     pub dead_scans: Arc<std::sync::atomic::AtomicUsize>,
-    /// A proxy of the test's own whose network faults [`Env::storm`] turns on, with them.
-    pub faulty: Option<(Arc<fs_testkit::EsProxy>, fs_testkit::NetFaults)>,
+    /// A proxy of the test's own whose network faults [`Env::storm`] turns on.
+    pub faulty: Option<fs_testkit::Storm>,
 }
 
 impl Env {
     /// A fresh tree index on osmem through a proxy of its own, calm until [`Env::storm`]
     /// turns on every network fault at `rate` (seeded, the seed printed).
     pub fn with_network_faults(rate: f64) -> Env {
-        let proxy = Arc::new(fs_testkit::start_es_proxy(
-            fs_testkit::EsProxyOptions::default(),
-        ));
-        let faults = fs_testkit::NetFaults::every(rate, fs_testkit::NetFaults::seed_from_env());
+        let storm = fs_testkit::Storm::start(rate);
         Env {
-            store: Arc::new(fs_testkit::elastic_store(proxy.url())),
+            store: Arc::new(storm.store()),
             index: fs_testkit::unique_name("fs"),
             backend: Backend::Osmem,
             dead_scans: Arc::default(),
-            faulty: Some((proxy, faults)),
+            faulty: Some(storm),
         }
     }
 
     /// Turns the network faults on, once the test's set-up is done (no-op without them).
     pub fn storm(&self) {
-        if let Some((proxy, faults)) = &self.faulty {
-            proxy.set_faults(faults.clone());
-        }
+        self.faulty.iter().for_each(fs_testkit::Storm::storm);
     }
 
     /// Turns them off again for the checks, and prints what struck (no-op without them).
     pub fn calm(&self) {
-        if let Some((proxy, faults)) = &self.faulty {
-            proxy.set_faults(fs_testkit::NetFaults::none(faults.seed));
-            println!("network faults (seed {}): {:?}", faults.seed, proxy.stats());
-        }
+        self.faulty.iter().for_each(fs_testkit::Storm::calm);
     }
     /// A fresh tree index name on `backend` (the embedded store is near-real-time, so a
     /// forgotten refresh fails).
