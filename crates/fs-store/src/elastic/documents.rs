@@ -204,7 +204,7 @@ impl ElasticStore {
         refresh: bool,
     ) -> Result<Vec<(u16, Value)>> {
         let first = self
-            .send_bulk_once(context, index, lines.clone(), expected, refresh)
+            .send_bulk_once(context, index, &lines, expected, refresh)
             .await?;
         if !first.iter().any(|(status, _)| *status == 429) {
             return Ok(first);
@@ -234,7 +234,7 @@ impl ElasticStore {
                 .flat_map(|&i| lines[spans[i].clone()].iter().cloned())
                 .collect();
             match self
-                .send_bulk_once(context, index, again, rejected.len(), refresh)
+                .send_bulk_once(context, index, &again, rejected.len(), refresh)
                 .await
             {
                 Ok(resent) => {
@@ -260,7 +260,7 @@ impl ElasticStore {
         &self,
         context: &str,
         index: &str,
-        lines: Vec<Value>,
+        lines: &[Value],
         expected: usize,
         refresh: bool,
     ) -> Result<Vec<(u16, Value)>> {
