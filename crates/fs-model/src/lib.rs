@@ -37,7 +37,7 @@ pub use lock_id::{
     is_hashed_lock_id, tree_lock_id, GLOBAL_LOCK_ID, HASHED_ID_PREFIX, MAX_ID_BYTES,
 };
 pub use mapping::{
-    journal_index_body, journal_index_name, lock_index_body, lock_index_mappings, lock_index_name,
-    tree_index_body, tree_index_mappings, DEFAULT_TREE_INDEX,
+    jobs_index_body, jobs_index_name, journal_index_body, journal_index_name, lock_index_body,
+    lock_index_mappings, lock_index_name, tree_index_body, tree_index_mappings, DEFAULT_TREE_INDEX,
 };
 pub use path::{FsPath, MAX_COMPONENT_BYTES, MAX_PATH_BYTES};

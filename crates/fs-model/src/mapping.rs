@@ -19,6 +19,33 @@ pub fn journal_index_name(tree_index: &str) -> String {
     format!("{tree_index}-journal")
 }
 
+/// Returns the name of the service's jobs index that goes with a tree index: `fs` →
+/// `fs-jobs`. Every `fsrename serve` instance on the store keeps its jobs there, and a
+/// heartbeat of its own, so that any instance answers for any job and takes over the jobs of
+/// an instance that died.
+pub fn jobs_index_name(tree_index: &str) -> String {
+    format!("{tree_index}-jobs")
+}
+
+/// Returns the create-index body of the jobs index: one document per job (what it does, its
+/// state, the instance running it, its report) and one per instance (its heartbeat), on one
+/// shard. Reports are stored, not indexed.
+pub fn jobs_index_body() -> Value {
+    json!({
+        "settings": { "number_of_shards": 1 },
+        "mappings": {
+            "properties": {
+                "type": { "type": "keyword" },
+                "state": { "type": "keyword" },
+                "instance": { "type": "keyword" },
+                "heartbeat_at": { "type": "date", "format": "epoch_millis" },
+                "submitted_at": { "type": "date", "format": "epoch_millis" },
+                "report": { "type": "object", "enabled": false }
+            }
+        }
+    })
+}
+
 /// Returns the create-index body of the journal index: one document per rename in progress
 /// (job id, source, destination, owner, the locks it holds), on one shard. Only `state`,
 /// `from` and `to` are searched; the lock list is stored, not indexed.

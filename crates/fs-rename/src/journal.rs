@@ -103,6 +103,22 @@ enum JournalDoc {
 
 const FENCED: &str = "fenced";
 
+/// The `fenced_by` of the tombstone a close leaves: what tells a finished job from a fenced one.
+const CLOSED_BY: &str = "closed: the job is done";
+
+/// What the journal says of a job id ([`Journal::state_of`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JournalState {
+    /// Journaled and not finished: recovery rolls it forward once its locks expire.
+    Open(Box<JournalEntry>),
+    /// Finished: every write is in place.
+    Closed,
+    /// Fenced off before it journaled: it wrote nothing.
+    Fenced,
+    /// No document: it has not journaled (or its tombstone was removed after the retention).
+    Absent,
+}
+
 fn parse_doc(index: &str, id: &str, source: Value) -> Result<JournalDoc> {
     let bad = |e: serde_json::Error| RenameError::BadDocument {
         index: index.to_owned(),
@@ -327,6 +343,24 @@ impl Journal {
         }
     }
 
+    /// Returns what the journal says of `job_id`: open (journaled, not finished), closed
+    /// (finished, by the job or by the recovery that rolled it forward), fenced (a recovery
+    /// cleared its expired locks before it journaled: it never wrote anything and cannot
+    /// any more), or nothing (it has not journaled, or its tombstone is past the retention).
+    ///
+    /// # Errors
+    /// Store failures; an unreadable document.
+    pub async fn state_of(&self, job_id: &str) -> Result<JournalState> {
+        Ok(match self.read(job_id).await? {
+            Some((JournalDoc::Entry(entry), _)) => JournalState::Open(Box::new(entry)),
+            Some((JournalDoc::Fence(fence), _)) if fence.fenced_by == CLOSED_BY => {
+                JournalState::Closed
+            }
+            Some((JournalDoc::Fence(_), _)) => JournalState::Fenced,
+            None => JournalState::Absent,
+        })
+    }
+
     /// Returns true if `job_id` has an open entry (it journaled and has not closed); false
     /// for a tombstone (closed or fenced) or nothing.
     ///
@@ -424,7 +458,7 @@ impl Journal {
             job_id: job_id.to_owned(),
             state: FENCED.to_owned(),
             fenced_at: fs_locks::LeaseClock::new().now_ms(),
-            fenced_by: "closed: the job is done".to_owned(),
+            fenced_by: CLOSED_BY.to_owned(),
         };
         serde_json::to_value(&tombstone).map_err(|e| RenameError::BadDocument {
             index: self.index.clone(),

@@ -57,7 +57,7 @@ pub use indexer::{
     index_dir, IndexOptions, IndexProgress, IndexProgressSink, IndexReport, Skipped,
 };
 pub use job::{RenameOutcome, Renamer, RenamerBuilder, DEFAULT_IN_FLIGHT};
-pub use journal::{FenceOutcome, Journal, JournalEntry, JournalFence, JournalLock};
+pub use journal::{FenceOutcome, Journal, JournalEntry, JournalFence, JournalLock, JournalState};
 pub use kind::JobKind;
 pub use ops::{list, mkdir, stat, touch, LockSettings, Made};
 pub use recover::{Recovered, Recovery, RecoveryReport};

@@ -74,8 +74,11 @@ pub trait RenameHooks: Send + Sync {
     /// Called once the locks are held (or at once, without locks), before the checks.
     async fn locked(&self) {}
     /// Called once the checks passed and the job found its locks still its own, just
-    /// before it writes its journal entry.
-    async fn journaling(&self) {}
+    /// before it writes its journal entry at `job_id`. What the hook records here survives
+    /// the job: `fsrename serve` stores the id with the job, so that an instance taking over
+    /// the job of a dead one can tell from the journal whether it was applied
+    /// ([`crate::Journal::state_of`]).
+    async fn journaling(&self, _job_id: &str) {}
     /// Called with a page of documents just before they are rewritten (copied, or, for a
     /// delete, deleted: a delete's pages come deepest first, one depth per page).
     async fn before_write(&self, _page: &[Entry]) {}

@@ -392,7 +392,7 @@ struct FreezeBeforeJournal {
 
 #[async_trait]
 impl RenameHooks for FreezeBeforeJournal {
-    async fn journaling(&self) {
+    async fn journaling(&self, _job_id: &str) {
         if !self.once.swap(true, Ordering::SeqCst) {
             self.freezer.freeze().await;
         }

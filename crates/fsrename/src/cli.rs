@@ -266,6 +266,12 @@ pub enum Verb {
         /// start); `0s` runs it at start only.
         #[arg(long, default_value = "30s", value_parser = parse_duration)]
         recover_every: Duration,
+        /// This instance's name, shown in its jobs and metrics. Several instances may serve one
+        /// store (behind a load balancer): each answers for every job, and takes over the
+        /// jobs of an instance that stopped beating (for two leases). Names must differ.
+        /// Default: `fsrename-` and 8 random hex digits.
+        #[arg(long, env = "FSRENAME_INSTANCE")]
+        instance: Option<String>,
     },
     /// Runs the book's /clinton scenario four ways on an in-memory store and shows, with a
     /// timeline, why renames need tree locks. Exits 0 only if every run shows what it should.

@@ -18,6 +18,7 @@ struct Service {
     http: reqwest::Client,
     store: SharedStore,
     index: String,
+    instance: String,
     stop: Option<oneshot::Sender<()>>,
     server: Option<Server>,
 }
@@ -36,7 +37,9 @@ impl Service {
         .await
         .expect("start the service");
         let base = format!("http://{}", server.addr());
+        let instance = server.instance().to_owned();
         Service {
+            instance,
             backend,
             base,
             http: reqwest::Client::new(),
@@ -196,9 +199,14 @@ async fn a_rename_through_the_api(backend: Backend) {
         .await
         .expect("metrics");
     let text = metrics.text().await.expect("text");
+    // Every series names the instance that counted it.
+    let instance = service.instance.as_str();
     assert!(
-        text.contains("fsrename_jobs_done_total 1")
-            && text.contains("fsrename_documents_rewritten_total 9"),
+        text.contains(&format!(
+            "fsrename_jobs_done_total{{instance=\"{instance}\"}} 1"
+        )) && text.contains(&format!(
+            "fsrename_documents_rewritten_total{{instance=\"{instance}\"}} 9"
+        )),
         "{text}"
     );
     let failed = service.finished(&service.submit("/nope", "/x").await).await;

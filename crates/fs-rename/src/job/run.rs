@@ -218,7 +218,7 @@ impl Renamer {
         // check is caught by the fence (see `crate::journal`).
         locks.ensure_held(task.from().as_str()).await?;
         if let Some(hooks) = &self.config.hooks {
-            hooks.journaling().await;
+            hooks.journaling(job_id).await;
         }
         let entry = self.journal_entry(locks, task, job_id).await;
         let journal = Journal::new(Arc::clone(tree.store()), tree.index());

@@ -16,7 +16,8 @@ use fs_rename::{FsTree, JobKind, Strategy};
 use fs_store::Scope;
 use serde_json::{json, Map, Value};
 
-use super::jobs::{Jobs, Refusal, Work};
+use super::job::Work;
+use super::jobs::{Jobs, Refusal};
 
 /// The most entries `GET /tree` returns.
 const TREE_LIMIT: usize = 10_000;
@@ -150,7 +151,7 @@ async fn submit_rename(
             format!("cannot move `{from}` into itself (`{to}`)"),
         ));
     }
-    accept(&jobs, Work::Rename { from, to }, strategy)
+    accept(&jobs, Work::Rename { from, to }, strategy).await
 }
 
 /// `POST /copies {"from", "to", "strategy"?}`: `cp -r`.
@@ -171,7 +172,7 @@ async fn submit_copy(
             format!("cannot copy `{from}` into itself (`{to}`)"),
         ));
     }
-    accept(&jobs, Work::Copy { from, to }, strategy)
+    accept(&jobs, Work::Copy { from, to }, strategy).await
 }
 
 /// `POST /deletes {"path", "recursive"?, "strategy"?}`: `rm [-r]`; `recursive` defaults to
@@ -200,13 +201,14 @@ async fn submit_delete(
     if path.is_root() {
         return Err(ApiError::bad("path", "the root `/` cannot be removed"));
     }
-    accept(&jobs, Work::Delete { path, recursive }, strategy)
+    accept(&jobs, Work::Delete { path, recursive }, strategy).await
 }
 
-/// Submits `work`: 202 with the job's id, state and location, or 429 if the queue is full.
-fn accept(jobs: &Jobs, work: Work, strategy: Strategy) -> Result<Response, ApiError> {
+/// Submits `work`: 202 with the job's id, state and location, 429 if the queue is full, 503
+/// if the job cannot be stored.
+async fn accept(jobs: &Jobs, work: Work, strategy: Strategy) -> Result<Response, ApiError> {
     let collection = collection(work.kind());
-    match jobs.submit(work, strategy) {
+    match jobs.submit(work, strategy).await {
         Ok(job) => {
             let location = format!("/{collection}/{}", job.id);
             let body = Json(json!({
@@ -217,6 +219,10 @@ fn accept(jobs: &Jobs, work: Work, strategy: Strategy) -> Result<Response, ApiEr
         Err(Refusal::Full { limit }) => Err(ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             format!("the queue is full ({limit} unfinished jobs): try again later"),
+        )),
+        Err(Refusal::Store(e)) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the job was not accepted: {e}"),
         )),
     }
 }
@@ -230,9 +236,16 @@ fn collection(kind: JobKind) -> &'static str {
     }
 }
 
-/// The job `id`, if it is of `kind` (any kind for `None`).
-fn find(jobs: &Jobs, id: &str, kind: Option<JobKind>) -> Result<Response, ApiError> {
-    match jobs.get(id) {
+/// The job `id`, if it is of `kind` (any kind for `None`): this instance's, or another's from
+/// the jobs index.
+async fn find(jobs: &Jobs, id: &str, kind: Option<JobKind>) -> Result<Response, ApiError> {
+    let found = jobs.find(id).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("cannot read job `{id}`: {e}"),
+        )
+    })?;
+    match found {
         Some(job) if kind.is_none_or(|k| job.work.kind() == k) => Ok(Json(job).into_response()),
         Some(job) => Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -253,22 +266,22 @@ async fn get_rename(
     State(jobs): State<Jobs>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    find(&jobs, &id, Some(JobKind::Rename))
+    find(&jobs, &id, Some(JobKind::Rename)).await
 }
 
 async fn get_copy(State(jobs): State<Jobs>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    find(&jobs, &id, Some(JobKind::Copy))
+    find(&jobs, &id, Some(JobKind::Copy)).await
 }
 
 async fn get_delete(
     State(jobs): State<Jobs>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    find(&jobs, &id, Some(JobKind::Delete))
+    find(&jobs, &id, Some(JobKind::Delete)).await
 }
 
 async fn get_job(State(jobs): State<Jobs>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    find(&jobs, &id, None)
+    find(&jobs, &id, None).await
 }
 
 /// The most recent jobs of `kind` (all for `None`) under the key `key`; `?limit=` (100).
@@ -384,6 +397,6 @@ async fn healthz(State(jobs): State<Jobs>) -> Response {
 }
 
 async fn metrics(State(jobs): State<Jobs>) -> Response {
-    let text = jobs.metrics().render(&jobs.counts());
+    let text = jobs.metrics().render(jobs.instance(), &jobs.counts());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

@@ -13,6 +13,9 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     /// The tree index.
     pub index: String,
+    /// This instance's name, in its jobs, its heartbeat and its metrics: unique among the
+    /// instances serving one store. Default: `fsrename-` and 8 random hex digits.
+    pub instance: String,
     /// Required as `Authorization: Bearer <token>` when set; must be set to listen on a
     /// non-loopback address.
     pub token: Option<String>,
@@ -45,6 +48,13 @@ impl ServeConfig {
         ServeConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
             index: index.into(),
+            instance: format!(
+                "fsrename-{}",
+                fs_model::entropy::uuid()
+                    .chars()
+                    .take(8)
+                    .collect::<String>()
+            ),
             token: None,
             max_jobs: 8,
             queue: 1_024,
@@ -72,6 +82,10 @@ impl ServeConfig {
         }
         anyhow::ensure!(self.max_jobs > 0, "--max-jobs must be at least 1");
         anyhow::ensure!(self.queue > 0, "--queue must be at least 1");
+        anyhow::ensure!(
+            !self.instance.trim().is_empty(),
+            "--instance must name the instance"
+        );
         Ok(())
     }
 }

@@ -1,129 +1,32 @@
 //! [`Jobs`]: accepted jobs (renames, copies, deletes), their states, and the tasks that run
-//! them.
+//! them. Each job is also a document of the jobs index ([`Records`]), written at every step
+//! that another instance needs to see: accepted, started, about to write (with its journal
+//! id), finished. The table here is this instance's view of its own jobs, fresher than the
+//! index (it follows progress page by page).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fs_model::FsPath;
-use fs_rename::{JobKind, RenameError, RenameEvent, RenameReport, Renamer, Strategy};
-use fs_store::SharedStore;
-use serde::Serialize;
+use async_trait::async_trait;
+use fs_rename::{JobKind, RenameError, RenameEvent, RenameHooks, Renamer, Strategy};
+use fs_store::{SharedStore, Version};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
 use super::config::ServeConfig;
+use super::job::{now_ms, Job, JobState, Progress, Work};
 use super::metrics::Metrics;
-
-/// Where a job is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JobState {
-    /// Accepted, waiting for a free slot.
-    Queued,
-    /// Waiting for its locks.
-    WaitingForLocks,
-    /// Holding its locks, checking and writing (rewriting, copying or deleting).
-    Rewriting,
-    /// Finished successfully.
-    Done,
-    /// Finished with an error.
-    Failed,
-}
-
-impl JobState {
-    const ALL: [JobState; 5] = [
-        JobState::Queued,
-        JobState::WaitingForLocks,
-        JobState::Rewriting,
-        JobState::Done,
-        JobState::Failed,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            JobState::Queued => "queued",
-            JobState::WaitingForLocks => "waiting_for_locks",
-            JobState::Rewriting => "rewriting",
-            JobState::Done => "done",
-            JobState::Failed => "failed",
-        }
-    }
-
-    fn finished(self) -> bool {
-        matches!(self, JobState::Done | JobState::Failed)
-    }
-}
-
-/// What a job does, shown in its JSON as `kind` with its paths: `{"kind": "rename", "from",
-/// "to"}`, `{"kind": "copy", "from", "to"}`, `{"kind": "delete", "path", "recursive"}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum Work {
-    /// `mv FROM TO`.
-    Rename { from: FsPath, to: FsPath },
-    /// `cp -r FROM TO`.
-    Copy { from: FsPath, to: FsPath },
-    /// `rm [-r] PATH`.
-    Delete { path: FsPath, recursive: bool },
-}
-
-impl Work {
-    pub fn kind(&self) -> JobKind {
-        match self {
-            Work::Rename { .. } => JobKind::Rename,
-            Work::Copy { .. } => JobKind::Copy,
-            Work::Delete { .. } => JobKind::Delete,
-        }
-    }
-
-    /// `mv FROM TO`, `cp -r FROM TO`, `rm [-r] PATH`: for labels and logs.
-    pub fn describe(&self) -> String {
-        match self {
-            Work::Rename { from, to } => format!("mv {from} {to}"),
-            Work::Copy { from, to } => format!("cp -r {from} {to}"),
-            Work::Delete { path, recursive } => {
-                format!("rm{} {path}", if *recursive { " -r" } else { "" })
-            }
-        }
-    }
-}
-
-/// What `GET /jobs/{id}` (and `/renames/{id}`, `/copies/{id}`, `/deletes/{id}`) shows.
-#[derive(Debug, Clone, Serialize)]
-pub struct Job {
-    pub id: String,
-    #[serde(flatten)]
-    pub work: Work,
-    pub strategy: Strategy,
-    pub state: JobState,
-    /// Documents written (rewritten, copied, deleted) so far, and to write.
-    pub progress: Progress,
-    /// The lock that made it wait last, if any.
-    pub waiting_for: Option<String>,
-    pub report: Option<RenameReport>,
-    pub error: Option<String>,
-    /// What went wrong without making the job fail: a job that was complete but could not
-    /// release its locks is `done`, and says here which locks it left to expire (also in
-    /// `report.locks_left`).
-    pub warnings: Vec<String>,
-    /// Epoch milliseconds.
-    pub submitted_at: i64,
-    pub started_at: Option<i64>,
-    pub finished_at: Option<i64>,
-}
-
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct Progress {
-    pub done: u64,
-    pub total: u64,
-}
+use super::records::{RecordError, Records};
+use super::recovered;
 
 /// Why a job was not accepted.
 #[derive(Debug)]
 pub enum Refusal {
     /// The queue is full.
     Full { limit: usize },
+    /// The job could not be stored in the jobs index (so no other instance could see it).
+    Store(RecordError),
 }
 
 /// The accepted jobs. Cheap to clone.
@@ -134,6 +37,7 @@ pub struct Jobs {
 
 struct Inner {
     store: SharedStore,
+    records: Records,
     config: ServeConfig,
     /// A std mutex: held only for short, await-free updates.
     table: Mutex<Table>,
@@ -148,16 +52,11 @@ struct Inner {
 #[derive(Default)]
 struct Table {
     jobs: HashMap<String, Job>,
+    /// The version of each job's document in the jobs index, as this instance last wrote it.
+    versions: HashMap<String, Version>,
     /// Job ids, oldest first, for `GET /jobs` and for forgetting old finished jobs.
     order: VecDeque<String>,
     unfinished: usize,
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 impl Jobs {
@@ -166,6 +65,7 @@ impl Jobs {
         let (closing_tx, _) = watch::channel(false);
         Jobs {
             inner: Arc::new(Inner {
+                records: Records::new(Arc::clone(&store), &config.index),
                 store,
                 slots: Arc::new(Semaphore::new(config.max_jobs)),
                 config,
@@ -190,12 +90,28 @@ impl Jobs {
         &self.inner.metrics
     }
 
+    pub fn records(&self) -> &Records {
+        &self.inner.records
+    }
+
+    /// This instance's name.
+    pub fn instance(&self) -> &str {
+        &self.inner.config.instance
+    }
+
+    /// Turns true when shutdown begins.
+    pub fn closing(&self) -> watch::Receiver<bool> {
+        self.inner.closing_tx.subscribe()
+    }
+
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
         self.inner.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Accepts a job and starts its task; it runs when a slot is free.
-    pub fn submit(&self, work: Work, strategy: Strategy) -> Result<Job, Refusal> {
+    /// Accepts a job: stores it in the jobs index (so that every instance can show it) and
+    /// starts its task; it runs when a slot is free.
+    pub async fn submit(&self, work: Work, strategy: Strategy) -> Result<Job, Refusal> {
+        let instance = self.instance().to_owned();
         let job = {
             let mut table = self.table();
             if table.unfinished >= self.inner.config.queue {
@@ -204,7 +120,10 @@ impl Jobs {
                     limit: self.inner.config.queue,
                 });
             }
-            let job = Job {
+            // Counted now, so that concurrent submissions cannot overfill the queue while
+            // this one is being stored.
+            table.unfinished += 1;
+            Job {
                 id: uuid_like(),
                 work,
                 strategy,
@@ -214,26 +133,88 @@ impl Jobs {
                 report: None,
                 error: None,
                 warnings: Vec::new(),
+                accepted_by: instance.clone(),
+                instance,
+                adopted_from: None,
+                journal: None,
                 submitted_at: now_ms(),
                 started_at: None,
                 finished_at: None,
-            };
-            table.unfinished += 1;
-            table.order.push_back(job.id.clone());
-            table.jobs.insert(job.id.clone(), job.clone());
-            job
+            }
+        };
+        let version = match self.inner.records.create(&job).await {
+            Ok(version) => version,
+            Err(e) => {
+                self.table().unfinished -= 1;
+                return Err(Refusal::Store(e));
+            }
         };
         Metrics::add(&self.inner.metrics.submitted, 1);
+        self.insert(job.clone(), version);
+        self.spawn_run(job.id.clone());
+        Ok(job)
+    }
+
+    /// Adds `job` (at `version` in the jobs index) to the table; the caller counted it as
+    /// unfinished if it is.
+    fn insert(&self, job: Job, version: Version) {
+        let mut table = self.table();
+        table.order.push_back(job.id.clone());
+        table.versions.insert(job.id.clone(), version);
+        table.jobs.insert(job.id.clone(), job);
+    }
+
+    /// Takes over `job`, claimed in the jobs index at `version`: it becomes this instance's.
+    /// Unfinished, it counts against the queue (which may overfill: the job was accepted
+    /// already).
+    pub fn adopt(&self, job: Job, version: Version) {
+        if !job.state.finished() {
+            self.table().unfinished += 1;
+        }
+        Metrics::add(&self.inner.metrics.adopted, 1);
+        self.insert(job, version);
+    }
+
+    /// Starts the task that runs job `id` of the table.
+    pub fn spawn_run(&self, id: String) {
         let jobs = self.clone();
-        let id = job.id.clone();
         self.inner
             .tasks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .spawn(async move { jobs.run(id).await });
-        Ok(job)
     }
 
+    /// Starts `task` beside the jobs: shutdown waits for it as for a job.
+    pub fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.inner
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .spawn(task);
+    }
+
+    /// Job `id`: this instance's view if the job is its own, otherwise the jobs index's (a
+    /// job of another instance, or one taken over from this one).
+    ///
+    /// # Errors
+    /// The jobs index could not be read.
+    pub async fn find(&self, id: &str) -> Result<Option<Job>, RecordError> {
+        let own = {
+            let table = self.table();
+            table
+                .jobs
+                .get(id)
+                .filter(|_| table.versions.contains_key(id))
+                .cloned()
+        };
+        if let Some(job) = own {
+            return Ok(Some(job));
+        }
+        Ok(self.inner.records.get(id).await?.map(|(job, _)| job))
+    }
+
+    /// Job `id` as this instance sees it.
     pub fn get(&self, id: &str) -> Option<Job> {
         self.table().jobs.get(id).cloned()
     }
@@ -265,9 +246,43 @@ impl Jobs {
             .collect()
     }
 
-    fn update(&self, id: &str, change: impl FnOnce(&mut Job)) {
+    pub fn update(&self, id: &str, change: impl FnOnce(&mut Job)) {
         if let Some(job) = self.table().jobs.get_mut(id) {
             change(job);
+        }
+    }
+
+    /// Writes job `id` as this instance sees it to the jobs index. A failure is logged, not
+    /// fatal: the job goes on, and other instances show its last stored state until the next
+    /// write. A job taken over by another instance is no longer written from here.
+    pub async fn persist(&self, id: &str) {
+        let Some((job, version)) = ({
+            let table = self.table();
+            table
+                .jobs
+                .get(id)
+                .cloned()
+                .zip(table.versions.get(id).copied())
+        }) else {
+            return;
+        };
+        let mut last = None;
+        for _ in 0..3 {
+            match self.inner.records.write(&job, version).await {
+                Ok(version) => {
+                    self.table().versions.insert(id.to_owned(), version);
+                    return;
+                }
+                Err(e @ RecordError::Taken { .. }) => {
+                    tracing::warn!(job = %id, error = %e, "this instance was taken for dead: the job is no longer written from here");
+                    self.table().versions.remove(id);
+                    return;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        if let Some(e) = last {
+            tracing::warn!(job = %id, error = %e, "could not store the job's state; other instances show its last stored state");
         }
     }
 
@@ -281,6 +296,7 @@ impl Jobs {
             j.state = JobState::WaitingForLocks;
             j.started_at = Some(now_ms());
         });
+        self.persist(&id).await;
         let c = &self.inner.config;
         let sink_jobs = self.clone();
         let sink_id = id.clone();
@@ -292,6 +308,10 @@ impl Jobs {
             .holder(format!("serve job {id}: {}", job.work.describe()))
             .cancel(self.inner.cancel_tx.subscribe())
             .progress(Arc::new(move |event| sink_jobs.on_event(&sink_id, event)))
+            .hooks(Arc::new(StoreJournalId {
+                jobs: self.clone(),
+                id: id.clone(),
+            }))
             .build();
         let outcome = match &job.work {
             Work::Rename { from, to } => renamer.rename_reporting(from, to).await,
@@ -301,6 +321,9 @@ impl Jobs {
         let m = &self.inner.metrics;
         Metrics::add(&m.retries, outcome.report.retries);
         Metrics::add(&m.documents, outcome.report.rewritten);
+        // A job that stopped after its first write is not over: its journal entry lets
+        // recovery finish it, and the job is `done` when the entry closes.
+        let mut follow = None;
         let (state, error) = match &outcome.result {
             // Done even if its release failed: the job has happened (see
             // `RenameReport::locks_left`); what it left is cleared once it expires.
@@ -310,6 +333,11 @@ impl Jobs {
                     self.clear_when_expired(&id, &outcome.report.locks_left);
                 }
                 (JobState::Done, None)
+            }
+            Err(e @ RenameError::Unfinished { job, .. }) => {
+                follow = Some(job.clone());
+                tracing::warn!(job = %id, error = %e, "the job stopped half-way; recovery finishes it");
+                (JobState::Rewriting, None)
             }
             Err(e) => {
                 Metrics::add(&m.failed, 1);
@@ -321,15 +349,36 @@ impl Jobs {
         };
         tracing::info!(job = %id, work = %job.work.describe(), state = state.name(),
             documents = outcome.report.rewritten, error = error.as_deref().unwrap_or(""), "job finished");
-        let mut table = self.table();
-        if let Some(j) = table.jobs.get_mut(&id) {
+        let report = serde_json::to_value(&outcome.report).ok();
+        let stopped = match (&follow, &outcome.result) {
+            (Some(_), Err(e)) => Some(format!("{e}; recovery finishes it")),
+            _ => None,
+        };
+        self.update(&id, |j| {
             j.state = state;
             j.error = error;
-            j.warnings.clone_from(&outcome.report.warnings);
+            // After the warnings of a takeover, if any.
+            j.warnings.extend(outcome.report.warnings.iter().cloned());
+            j.warnings.extend(stopped);
             j.progress.done = outcome.report.rewritten;
-            j.report = Some(outcome.report);
-            j.finished_at = Some(now_ms());
+            j.report = report;
+            if state.finished() {
+                j.finished_at = Some(now_ms());
+            }
+        });
+        self.persist(&id).await;
+        match follow {
+            Some(journal_id) => {
+                let jobs = self.clone();
+                self.spawn(recovered::until_recovered(jobs, id, journal_id));
+            }
+            None => self.finished(),
         }
+    }
+
+    /// Counts a job of the table as finished, and forgets the oldest finished ones.
+    pub fn finished(&self) {
+        let mut table = self.table();
         table.unfinished = table.unfinished.saturating_sub(1);
         forget_old(&mut table, self.inner.config.history);
     }
@@ -438,6 +487,7 @@ fn forget_old(table: &mut Table, history: usize) {
         let done = table.jobs.get(&id).is_some_and(|j| j.state.finished());
         if done && finished > history {
             table.jobs.remove(&id);
+            table.versions.remove(&id);
             finished -= 1;
         } else {
             keep.push_back(id);
@@ -448,4 +498,23 @@ fn forget_old(table: &mut Table, history: usize) {
 
 fn uuid_like() -> String {
     fs_model::FsDoc::new_id()
+}
+
+/// Stores a job's journal id in the jobs index before its first write, and waits until it is
+/// stored: an instance that takes the job over after this one died then reads in the
+/// journal whether its writes happened (see `adopt.rs`).
+struct StoreJournalId {
+    jobs: Jobs,
+    id: String,
+}
+
+#[async_trait]
+impl RenameHooks for StoreJournalId {
+    async fn journaling(&self, journal_id: &str) {
+        self.jobs.update(&self.id, |j| {
+            j.state = JobState::Rewriting;
+            j.journal = Some(journal_id.to_owned());
+        });
+        self.jobs.persist(&self.id).await;
+    }
 }

@@ -1,4 +1,6 @@
-//! Counters for `GET /metrics`, in Prometheus's text format.
+//! Counters for `GET /metrics`, in Prometheus's text format. Every series carries the
+//! instance's name (`instance="..."`): with several instances behind a load balancer, each
+//! counts the jobs it ran, and the jobs it took over from an instance that died.
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,6 +16,7 @@ pub struct Metrics {
     pub conflicts: AtomicU64,
     pub retries: AtomicU64,
     pub documents: AtomicU64,
+    pub adopted: AtomicU64,
 }
 
 impl Metrics {
@@ -21,14 +24,15 @@ impl Metrics {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Renders the counters and the current number of jobs in each state.
-    pub fn render(&self, states: &[(&str, u64)]) -> String {
+    /// Renders the counters of `instance` and the current number of its jobs in each state.
+    pub fn render(&self, instance: &str, states: &[(&str, u64)]) -> String {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let label = label_value(instance);
         let mut out = String::new();
         let mut counter = |name: &str, help: &str, value: u64| {
             let _ = writeln!(
                 out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{instance=\"{label}\"}} {value}"
             );
         };
         counter(
@@ -71,13 +75,29 @@ impl Metrics {
             "Documents rewritten by rename jobs.",
             get(&self.documents),
         );
+        counter(
+            "fsrename_jobs_adopted_total",
+            "Jobs taken over from an instance that died.",
+            get(&self.adopted),
+        );
         let _ = writeln!(
             out,
-            "# HELP fsrename_jobs Rename jobs by state.\n# TYPE fsrename_jobs gauge"
+            "# HELP fsrename_jobs Jobs of this instance by state.\n# TYPE fsrename_jobs gauge"
         );
         for (state, n) in states {
-            let _ = writeln!(out, "fsrename_jobs{{state=\"{state}\"}} {n}");
+            let _ = writeln!(
+                out,
+                "fsrename_jobs{{instance=\"{label}\",state=\"{state}\"}} {n}"
+            );
         }
         out
     }
+}
+
+/// `value` as a Prometheus label value: backslash, double quote and newline escaped.
+fn label_value(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }

@@ -6,12 +6,20 @@
 //! jobs finish within a grace period, cancels the rest (they release their locks, or, past
 //! their first rewrite, leave them with their journal entry for recovery), and exits.
 //! Recovery (`fs_rename::Recovery`) runs at start and every `recover_every`.
+//!
+//! Several instances may serve one store (behind a load balancer): they share the jobs
+//! index (`records.rs`), so that any of them answers for any job, and each takes over the
+//! jobs of an instance that died (`adopt.rs`).
 
+mod adopt;
 mod api;
 mod config;
+mod job;
 mod jobs;
 mod metrics;
 mod middleware;
+mod records;
+mod recovered;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -28,6 +36,7 @@ use jobs::Jobs;
 /// A running service.
 pub struct Server {
     addr: SocketAddr,
+    instance: String,
     done: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
 
@@ -75,7 +84,18 @@ impl Server {
                 }
             })
         });
+        let instance = config.instance.clone();
         let jobs = Jobs::new(store, config);
+        jobs.records().ensure_index().await.with_context(|| {
+            format!(
+                "preparing the jobs index of `{}` in {}",
+                jobs.config().index,
+                jobs.store().describe()
+            )
+        })?;
+        // Stopped after the last job ended: the heartbeat covers every job to its end.
+        let (stop_beating, beating) = tokio::sync::watch::channel(false);
+        let heart = tokio::spawn(adopt::run(jobs.clone(), addr, beating));
         let app = api::routes(jobs.clone())
             .layer(DefaultBodyLimit::max(body_limit))
             .layer(axum::middleware::from_fn_with_state(
@@ -83,7 +103,7 @@ impl Server {
                 middleware::bearer,
             ))
             .layer(axum::middleware::from_fn(middleware::request_log));
-        tracing::info!(%addr, "serving");
+        tracing::info!(%addr, instance = %jobs.instance(), "serving");
         let done = tokio::spawn(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown)
@@ -95,14 +115,25 @@ impl Server {
                 let _ = recoverer.await;
             }
             jobs.shut_down().await;
+            stop_beating.send_replace(true);
+            let _ = heart.await;
             Ok(())
         });
-        Ok(Server { addr, done })
+        Ok(Server {
+            addr,
+            instance,
+            done,
+        })
     }
 
     /// Returns the address it listens on (useful with port 0).
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Returns this instance's name.
+    pub fn instance(&self) -> &str {
+        &self.instance
     }
 
     /// Waits until the service has shut down.

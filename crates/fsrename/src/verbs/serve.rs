@@ -21,6 +21,7 @@ pub async fn run(
         wait,
         strategy,
         recover_every,
+        instance,
     } = &cli.verb
     else {
         anyhow::bail!("not the serve verb");
@@ -39,15 +40,19 @@ pub async fn run(
     config.strategy = *strategy;
     config.recover_every = (!recover_every.is_zero()).then_some(*recover_every);
     config.lease = cli.lease;
+    if let Some(name) = instance {
+        config.instance.clone_from(name);
+    }
     config.protocol = cli.lock_protocol;
     config.validate()?;
     let store = cli.store.open(cli.replicas)?;
     let server = Server::start(config, store, shutdown).await?;
     // On standard error, which may be closed or lose its reader: the service goes on serving.
     to_stderr(format_args!(
-        "fsrename: serving on http://{} (store {})",
+        "fsrename: serving on http://{} (store {}, instance {})",
         server.addr(),
-        cli.store
+        cli.store,
+        server.instance()
     ));
     server.wait().await?;
     to_stderr("fsrename: stopped");
