@@ -20,7 +20,7 @@
 //! the book's reentrant `process_id` check, and it also makes a retry safe when an earlier
 //! write landed but its answer was lost.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use fs_model::lock_scripts::{self, ScriptError, ScriptOp, UPGRADE_REFUSAL};
@@ -594,9 +594,16 @@ pub(crate) async fn release(
     let mut pending = quiet;
     if !busy.is_empty() {
         let (ours, lost) = read_ours(calls, busy, owner).await?;
-        released.lost.extend(lost);
+        released
+            .lost
+            .extend(lost.into_iter().map(|(_, label)| label));
         pending.extend(ours);
     }
+    // Items sent in a request whose fate is unknown (a connection cut after it was sent, or
+    // an item answered 504): if we then find the lock gone, or someone else's, it is our own
+    // release that landed (and whoever took the lock took it after it), not a loss. As in
+    // the scripted release (`scripted.rs`).
+    let mut unknown: HashSet<String> = HashSet::new();
     let mut rounds = 0u32;
     while !pending.is_empty() {
         rounds += 1;
@@ -618,11 +625,18 @@ pub(crate) async fn release(
                 // Gone: no longer ours.
                 Err(StoreError::NotFound { .. })
                 | Err(StoreError::Conflict { exists: false, .. }) => {
-                    released.lost.push(t.item.label())
+                    if !unknown.contains(&t.item.id) {
+                        released.lost.push(t.item.label())
+                    }
                 }
                 // Changed since we wrote it (a waiter registered, another holder came or
                 // went, or someone took it over): read it again and see.
-                Err(e) if e.is_conflict() || e.is_retryable() => again.push(t),
+                Err(e) if e.is_conflict() || e.is_retryable() => {
+                    if e.is_retryable() {
+                        unknown.insert(t.item.id.clone());
+                    }
+                    again.push(t)
+                }
                 Err(e) => {
                     let context = format!("releasing the lock on `{}`", t.item.label());
                     return Err(LockError::store(context)(e));
@@ -643,7 +657,11 @@ pub(crate) async fn release(
             }
             tokio::time::sleep(backoff.next_pause()).await;
             let (ours, lost) = read_ours(calls, again, owner).await?;
-            released.lost.extend(lost);
+            released.lost.extend(
+                lost.into_iter()
+                    .filter(|(id, _)| !unknown.contains(id))
+                    .map(|(_, label)| label),
+            );
             pending = ours;
         }
     }
@@ -663,13 +681,14 @@ fn shared_with_others(t: &Taken, owner: &Owner) -> bool {
 }
 
 /// Reads `items` afresh and returns those still ours, with the version and source read, and
-/// the labels of exclusive locks now someone else's (taken over after our lease expired).
-/// The others are gone (a retried delete that landed, or a share reaped after it expired).
+/// the ids and labels of exclusive locks now someone else's (taken over after our lease
+/// expired, or after a release of ours whose answer was lost). The others are gone (a
+/// retried delete that landed, or a share reaped after it expired).
 async fn read_ours(
     calls: &mut Calls<'_>,
     items: Vec<Taken>,
     owner: &Owner,
-) -> Result<(Vec<Taken>, Vec<String>)> {
+) -> Result<(Vec<Taken>, Vec<(String, String)>)> {
     let ids: Vec<String> = items.iter().map(|t| t.item.id.clone()).collect();
     let mut fresh = calls.mget(&ids).await?;
     let mut ours = Vec::with_capacity(items.len());
@@ -681,7 +700,9 @@ async fn read_ours(
                 t.source = doc.source;
                 ours.push(t);
             }
-            Some(_) if t.item.mode == LockMode::Exclusive => lost.push(t.item.label()),
+            Some(_) if t.item.mode == LockMode::Exclusive => {
+                lost.push((t.item.id.clone(), t.item.label()))
+            }
             _ => {}
         }
     }

@@ -188,6 +188,20 @@ macro_rules! with_network_faults {
                 }
             )+
         }
+        mod network_faults_cas {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let env = super::common::Env::with_network_faults(
+                        fs_locks::LockProtocol::Cas,
+                        0.02,
+                    )
+                    .await;
+                    super::$case(env.clone()).await;
+                    env.finish();
+                }
+            )+
+        }
     };
 }
 
