@@ -546,6 +546,25 @@ pub fn shared_without(current: &Value, leaving: &[&str]) -> Option<Value> {
         .then(|| shared_doc(Some(current), None, lock_count, &holders))
 }
 
+/// Returns the group lock document without its foreign shares (`lock_count` down to the
+/// holders listed) and without the note of them (`foreign_seen`), or `None` if nobody holds
+/// anything and nobody waits there, and the document should be deleted.
+pub fn shared_with_foreign_cleared(current: &Value) -> Option<Value> {
+    let Observed::Group {
+        holders, waiters, ..
+    } = Observed::from_source(current)
+    else {
+        return None;
+    };
+    let mut current = current.clone();
+    if let Value::Object(fields) = &mut current {
+        fields.remove(crate::foreign::FOREIGN_SEEN);
+    }
+    let lock_count = holders.len() as i64;
+    (lock_count > 0 || !waiters.is_empty())
+        .then(|| shared_doc(Some(&current), None, lock_count, &holders))
+}
+
 /// Builds a group lock document; `path` is set when creating, else the current one is kept.
 fn shared_doc(
     current: Option<&Value>,

@@ -118,7 +118,8 @@ pub fn lock_index_mappings() -> Value {
             "acquired_at": { "type": "date", "format": "epoch_millis" },
             "expires_at": { "type": "date", "format": "epoch_millis" },
             "job": { "type": "keyword" },
-            "holders": { "type": "object", "enabled": false }
+            "holders": { "type": "object", "enabled": false },
+            "foreign_seen": { "type": "object", "enabled": false }
         }
     })
 }

@@ -31,7 +31,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fs_locks::{LeaseClock, LockClient, LockError, LockMode, Observed, Reaped};
+use fs_locks::{ForeignShares, LeaseClock, LockClient, LockError, LockMode, Observed, Reaped};
 use fs_model::lock_index_name;
 use fs_store::SharedStore;
 use serde::Serialize;
@@ -53,6 +53,7 @@ pub struct Recovery {
     page_size: usize,
     dry_run: bool,
     fence_retention: Duration,
+    foreign_lease: Duration,
     hooks: Option<Arc<dyn RenameHooks>>,
     progress: Option<ProgressSink>,
 }
@@ -114,6 +115,12 @@ pub struct RecoveryReport {
     /// Claims on copy ids removed: late creates of a copy job paused past its lease, which
     /// nobody sees (see `FsDoc::claim`).
     pub claims_removed: usize,
+    /// Foreign shares (a book client's `lock_count++`, which records no owner and no lease)
+    /// unchanged for the foreign lease, removed: a retried increment counted twice, or a
+    /// client that died holding its share (see `fs_locks::ForeignShares`).
+    pub foreign_cleared: i64,
+    /// Paths where foreign shares are being watched (noted, not yet stale).
+    pub foreign_watched: usize,
 }
 
 impl RecoveryReport {
@@ -132,6 +139,7 @@ impl RecoveryReport {
             && self.fenced == 0
             && self.fences_removed == 0
             && self.claims_removed == 0
+            && self.foreign_cleared == 0
     }
 }
 
@@ -188,6 +196,20 @@ impl std::fmt::Display for RecoveryReport {
         if self.fences_removed > 0 {
             write!(f, "; removed {} old fence(s)", self.fences_removed)?;
         }
+        if self.foreign_cleared > 0 {
+            write!(
+                f,
+                "; removed {} foreign share(s) unchanged for the foreign lease",
+                self.foreign_cleared
+            )?;
+        }
+        if self.foreign_watched > 0 {
+            write!(
+                f,
+                "; watching foreign shares on {} path(s)",
+                self.foreign_watched
+            )?;
+        }
         if self.claims_removed > 0 {
             let remove = if self.dry_run {
                 "would remove"
@@ -216,6 +238,7 @@ impl Recovery {
             page_size: 1_000,
             dry_run: false,
             fence_retention: FENCE_RETENTION,
+            foreign_lease: FOREIGN_LEASE,
             hooks: None,
             progress: None,
         }
@@ -245,6 +268,15 @@ impl Recovery {
     /// a request can take to reach the store. Default: 24 h.
     pub fn fence_retention(mut self, retention: Duration) -> Recovery {
         self.fence_retention = retention;
+        self
+    }
+
+    /// Sets how long foreign shares (the book's `lock_count++`, which records no lease) must
+    /// stand unchanged before a run removes them as left behind: a retried increment counted
+    /// twice, or a client that died holding its share. Keep it far above the longest lock a
+    /// foreign client holds. Default: 1 h.
+    pub fn foreign_lease(mut self, lease: Duration) -> Recovery {
+        self.foreign_lease = lease;
         self
     }
 
@@ -487,6 +519,16 @@ impl Recovery {
         // Each job is fenced once per run, however many of its locks are cleared.
         let mut fenced: HashMap<String, bool> = HashMap::new();
         for lock in locks {
+            if !self.dry_run && lock.observed.foreign_shares() > 0 {
+                match client.settle_foreign(&lock.id, self.foreign_lease).await {
+                    Ok(ForeignShares::Cleared(n)) => report.foreign_cleared += n,
+                    Ok(ForeignShares::Watching { .. }) => report.foreign_watched += 1,
+                    Ok(ForeignShares::None) => {}
+                    Err(e) => {
+                        tracing::debug!(lock = %lock.id, error = %e, "foreign shares not settled")
+                    }
+                }
+            }
             let dead_waiters = lock
                 .observed
                 .waiters()
@@ -612,6 +654,9 @@ impl Recovery {
 
 /// How long a fence is kept by default: far beyond any request's time in flight.
 const FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How long foreign shares must stand unchanged before recovery removes them, by default.
+const FOREIGN_LEASE: Duration = Duration::from_secs(60 * 60);
 
 fn spare_owners(spare: &mut HashSet<String>, entry: &JournalEntry) {
     spare.insert(entry.owner.clone());

@@ -470,7 +470,82 @@ async fn a_job_paused_before_journaling_is_fenced_off(env: Env) {
     assert_eq!(journal.fences().await.expect("fences").len(), 2);
 }
 
+/// Does to the foreign share count of `/clinton` what the book's scripts do: `lock_count +=
+/// delta` in place (other fields kept), creating `{"lock_type": "shared", "lock_count": 1}`.
+async fn book_share(env: &Env, delta: i64) {
+    let locks = env.lock_index();
+    match env.store.get(&locks, "/clinton").await.expect("read") {
+        None => {
+            env.store
+                .create(
+                    &locks,
+                    "/clinton",
+                    serde_json::json!({ "lock_type": "shared", "lock_count": delta }),
+                )
+                .await
+                .expect("book share");
+        }
+        Some(doc) => {
+            let mut source = doc.source;
+            let count = source["lock_count"].as_i64().unwrap_or(0) + delta;
+            source["lock_count"] = serde_json::json!(count);
+            env.store
+                .index(&locks, "/clinton", source, Some(doc.version))
+                .await
+                .expect("book share");
+        }
+    }
+}
+
+/// The book's retried increment: a book client's `lock_count++` applied twice (the first
+/// attempt landed, its answer was lost, it was sent again), then its release (`--lock_count`)
+/// leaves a share nobody holds. It keeps every rename of `/clinton` out (a foreign share is
+/// IX), so recovery watches it: noted at first, watched again from scratch whenever the
+/// count moves (a book client came or went), and cleared once it stood still for the foreign
+/// lease. Then the rename goes through.
+async fn a_share_count_too_high_is_cleared_after_the_foreign_lease(env: Env) {
+    tree_with(&env, &[("/clinton", true), ("/clinton/a", false)]).await;
+    book_share(&env, 2).await;
+    book_share(&env, -1).await;
+    let renamer = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+        .wait(Duration::from_millis(200))
+        .build();
+    let refused = renamer.rename(&p("/clinton"), &p("/gormley")).await;
+    assert!(refused.is_err(), "the phantom share keeps the rename out");
+
+    let lease = Duration::from_millis(400);
+    let recovery = Recovery::new(Arc::clone(&env.store), env.index.clone()).foreign_lease(lease);
+    let run = recovery.run().await.expect("recovery");
+    assert_eq!((run.foreign_watched, run.foreign_cleared), (1, 0), "{run}");
+    // A live book client comes: the count moves, so the watch starts again.
+    tokio::time::sleep(lease).await;
+    book_share(&env, 1).await;
+    let run = recovery.run().await.expect("recovery");
+    assert_eq!((run.foreign_watched, run.foreign_cleared), (1, 0), "{run}");
+    // It goes, and the count moves again.
+    tokio::time::sleep(lease).await;
+    book_share(&env, -1).await;
+    let run = recovery.run().await.expect("recovery");
+    assert_eq!((run.foreign_watched, run.foreign_cleared), (1, 0), "{run}");
+    // Now nothing moves for a whole foreign lease: the phantom goes.
+    tokio::time::sleep(lease + Duration::from_millis(50)).await;
+    let run = recovery.run().await.expect("recovery");
+    assert_eq!((run.foreign_watched, run.foreign_cleared), (0, 1), "{run}");
+    assert!(run.to_string().contains("1 foreign share(s)"), "{run}");
+    assert!(env
+        .store
+        .get(&env.lock_index(), "/clinton")
+        .await
+        .expect("read")
+        .is_none());
+    renamer
+        .rename(&p("/clinton"), &p("/gormley"))
+        .await
+        .expect("the rename goes through");
+}
+
 on_every_backend!(
+    a_share_count_too_high_is_cleared_after_the_foreign_lease,
     a_job_paused_before_journaling_is_fenced_off,
     a_job_that_dies_mid_rewrite_is_finished,
     a_dying_recoverer_is_recovered_in_turn,

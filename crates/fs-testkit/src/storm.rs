@@ -34,6 +34,11 @@ impl Storm {
         }
     }
 
+    /// Returns the proxy's address, for a process of the test to talk to.
+    pub fn url(&self) -> &str {
+        self.proxy.url()
+    }
+
     /// Returns a client of the proxy.
     pub fn store(&self) -> ElasticStore {
         crate::elastic_store(self.proxy.url())
@@ -42,6 +47,11 @@ impl Storm {
     /// Turns the faults on.
     pub fn storm(&self) {
         self.proxy.set_faults(self.faults.clone());
+    }
+
+    /// Turns them off without a word: between the rounds of a test that storms each round.
+    pub fn lull(&self) {
+        self.proxy.set_faults(NetFaults::none(self.faults.seed));
     }
 
     /// Turns them off, and prints what struck, with the seed.

@@ -168,6 +168,12 @@ pub enum Verb {
         /// How long to wait for a journaled rename's locks (held by a live job, or contended).
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         wait: Duration,
+        /// How long foreign shares (a client of the book's scripts: `lock_count++`, no owner,
+        /// no lease) must stand unchanged before they are removed as left behind: the book's
+        /// retried increment counted twice, or a client that died holding its share. Each run
+        /// notes the count it sees and when; a count that moved starts the wait again.
+        #[arg(long, default_value = "1h", value_parser = parse_duration)]
+        foreign_lease: Duration,
         /// Prints the report as JSON.
         #[arg(long)]
         json: bool,

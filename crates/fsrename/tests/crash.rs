@@ -38,6 +38,19 @@ struct Place {
     arg: String,
     index: String,
     store: SharedStore,
+    /// Network faults that strike the processes (the job, `recover`, a re-run), not the
+    /// test's own set-up and checks.
+    storm: Option<fs_testkit::Storm>,
+}
+
+impl Place {
+    fn storm(&self) {
+        self.storm.iter().for_each(fs_testkit::Storm::storm);
+    }
+
+    fn lull(&self) {
+        self.storm.iter().for_each(fs_testkit::Storm::lull);
+    }
 }
 
 fn embedded(dir: &tempfile::TempDir, round: usize) -> Place {
@@ -47,6 +60,7 @@ fn embedded(dir: &tempfile::TempDir, round: usize) -> Place {
         arg: format!("file:{}", path.display()),
         index: "fs".to_owned(),
         store,
+        storm: None,
     }
 }
 
@@ -55,6 +69,17 @@ fn osmem() -> Place {
         arg: fs_testkit::es_proxy().url().to_owned(),
         index: fs_testkit::unique_name("crash"),
         store: Arc::new(fs_testkit::osmem_store()),
+        storm: None,
+    }
+}
+
+/// osmem behind a proxy of its own, whose faults (each at 2 %) strike the processes.
+fn osmem_in_a_storm(storm: &fs_testkit::Storm) -> Place {
+    Place {
+        arg: storm.url().to_owned(),
+        index: fs_testkit::unique_name("crash"),
+        store: Arc::new(storm.store()),
+        storm: Some(storm.clone()),
     }
 }
 
@@ -355,7 +380,9 @@ fn run_and_kill(place: &Place, job: Job, kill: Kill, delay: Duration) {
 async fn round(place: Place, job: Job, kill: Kill, delay: Duration) -> Left {
     let n = build(&place).await;
     let before = paths(&place).await;
+    place.storm();
     run_and_kill(&place, job, kill, delay);
+    place.lull();
     let left = classify(&place, job, n).await;
     if job == Job::Rm {
         // Deepest first: whatever the moment of the kill, every document left has its parent.
@@ -369,7 +396,9 @@ async fn round(place: Place, job: Job, kill: Kill, delay: Duration) -> Left {
     }
 
     std::thread::sleep(AFTER_LEASE);
+    place.storm();
     let out = fsrename(&place, &["recover"]).output().expect("recover");
+    place.lull();
     assert!(
         out.status.success(),
         "recover failed after {left:?}: {}",
@@ -416,13 +445,17 @@ async fn round(place: Place, job: Job, kill: Kill, delay: Duration) -> Left {
 async fn run_again(place: &Place, job: Job, n: usize, left: Left) {
     let mut failures = Vec::new();
     for _ in 0..3 {
+        place.storm();
         let out = job.command(place).output().expect("the job again");
+        place.lull();
         if out.status.success() {
             return;
         }
         failures.push(String::from_utf8_lossy(&out.stderr).into_owned());
         std::thread::sleep(AFTER_LEASE);
+        place.storm();
         let out = fsrename(place, &["recover"]).output().expect("recover");
+        place.lull();
         assert!(
             out.status.success(),
             "recover failed after a failed re-run: {}",
@@ -526,6 +559,15 @@ async fn sigkill_then_recover_on_the_embedded_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_then_recover_on_osmem() {
     crash_rounds(Job::Mv, |_| osmem()).await;
+}
+
+/// `mv` killed at every moment while every network fault strikes 2 % of its requests (and
+/// of `recover`'s and the re-run's): ambiguous writes, 429s, cut connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_then_recover_on_osmem_under_network_faults() {
+    let storm = fs_testkit::Storm::start(0.02);
+    crash_rounds(Job::Mv, |_| osmem_in_a_storm(&storm)).await;
+    storm.calm();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

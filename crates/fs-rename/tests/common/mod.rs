@@ -47,6 +47,11 @@ impl Env {
         self.faulty.iter().for_each(fs_testkit::Storm::storm);
     }
 
+    /// Turns them off again between rounds, quietly (no-op without them).
+    pub fn lull(&self) {
+        self.faulty.iter().for_each(fs_testkit::Storm::lull);
+    }
+
     /// Turns them off again for the checks, and prints what struck (no-op without them).
     pub fn calm(&self) {
         self.faulty.iter().for_each(fs_testkit::Storm::calm);

@@ -85,8 +85,9 @@ async fn run_verb(cli: &Cli) -> anyhow::Result<u8> {
         Verb::Recover {
             dry_run,
             wait,
+            foreign_lease,
             json,
-        } => recover::run(cli, *dry_run, *wait, *json).await,
+        } => recover::run(cli, *dry_run, (*wait, *foreign_lease), *json).await,
         Verb::Ls {
             path,
             recursive,

@@ -11,11 +11,18 @@ use crate::cli::Cli;
 use crate::output::{self, Printer};
 use crate::{EXIT_FAILED, EXIT_OK};
 
-pub async fn run(cli: &Cli, dry_run: bool, wait: Duration, json: bool) -> anyhow::Result<u8> {
+/// `(wait, foreign_lease)`: see the options of `fsrename recover`.
+pub async fn run(
+    cli: &Cli,
+    dry_run: bool,
+    (wait, foreign_lease): (Duration, Duration),
+    json: bool,
+) -> anyhow::Result<u8> {
     let tree = open_tree(cli).await?;
     let report = Recovery::new(Arc::clone(tree.store()), tree.index())
         .lease(cli.lease)
         .wait(wait)
+        .foreign_lease(foreign_lease)
         .dry_run(dry_run)
         .run()
         .await
