@@ -565,6 +565,44 @@ async fn real_elasticsearch_renames_close_their_scroll_contexts() {
     );
 }
 
+/// Each strategy's rename of 601 documents, pages of 50, while every network fault strikes
+/// (tree locks, the global lock, one document lock per document): each document moved exactly
+/// once with its id, nothing left locked, and no rename failed on its own retried write.
+async fn every_strategy_rides_out_network_faults(first: Env) {
+    let mut resolved = 0;
+    for strategy in [Strategy::Tree, Strategy::Global, Strategy::Document] {
+        let env = Env {
+            index: fs_testkit::unique_name("fs"),
+            ..first.clone()
+        };
+        dir_of_files(&env, "/s", 600).await;
+        let before = paths_by_id(&env).await;
+        let renamer = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+            .strategy(strategy)
+            .page_size(50)
+            .build();
+        env.storm();
+        let report = renamer.rename(&p("/s"), &p("/t")).await;
+        env.lull();
+        let report = report.unwrap_or_else(|e| panic!("{strategy}: {e}"));
+        resolved += report.ambiguous_resolved;
+        assert_eq!(report.rewritten, 601, "{strategy}");
+        let after = paths_by_id(&env).await;
+        assert_eq!(after.len(), before.len(), "{strategy}");
+        for (id, path) in &before {
+            let moved = format!("/t{}", &path["/s".len()..]);
+            assert_eq!(after.get(id), Some(&moved), "{strategy}: {id}");
+        }
+        let report = fsck(Arc::clone(&env.store), &env.index, &p("/"))
+            .await
+            .expect("fsck");
+        assert!(report.is_clean(), "{strategy}: {report}");
+        assert_eq!(locks_left(&env).await, 0, "{strategy}");
+    }
+    first.calm();
+    println!("own landed writes recognised: {resolved}");
+}
+
 on_every_backend!(
     a_directory_moves_with_everything_under_it,
     a_file_rename_moves_one_document,
@@ -580,3 +618,5 @@ on_every_backend!(
     fsck_finds_what_is_broken,
     fsck_reports_locks_without_failing,
 );
+
+with_network_faults!(every_strategy_rides_out_network_faults);
