@@ -15,6 +15,17 @@ pub enum DocKind {
     Dir,
 }
 
+/// Which file on disk a document stands for: its device and inode, as `stat` reports them.
+/// `fsrename index` records it, and a later run that finds the same identity at another path
+/// (its old path gone) renames the document instead of deleting it and creating a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Identity {
+    /// The device (`st_dev`).
+    pub dev: u64,
+    /// The inode (`st_ino`).
+    pub ino: u64,
+}
+
 /// One file or directory, as stored in the tree index.
 ///
 /// `parent`, `name` and `depth` are derived from `path` and stored so that listing a directory
@@ -39,6 +50,10 @@ pub struct FsDoc {
     /// Last modification, in milliseconds since the Unix epoch.
     #[serde(default)]
     pub modified: i64,
+    /// The file on disk it was indexed from, where the walk could tell (see [`Identity`]).
+    /// Kept by renames, dropped by copies (a copy is no file on disk).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<Identity>,
 }
 
 /// The `kind` of a copy's claim on an id ([`FsDoc::claim`]).
@@ -55,7 +70,14 @@ impl FsDoc {
             kind,
             size,
             modified,
+            identity: None,
         }
+    }
+
+    /// Returns this document with the identity of the file it was indexed from.
+    pub fn with_identity(mut self, identity: Option<Identity>) -> FsDoc {
+        self.identity = identity;
+        self
     }
 
     /// Returns a directory document for `path` (size 0).
@@ -115,14 +137,14 @@ impl FsDoc {
     }
 
     /// Returns this document moved by a rename of `from` to `to`: a new path with `parent`,
-    /// `name` and `depth` recomputed; kind, size and modification time kept.
+    /// `name` and `depth` recomputed; kind, size, modification time and identity kept.
     ///
     /// # Errors
     /// [`PathError::NotInside`] if the document is not inside `from`; a length error if the new
     /// path is too long.
     pub fn renamed(&self, from: &FsPath, to: &FsPath) -> Result<FsDoc, PathError> {
         let path = self.path.rebase(from, to)?;
-        Ok(FsDoc::new(path, self.kind, self.size, self.modified))
+        Ok(FsDoc::new(path, self.kind, self.size, self.modified).with_identity(self.identity))
     }
 
     /// Returns true for a directory.
@@ -155,15 +177,17 @@ mod tests {
 
     #[test]
     fn renamed_keeps_everything_but_the_place() {
-        let doc = FsDoc::file(FsPath::parse("/clinton/a/b.txt").expect("path"), 7, 9);
+        let identity = Some(Identity { dev: 1, ino: 2 });
+        let doc = FsDoc::file(FsPath::parse("/clinton/a/b.txt").expect("path"), 7, 9)
+            .with_identity(identity);
         let from = FsPath::parse("/clinton").expect("path");
         let to = FsPath::parse("/gormley/c").expect("path");
         let moved = doc.renamed(&from, &to).expect("rename");
         assert_eq!(moved.path.as_str(), "/gormley/c/a/b.txt");
         assert_eq!(moved.depth, 4);
         assert_eq!(
-            (moved.size, moved.modified, moved.kind),
-            (7, 9, DocKind::File)
+            (moved.size, moved.modified, moved.kind, moved.identity),
+            (7, 9, DocKind::File, identity)
         );
         assert!(moved.is_consistent());
     }

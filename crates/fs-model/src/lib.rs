@@ -31,7 +31,7 @@ pub mod lock_scripts;
 mod mapping;
 mod path;
 
-pub use doc::{DocKind, FsDoc};
+pub use doc::{DocKind, FsDoc, Identity};
 pub use error::{PathError, Result};
 pub use lock_id::{
     is_hashed_lock_id, tree_lock_id, GLOBAL_LOCK_ID, HASHED_ID_PREFIX, MAX_ID_BYTES,

@@ -82,7 +82,13 @@ pub fn tree_index_mappings() -> Value {
             "depth": { "type": "integer" },
             "kind": { "type": "keyword" },
             "size": { "type": "long" },
-            "modified": { "type": "date", "format": "epoch_millis" }
+            "modified": { "type": "date", "format": "epoch_millis" },
+            "identity": {
+                "properties": {
+                    "dev": { "type": "long" },
+                    "ino": { "type": "long" }
+                }
+            }
         }
     })
 }

@@ -58,6 +58,11 @@ impl DocStore for CountingStore {
         self.inner.delete_index(index).await
     }
 
+    async fn extend_mapping(&self, index: &str, mappings: &Value) -> Result<()> {
+        self.count();
+        self.inner.extend_mapping(index, mappings).await
+    }
+
     async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
         self.count();
         self.inner.get(index, id).await

@@ -35,6 +35,17 @@ pub trait DocStore: Send + Sync + Debug {
     /// [`StoreError::Rejected`](crate::StoreError::Rejected) for an invalid index name.
     async fn create_index(&self, index: &str, body: &Value) -> Result<bool>;
 
+    /// Adds the fields of `mappings` (the `mappings` of a create-index body) to the mapping
+    /// of the existing `index`: fields a newer version writes into an index an older one
+    /// created (a strict mapping refuses documents with fields it does not know). Fields
+    /// already mapped the same way are left alone. A store without mappings has nothing to do.
+    ///
+    /// # Errors
+    /// A field mapped otherwise already; transient and backend failures.
+    async fn extend_mapping(&self, _index: &str, _mappings: &Value) -> Result<()> {
+        Ok(())
+    }
+
     /// Deletes `index` and all its documents; returns true if it existed.
     ///
     /// # Errors

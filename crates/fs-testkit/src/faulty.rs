@@ -196,6 +196,11 @@ impl DocStore for FaultyStore {
         let result = self.inner.delete_index(index).await;
         self.after(fate, result).await
     }
+    async fn extend_mapping(&self, index: &str, mappings: &Value) -> Result<()> {
+        let fate = self.gate(true).await?;
+        let result = self.inner.extend_mapping(index, mappings).await;
+        self.after(fate, result).await
+    }
     async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
         let fate = self.gate(false).await?;
         let result = self.inner.get(index, id).await;

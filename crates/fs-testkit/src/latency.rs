@@ -51,6 +51,10 @@ impl DocStore for LatencyStore {
         self.wait().await;
         self.inner.delete_index(index).await
     }
+    async fn extend_mapping(&self, index: &str, mappings: &Value) -> Result<()> {
+        self.wait().await;
+        self.inner.extend_mapping(index, mappings).await
+    }
     async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
         self.wait().await;
         self.inner.get(index, id).await

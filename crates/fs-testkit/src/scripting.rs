@@ -173,6 +173,9 @@ impl DocStore for ScriptingStore {
     async fn delete_index(&self, index: &str) -> Result<bool> {
         self.inner.delete_index(index).await
     }
+    async fn extend_mapping(&self, index: &str, mappings: &Value) -> Result<()> {
+        self.inner.extend_mapping(index, mappings).await
+    }
     async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
         self.inner.get(index, id).await
     }

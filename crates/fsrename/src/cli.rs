@@ -59,7 +59,9 @@ pub struct Cli {
 pub enum Verb {
     /// Indexes a local directory tree: one document per file and directory. Symbolic links
     /// are not followed (they are counted and skipped), nor are entries that cannot be read or
-    /// whose names are not UTF-8 (each is reported). Indexing again updates what changed.
+    /// whose names are not UTF-8 (each is reported). Indexing again updates what changed, and
+    /// what moved on disk (the same file, by device and inode, at a new path, its old path
+    /// gone) is renamed in the store, ids kept, instead of deleted and created again.
     Index {
         /// The local directory.
         dir: PathBuf,
@@ -69,8 +71,9 @@ pub enum Verb {
         /// Documents per bulk request.
         #[arg(long, default_value_t = 1_000)]
         batch_size: usize,
-        /// Deletes documents under the target that are no longer on disk. Without it they are
-        /// reported and kept (they may be the result of renames made in the tree).
+        /// Deletes documents under the target that are no longer on disk (a journaled rm -r of
+        /// each, under tree locks). Without it they are reported and kept (they may be the
+        /// result of renames made in the tree).
         #[arg(long)]
         prune: bool,
         /// Prints the summary as JSON.

@@ -104,7 +104,8 @@ impl Renamer {
     ) -> Result<()> {
         let mut copies = Vec::with_capacity(entries.len());
         for entry in entries {
-            let copy = entry.doc.renamed(from, to)?;
+            // A copy is no file on disk: it has no identity (see `FsDoc::identity`).
+            let copy = entry.doc.renamed(from, to)?.with_identity(None);
             let id = FsDoc::copy_id(job_id, &entry.id);
             let source = serde_json::to_value(&copy).map_err(|e| RenameError::BadDocument {
                 index: tree.index().to_owned(),

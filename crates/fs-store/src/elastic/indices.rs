@@ -2,7 +2,8 @@
 //! asking whether some exist.
 
 use elasticsearch::indices::{
-    IndicesCreateParts, IndicesDeleteParts, IndicesExistsParts, IndicesRefreshParts,
+    IndicesCreateParts, IndicesDeleteParts, IndicesExistsParts, IndicesPutMappingParts,
+    IndicesRefreshParts,
 };
 use serde_json::{json, Value};
 
@@ -33,6 +34,21 @@ impl ElasticStore {
             _ if answer["error"]["type"] == "resource_already_exists_exception" => Ok(false),
             _ => Err(error_of(&context, index, "", status, &answer)),
         }
+    }
+
+    /// `PUT /index/_mapping`: adds fields; sending it again changes nothing.
+    pub(super) async fn put_mapping(&self, index: &str, mappings: &Value) -> Result<()> {
+        let context = format!("extending the mapping of `{index}`");
+        let indices = [index];
+        let indices_api = self.inner.client.indices();
+        self.ok(&context, index, "", Retry::Always, || {
+            indices_api
+                .put_mapping(IndicesPutMappingParts::Index(&indices))
+                .body(mappings.clone())
+                .send()
+        })
+        .await
+        .map(|_| ())
     }
 
     pub(super) async fn remove_index(&self, index: &str) -> Result<bool> {

@@ -113,6 +113,10 @@ impl DocStore for ElasticStore {
         self.remove_index(index).await
     }
 
+    async fn extend_mapping(&self, index: &str, mappings: &Value) -> Result<()> {
+        self.put_mapping(index, mappings).await
+    }
+
     async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
         self.get_doc(index, id).await
     }

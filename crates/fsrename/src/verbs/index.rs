@@ -117,13 +117,28 @@ fn print_summary(out: &mut Printer, r: &IndexReport) -> anyhow::Result<()> {
         human_bytes(r.bytes)
     ))?;
     out.line(format_args!(
-        "  documents: {} created, {} updated, {} unchanged",
-        r.created, r.updated, r.unchanged
+        "  documents: {} created, {} updated, {} unchanged, {} deleted",
+        r.created, r.updated, r.unchanged, r.pruned
     ))?;
+    if r.moves > 0 {
+        out.line(format_args!(
+            "  moved on disk: {} move(s) of {} documents, renamed in the store (ids kept)",
+            r.moves, r.moved
+        ))?;
+        for m in &r.move_list {
+            out.line(format_args!(
+                "    {} → {} ({} documents)",
+                m.from, m.to, m.documents
+            ))?;
+        }
+    }
+    for failed in &r.moves_failed {
+        out.line(format_args!("  move not applied: {failed}"))?;
+    }
     if r.stale > 0 {
         if r.pruned > 0 {
             out.line(format_args!(
-                "  {} documents no longer on disk: {} deleted",
+                "  {} documents no longer on disk: {} deleted (journaled rm -r, under tree locks)",
                 r.stale, r.pruned
             ))?;
         } else {

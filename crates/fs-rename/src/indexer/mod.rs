@@ -1,28 +1,38 @@
-//! Indexing a local directory tree into the tree index.
+//! Indexing a local directory tree into the tree index, and keeping it in step with the disk.
 //!
-//! The walk (walkdir, never following symbolic links) runs on the blocking pool and hands
-//! batches to the writer over a bounded channel, so a slow store slows the walk instead of
-//! filling memory. The whole run holds the tree lock on the target path: no rename can move
-//! it, or anything above it, meanwhile.
+//! A run has four steps:
 //!
-//! Re-indexing is idempotent: existing documents are matched by path; unchanged ones are left
-//! alone, changed ones rewritten (conditional on the version read), new ones created. Documents
-//! with no counterpart on disk any more are reported, and deleted only when asked (they may be
-//! the result of renames made in the store).
+//! 1. the walk (`walk.rs`: walkdir on the blocking pool, never following symbolic links),
+//!    which records each entry's identity on disk (device and inode);
+//! 2. the moves (`moves.rs`): an identity found at a new path whose old path is gone was moved
+//!    on disk, and its document is renamed in the store (a tree-locked, journaled rename:
+//!    ids and every field kept), not deleted and created again;
+//! 3. under the tree lock on the target (no rename can move it, or anything above it,
+//!    meanwhile), existing documents are matched by path: unchanged ones left alone, changed
+//!    ones rewritten (conditional on the version read), new ones created;
+//! 4. documents with no counterpart on disk are reported, and with `prune` deleted, a
+//!    journaled `rm -r` of each topmost one under its own tree locks (`prune.rs`).
+//!
+//! `docs/indexing.md` describes what is and is not detected.
+
+mod moves;
+mod prune;
+mod walk;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use fs_model::{FsDoc, FsPath};
 use fs_store::BulkOp;
 use serde::Serialize;
-use tokio::sync::mpsc;
 
 use crate::error::{RenameError, Result};
 use crate::ops::{mkdir, to_source, under_write_lock, LockSettings};
 use crate::tree::{Entry, FsTree};
+pub use moves::Move;
+use walk::Walked;
 
 /// How [`index_dir`] works.
 #[derive(Debug, Clone)]
@@ -82,6 +92,15 @@ pub struct IndexReport {
     pub updated: u64,
     /// Documents already up to date.
     pub unchanged: u64,
+    /// Renames made because entries moved on disk (a directory moved is one).
+    pub moves: u64,
+    /// Documents those renames moved.
+    pub moved: u64,
+    /// The first hundred moves.
+    pub move_list: Vec<Move>,
+    /// Moves found that the store refused to apply, with the reason (their entries were
+    /// indexed as new; their old documents are stale).
+    pub moves_failed: Vec<String>,
     /// Documents under the target with no entry on disk any more.
     pub stale: u64,
     /// Of those, deleted (with `prune`).
@@ -120,13 +139,6 @@ impl IndexReport {
 /// A callback told of progress after every batch.
 pub type IndexProgressSink = Arc<dyn Fn(IndexProgress) + Send + Sync>;
 
-/// What the walker hands the writer.
-enum Walked {
-    Doc(FsDoc),
-    Skipped(Skipped),
-    Symlink(Skipped),
-}
-
 /// Indexes the local directory `dir` at `at` in the tree, creating `at`'s missing parents.
 ///
 /// # Errors
@@ -145,14 +157,63 @@ pub async fn index_dir(
         return Err(local(dir, "not a directory"));
     }
     tree.ensure_indices().await?;
+    // An index created before identities has no mapping for them yet.
+    let context = format!("adding identities to the mapping of `{}`", tree.index());
+    tree.store()
+        .extend_mapping(tree.index(), &fs_model::tree_index_mappings())
+        .await
+        .map_err(RenameError::store(context))?;
     if let Some(parent) = at.parent() {
         mkdir(tree, &options.locks, &parent, true).await?;
     }
+    let started = Instant::now();
+    let mut report = IndexReport {
+        dir: dir.to_owned(),
+        at: at.to_string(),
+        ..IndexReport::default()
+    };
+    let (root, at_walk) = (dir.to_owned(), at.clone());
+    let walked = tokio::task::spawn_blocking(move || walk::walk_all(&root, &at_walk))
+        .await
+        .map_err(|e| local(dir, &format!("the walk failed: {e}")))?;
+
+    let existing = existing_under(tree, at).await?;
+    let moves = moves::apply_moves(tree, (dir, at), &existing, &walked, options).await?;
+    drop(existing);
+    report.moves = moves.done.len() as u64;
+    report.moved = moves.done.iter().map(|m| m.documents).sum();
+    report.move_list = moves.done.into_iter().take(100).collect();
+    report.moves_failed = moves.failed;
+
     let client = options
         .locks
         .client(tree, format!("index {} as {at}", dir.display()));
     let guard = client.lock_tree(at).await?;
-    under_write_lock(tree, guard, locked_index(tree, dir, at, options, progress)).await
+    let stale = under_write_lock(
+        tree,
+        guard,
+        locked_index(tree, walked, at, options, progress, &mut report),
+    )
+    .await?;
+    report.stale = stale.len() as u64;
+    if options.prune && !stale.is_empty() {
+        report.pruned = prune::prune(tree, dir, stale, options, &mut report).await?;
+    }
+    tree.refresh().await?;
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// The documents under `at`, by path, as the store has them now.
+async fn existing_under(tree: &FsTree, at: &FsPath) -> Result<HashMap<FsPath, Entry>> {
+    tree.refresh().await?;
+    let mut existing: HashMap<FsPath, Entry> = HashMap::new();
+    tree.for_each_page(at, 1_000, |page| {
+        existing.extend(page.into_iter().map(|e| (e.doc.path.clone(), e)));
+        Ok(())
+    })
+    .await?;
+    Ok(existing)
 }
 
 fn local(path: &Path, message: &str) -> RenameError {
@@ -162,38 +223,23 @@ fn local(path: &Path, message: &str) -> RenameError {
     }
 }
 
+/// Step 3, under the tree lock on `at`: creates and updates what the walk found; returns the
+/// documents under `at` that it did not find (stale).
 async fn locked_index(
     tree: &FsTree,
-    dir: &Path,
+    walked: Vec<Walked>,
     at: &FsPath,
     options: &IndexOptions,
     progress: Option<IndexProgressSink>,
-) -> Result<IndexReport> {
-    let started = Instant::now();
-    let mut report = IndexReport {
-        dir: dir.to_owned(),
-        at: at.to_string(),
-        ..IndexReport::default()
-    };
-    tree.refresh().await?;
-    let mut existing: HashMap<FsPath, Entry> = HashMap::new();
-    tree.for_each_page(at, 1_000, |page| {
-        existing.extend(page.into_iter().map(|e| (e.doc.path.clone(), e)));
-        Ok(())
-    })
-    .await?;
-
+    report: &mut IndexReport,
+) -> Result<Vec<Entry>> {
+    let mut existing = existing_under(tree, at).await?;
     let batch_size = options.batch_size.max(1);
-    let (batch_tx, mut batch_rx) = mpsc::channel::<Vec<Walked>>(4);
-    let (root, at_walk) = (dir.to_owned(), at.clone());
-    // Filesystem walks block: they run on the blocking pool. A send error means the writer
-    // stopped (it failed), so the walk stops too.
-    let walker = tokio::task::spawn_blocking(move || walk(&root, &at_walk, batch_size, &batch_tx));
-
-    let mut walked = 0u64;
-    let mut written = 0u64;
-    while let Some(batch) = batch_rx.recv().await {
-        walked += batch.len() as u64;
+    let mut walked_so_far = 0u64;
+    let mut items = walked.into_iter().peekable();
+    while items.peek().is_some() {
+        let batch: Vec<Walked> = items.by_ref().take(batch_size).collect();
+        walked_so_far += batch.len() as u64;
         let mut ops = Vec::new();
         let mut paths = Vec::new();
         for item in batch {
@@ -254,118 +300,14 @@ async fn locked_index(
                     }
                 }
             }
-            written = report.created + report.updated;
         }
         if let Some(sink) = &progress {
-            sink(IndexProgress { walked, written });
-        }
-    }
-    walker.await.map_err(|e| RenameError::Local {
-        path: dir.display().to_string(),
-        message: format!("the walk failed: {e}"),
-    })?;
-
-    report.stale = existing.len() as u64;
-    if options.prune && !existing.is_empty() {
-        let ops: Vec<BulkOp> = existing
-            .into_values()
-            .map(|e| BulkOp::Delete {
-                id: e.id,
-                if_version: Some(e.version),
-            })
-            .collect();
-        for chunk in ops.chunks(batch_size) {
-            let context = format!("pruning under `{at}`");
-            let results = tree
-                .store()
-                .bulk(tree.index(), chunk.to_vec())
-                .await
-                .map_err(RenameError::store(context))?;
-            report.pruned += results.iter().filter(|r| r.is_ok()).count() as u64;
+            sink(IndexProgress {
+                walked: walked_so_far,
+                written: report.created + report.updated,
+            });
         }
     }
     tree.refresh().await?;
-    report.elapsed = started.elapsed();
-    Ok(report)
-}
-
-/// Walks `root` and sends batches of what it finds; stops early if the writer has gone.
-fn walk(root: &Path, at: &FsPath, batch_size: usize, batch_tx: &mpsc::Sender<Vec<Walked>>) {
-    let mut batch = Vec::with_capacity(batch_size);
-    let send = |batch: &mut Vec<Walked>| {
-        let full = std::mem::replace(batch, Vec::with_capacity(batch_size));
-        batch_tx.blocking_send(full).is_ok()
-    };
-    let mut entries = walkdir::WalkDir::new(root).follow_links(false).into_iter();
-    while let Some(next) = entries.next() {
-        let item = match next {
-            Err(e) => {
-                let path = e.path().unwrap_or(root).to_string_lossy().into_owned();
-                let reason = e
-                    .io_error()
-                    .map_or_else(|| e.to_string(), |io| format!("unreadable: {io}"));
-                Walked::Skipped(Skipped { path, reason })
-            }
-            Ok(entry) => {
-                let shown = entry.path().to_string_lossy().into_owned();
-                let is_dir = entry.file_type().is_dir();
-                match describe(root, at, &entry) {
-                    Ok(item) => item,
-                    Err(reason) => {
-                        if is_dir {
-                            // Nothing under a directory that cannot be indexed can be either.
-                            entries.skip_current_dir();
-                        }
-                        Walked::Skipped(Skipped {
-                            path: shown,
-                            reason,
-                        })
-                    }
-                }
-            }
-        };
-        batch.push(item);
-        if batch.len() >= batch_size && !send(&mut batch) {
-            return;
-        }
-    }
-    if !batch.is_empty() {
-        send(&mut batch);
-    }
-}
-
-/// Turns a walked entry into a document, or says why it cannot be one.
-fn describe(
-    root: &Path,
-    at: &FsPath,
-    entry: &walkdir::DirEntry,
-) -> std::result::Result<Walked, String> {
-    let file_type = entry.file_type();
-    let relative = entry.path().strip_prefix(root).map_err(|e| e.to_string())?;
-    let mut path = at.clone();
-    for component in relative.components() {
-        let name = component
-            .as_os_str()
-            .to_str()
-            .ok_or_else(|| "the name is not UTF-8".to_owned())?;
-        path = path.join(name).map_err(|e| e.to_string())?;
-    }
-    if file_type.is_symlink() {
-        let shown = entry.path().to_string_lossy().into_owned();
-        return Ok(Walked::Symlink(Skipped {
-            path: shown,
-            reason: "symbolic link (not followed)".into(),
-        }));
-    }
-    let meta = entry.metadata().map_err(|e| format!("unreadable: {e}"))?;
-    let modified = meta
-        .modified()
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    Ok(Walked::Doc(if file_type.is_dir() {
-        FsDoc::dir(path, modified)
-    } else {
-        FsDoc::file(path, meta.len(), modified)
-    }))
+    Ok(existing.into_values().collect())
 }

@@ -1,0 +1,127 @@
+//! The walk of the local directory: walkdir, never following symbolic links, parents before
+//! their entries; each entry becomes a document with the identity of its file on disk
+//! (device and inode, on Unix), or a reason why it cannot be one.
+
+use std::fs::Metadata;
+use std::path::Path;
+use std::time::UNIX_EPOCH;
+
+use fs_model::{FsDoc, FsPath, Identity};
+
+use super::Skipped;
+
+/// One entry of the walk.
+pub(super) enum Walked {
+    Doc(FsDoc),
+    Skipped(Skipped),
+    Symlink(Skipped),
+}
+
+/// Walks `root`, to be indexed at `at`, in full: parents come before their entries. Runs on
+/// the blocking pool. The whole walk is kept, because the moves are found before anything
+/// is written (see `moves.rs`): about 200 bytes an entry.
+pub(super) fn walk_all(root: &Path, at: &FsPath) -> Vec<Walked> {
+    let mut walked = Vec::new();
+    let mut entries = walkdir::WalkDir::new(root).follow_links(false).into_iter();
+    while let Some(next) = entries.next() {
+        let item = match next {
+            Err(e) => {
+                let path = e.path().unwrap_or(root).to_string_lossy().into_owned();
+                let reason = e
+                    .io_error()
+                    .map_or_else(|| e.to_string(), |io| format!("unreadable: {io}"));
+                Walked::Skipped(Skipped { path, reason })
+            }
+            Ok(entry) => {
+                let shown = entry.path().to_string_lossy().into_owned();
+                let is_dir = entry.file_type().is_dir();
+                match describe(root, at, &entry) {
+                    Ok(item) => item,
+                    Err(reason) => {
+                        if is_dir {
+                            // Nothing under a directory that cannot be indexed can be either.
+                            entries.skip_current_dir();
+                        }
+                        Walked::Skipped(Skipped {
+                            path: shown,
+                            reason,
+                        })
+                    }
+                }
+            }
+        };
+        walked.push(item);
+    }
+    walked
+}
+
+/// The identity of the file `meta` describes: device and inode on Unix; none elsewhere (no
+/// stable inode to rely on: moves are then not detected, and come out as a deletion and a
+/// creation, as before identities).
+pub(super) fn identity_of(meta: &Metadata) -> Option<Identity> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        Some(Identity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        None
+    }
+}
+
+/// Turns a walked entry into a document, or says why it cannot be one.
+fn describe(root: &Path, at: &FsPath, entry: &walkdir::DirEntry) -> Result<Walked, String> {
+    let file_type = entry.file_type();
+    let relative = entry.path().strip_prefix(root).map_err(|e| e.to_string())?;
+    let mut path = at.clone();
+    for component in relative.components() {
+        let name = component
+            .as_os_str()
+            .to_str()
+            .ok_or_else(|| "the name is not UTF-8".to_owned())?;
+        path = path.join(name).map_err(|e| e.to_string())?;
+    }
+    if file_type.is_symlink() {
+        let shown = entry.path().to_string_lossy().into_owned();
+        return Ok(Walked::Symlink(Skipped {
+            path: shown,
+            reason: "symbolic link (not followed)".into(),
+        }));
+    }
+    let meta = entry.metadata().map_err(|e| format!("unreadable: {e}"))?;
+    let modified = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let doc = if file_type.is_dir() {
+        FsDoc::dir(path, modified)
+    } else {
+        FsDoc::file(path, meta.len(), modified)
+    };
+    Ok(Walked::Doc(doc.with_identity(identity_of(&meta))))
+}
+
+/// The local path of the store path `path`, for a tree indexed from `root` at `at`; `None`
+/// if `path` is not under `at`.
+pub(super) fn local_path(root: &Path, at: &FsPath, path: &FsPath) -> Option<std::path::PathBuf> {
+    if !path.is_inside(at) {
+        return None;
+    }
+    let mut local = root.to_owned();
+    let skip = at.depth();
+    for name in path
+        .as_str()
+        .split('/')
+        .filter(|n| !n.is_empty())
+        .skip(skip)
+    {
+        local.push(name);
+    }
+    Some(local)
+}

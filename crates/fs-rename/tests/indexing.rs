@@ -1,0 +1,200 @@
+//! Keeping the index in step with the disk: what moved on disk is renamed in the store (ids
+//! kept), not deleted and created again. The known failures of a crawler that matches by path
+//! and modification date (fscrawler's issues #110, #136, #148, #244, #379, #1300) as tests
+//! that pass here, on every backend.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use common::*;
+use fs_rename::{fsck, index_dir, IndexOptions, IndexReport};
+
+fn options(prune: bool) -> IndexOptions {
+    IndexOptions {
+        prune,
+        ..IndexOptions::default()
+    }
+}
+
+async fn index(env: &Env, dir: &Path, prune: bool) -> IndexReport {
+    index_dir(&env.tree(), dir, &p("/t"), &options(prune), None)
+        .await
+        .expect("index")
+}
+
+/// `/t/a/x`, `/t/a/y`, `/t/a/sub/z`, `/t/b/`.
+fn make_tree(dir: &Path) {
+    std::fs::create_dir_all(dir.join("a/sub")).expect("mkdir");
+    std::fs::create_dir_all(dir.join("b")).expect("mkdir");
+    std::fs::write(dir.join("a/x"), b"x").expect("write");
+    std::fs::write(dir.join("a/y"), b"yy").expect("write");
+    std::fs::write(dir.join("a/sub/z"), b"zzz").expect("write");
+}
+
+/// The id of each path.
+async fn ids(env: &Env) -> BTreeMap<String, String> {
+    paths_by_id(env)
+        .await
+        .into_iter()
+        .map(|(id, path)| (path, id))
+        .collect()
+}
+
+async fn assert_whole(env: &Env) {
+    let report = fsck(env.store.clone(), &env.index, &p("/"))
+        .await
+        .expect("fsck");
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(locks_left(env).await, 0);
+}
+
+/// fscrawler #136, #379: a file renamed in place came back as a new document and the old one
+/// stayed.
+async fn a_file_renamed_in_place_keeps_its_id(env: Env) {
+    let work = tempfile::tempdir().expect("temp dir");
+    make_tree(work.path());
+    index(&env, work.path(), true).await;
+    let before = ids(&env).await;
+    std::fs::rename(work.path().join("a/x"), work.path().join("a/x2")).expect("mv");
+    let r = index(&env, work.path(), true).await;
+    assert_eq!(
+        (r.moves, r.moved, r.created, r.pruned),
+        (1, 1, 0, 0),
+        "{r:?}"
+    );
+    let after = ids(&env).await;
+    assert_eq!(after.get("/t/a/x2"), before.get("/t/a/x"));
+    assert!(!after.contains_key("/t/a/x"));
+    assert_eq!(after.len(), before.len());
+    assert_whole(&env).await;
+}
+
+/// fscrawler #148, #1300: a file moved to another directory was deleted at its origin and not
+/// added at its destination (or added as a new document).
+async fn a_file_moved_to_another_directory_keeps_its_id(env: Env) {
+    let work = tempfile::tempdir().expect("temp dir");
+    make_tree(work.path());
+    index(&env, work.path(), true).await;
+    let before = ids(&env).await;
+    std::fs::rename(work.path().join("a/sub/z"), work.path().join("b/z")).expect("mv");
+    let r = index(&env, work.path(), true).await;
+    assert_eq!((r.moves, r.created, r.pruned), (1, 0, 0), "{r:?}");
+    let after = ids(&env).await;
+    assert_eq!(after.get("/t/b/z"), before.get("/t/a/sub/z"));
+    assert!(!after.contains_key("/t/a/sub/z"));
+    assert_whole(&env).await;
+}
+
+/// fscrawler #110, #244: a folder renamed left a copy of everything at its old path.
+async fn a_folder_renamed_is_one_rename_and_leaves_no_copy(env: Env) {
+    let work = tempfile::tempdir().expect("temp dir");
+    make_tree(work.path());
+    for i in 0..200 {
+        std::fs::write(work.path().join(format!("a/sub/f{i}")), b"f").expect("write");
+    }
+    index(&env, work.path(), true).await;
+    let before = ids(&env).await;
+    std::fs::rename(work.path().join("a"), work.path().join("c")).expect("mv");
+    let r = index(&env, work.path(), true).await;
+    // a, a/x, a/y, a/sub, a/sub/z and 200 files: one rename of 205 documents. The one update
+    // is `/t`, whose modification time the rename on disk changed.
+    assert_eq!(
+        (r.moves, r.moved, r.created, r.updated, r.pruned, r.stale),
+        (1, 205, 0, 1, 0, 0),
+        "{r:?}"
+    );
+    let after = ids(&env).await;
+    for (path, id) in &before {
+        if let Some(rest) = path.strip_prefix("/t/a") {
+            assert_eq!(after.get(&format!("/t/c{rest}")), Some(id), "{path}");
+            assert!(!after.contains_key(path), "a copy left at {path}");
+        }
+    }
+    assert_eq!(after.len(), before.len());
+    assert_whole(&env).await;
+}
+
+/// fscrawler #110 (moving a file does not change its date, so a date-based crawler never
+/// sees it): a file moved into the tree with a modification time years old is indexed.
+async fn a_file_moved_in_with_an_old_date_is_indexed(env: Env) {
+    let work = tempfile::tempdir().expect("temp dir");
+    let (tree_dir, outside) = (work.path().join("tree"), work.path().join("outside"));
+    make_tree(&tree_dir);
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    index(&env, &tree_dir, true).await;
+    let old = outside.join("old.txt");
+    std::fs::write(&old, b"old").expect("write");
+    let years_ago = SystemTime::now() - Duration::from_secs(20 * 365 * 24 * 3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&old)
+        .and_then(|f| f.set_modified(years_ago))
+        .expect("set the modification time");
+    std::fs::rename(&old, tree_dir.join("b/old.txt")).expect("mv in");
+    let r = index(&env, &tree_dir, true).await;
+    assert_eq!((r.moves, r.created), (0, 1), "{r:?}");
+    assert!(ids(&env).await.contains_key("/t/b/old.txt"));
+    assert_whole(&env).await;
+}
+
+/// Moved out of the tree: deleted with --prune (a journaled rm -r of the directory), reported
+/// without.
+async fn a_directory_moved_out_is_pruned(env: Env) {
+    let work = tempfile::tempdir().expect("temp dir");
+    let (tree_dir, outside) = (work.path().join("tree"), work.path().join("outside"));
+    make_tree(&tree_dir);
+    index(&env, &tree_dir, true).await;
+    std::fs::rename(tree_dir.join("a"), &outside).expect("mv out");
+    let kept = index(&env, &tree_dir, false).await;
+    assert_eq!((kept.moves, kept.stale, kept.pruned), (0, 5, 0), "{kept:?}");
+    let pruned = index(&env, &tree_dir, true).await;
+    assert_eq!((pruned.stale, pruned.pruned), (5, 5), "{pruned:?}");
+    let after = ids(&env).await;
+    assert!(after.keys().all(|p| !p.starts_with("/t/a")), "{after:?}");
+    assert_whole(&env).await;
+}
+
+/// Hard links: the same file at two paths on disk. Its identity is not trusted for moves: a
+/// link renamed comes out as a creation and a stale document.
+async fn hard_links_are_not_taken_for_moves(env: Env) {
+    let work = tempfile::tempdir().expect("temp dir");
+    make_tree(work.path());
+    std::fs::hard_link(work.path().join("a/x"), work.path().join("b/x-link")).expect("link");
+    index(&env, work.path(), false).await;
+    std::fs::rename(work.path().join("a/x"), work.path().join("a/x2")).expect("mv");
+    let r = index(&env, work.path(), false).await;
+    assert_eq!((r.moves, r.created, r.stale), (0, 1, 1), "{r:?}");
+    assert_whole(&env).await;
+}
+
+/// A tree index created before identities (a strict mapping without them) is extended by the
+/// first index run, not refused document by document.
+async fn an_index_made_before_identities_is_extended(env: Env) {
+    let mut body = fs_model::tree_index_body();
+    if let Some(properties) = body["mappings"]["properties"].as_object_mut() {
+        properties.remove("identity");
+    }
+    env.store
+        .create_index(&env.index, &body)
+        .await
+        .expect("an index of the old shape");
+    let work = tempfile::tempdir().expect("temp dir");
+    make_tree(work.path());
+    let r = index(&env, work.path(), false).await;
+    // /t, a, a/sub, b and three files.
+    assert_eq!((r.created, r.failed), (7, 0), "{r:?}");
+    assert_whole(&env).await;
+}
+
+on_every_backend!(
+    an_index_made_before_identities_is_extended,
+    a_file_renamed_in_place_keeps_its_id,
+    a_file_moved_to_another_directory_keeps_its_id,
+    a_folder_renamed_is_one_rename_and_leaves_no_copy,
+    a_file_moved_in_with_an_old_date_is_indexed,
+    a_directory_moved_out_is_pruned,
+    hard_links_are_not_taken_for_moves,
+);
