@@ -54,7 +54,8 @@ pub use consistent::{fsck_consistent, list_consistent};
 pub use error::{RenameError, Result};
 pub use fsck::{fsck, FsckReport};
 pub use indexer::{
-    index_dir, IndexOptions, IndexProgress, IndexProgressSink, IndexReport, Move, Skipped,
+    index_dir, watch_dir, IndexOptions, IndexProgress, IndexProgressSink, IndexReport, Move,
+    Skipped, WatchBatch, WatchEvent, WatchOptions, WatchReport, WatchSink,
 };
 pub use job::{RenameOutcome, Renamer, RenamerBuilder, DEFAULT_IN_FLIGHT};
 pub use journal::{FenceOutcome, Journal, JournalEntry, JournalFence, JournalLock, JournalState};

@@ -76,6 +76,15 @@ pub enum Verb {
         /// result of renames made in the tree).
         #[arg(long)]
         prune: bool,
+        /// After indexing, keeps following the directory (inotify) until Ctrl-C: renames
+        /// become renames in the store, new and changed entries are indexed, what disappears is
+        /// removed; a lost event (queue overflow) means a rescan of the whole tree. Every
+        /// change takes tree locks like any other job. Implies --prune for what it sees go.
+        #[arg(long)]
+        watch: bool,
+        /// With --watch: how long the directory must be quiet before changes are applied.
+        #[arg(long, default_value = "250ms", value_parser = parse_duration, requires = "watch")]
+        debounce: Duration,
         /// Prints the summary as JSON.
         #[arg(long)]
         json: bool,

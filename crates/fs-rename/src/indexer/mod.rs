@@ -16,8 +16,10 @@
 //! `docs/indexing.md` describes what is and is not detected.
 
 mod moves;
+mod one;
 mod prune;
 mod walk;
+mod watch;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -33,6 +35,7 @@ use crate::ops::{mkdir, to_source, under_write_lock, LockSettings};
 use crate::tree::{Entry, FsTree};
 pub use moves::Move;
 use walk::Walked;
+pub use watch::{watch_dir, WatchBatch, WatchEvent, WatchOptions, WatchReport, WatchSink};
 
 /// How [`index_dir`] works.
 #[derive(Debug, Clone)]

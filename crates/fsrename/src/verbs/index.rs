@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use fs_model::FsPath;
-use fs_rename::{index_dir, IndexOptions, IndexProgress, IndexReport};
+use fs_rename::{
+    index_dir, watch_dir, IndexOptions, IndexProgress, IndexReport, WatchEvent, WatchOptions,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{lock_settings, open_tree};
@@ -54,6 +56,84 @@ pub async fn run(
         out.line(serde_json::to_string_pretty(&report)?)
     } else {
         print_summary(&mut out, &report)
+    };
+    output::keep_verdict(printed.and_then(|()| out.flush()), code)
+}
+
+/// `index --watch`: indexes, then follows the directory until `shutdown`; prints each batch
+/// of changes on stderr and the totals at the end.
+pub async fn watch(
+    cli: &Cli,
+    dir: &Path,
+    at: Option<&FsPath>,
+    (batch_size, debounce): (usize, Duration),
+    json: bool,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<u8> {
+    let at = match at {
+        Some(at) => at.clone(),
+        None => default_target(dir)?,
+    };
+    let tree = open_tree(cli).await?;
+    let options = WatchOptions {
+        index: IndexOptions {
+            batch_size,
+            prune: true,
+            locks: lock_settings(cli, cli.lease),
+        },
+        debounce,
+        ..WatchOptions::default()
+    };
+    let sink = Arc::new(move |event: WatchEvent<'_>| {
+        match event {
+        WatchEvent::Ready(r) => to_stderr(format_args!(
+            "fsrename: indexed {} files and {} directories ({} created, {} updated, {} moves, {} deleted); watching for changes (Ctrl-C stops)",
+            r.files, r.dirs, r.created, r.updated, r.moves, r.pruned
+        )),
+        WatchEvent::Applying { .. } => {}
+        WatchEvent::Batch(b) if b.rescan => to_stderr(format_args!(
+            "fsrename: events were lost; rescanned the whole tree ({} moves, {} deleted)",
+            b.renames, b.removed
+        )),
+        WatchEvent::Batch(b) => to_stderr(format_args!(
+            "fsrename: {} events: {} renames, {} directories indexed, {} files, {} removed{}",
+            b.events,
+            b.renames,
+            b.indexed,
+            b.files,
+            b.removed,
+            if b.failures.is_empty() {
+                String::new()
+            } else {
+                format!(", {} not applied (see the log)", b.failures.len())
+            }
+        )),
+    }
+    });
+    let report = watch_dir(&tree, dir, &at, &options, shutdown, Some(sink))
+        .await
+        .with_context(|| format!("watching `{}` as `{at}` in {}", dir.display(), cli.store))?;
+    let mut out = Printer::stdout();
+    let printed = if json {
+        out.line(serde_json::to_string_pretty(&report)?)
+    } else {
+        print_summary(&mut out, &report.initial).and_then(|()| {
+            out.line(format_args!(
+                "  watched: {} batches, {} renames, {} directories indexed, {} files, {} removed, {} rescans, {} changes not applied",
+                report.batches,
+                report.renames,
+                report.indexed,
+                report.files,
+                report.removed,
+                report.rescans,
+                report.failures
+            ))
+        })
+    };
+    let code = if report.failures == 0 && report.initial.failed == 0 {
+        EXIT_OK
+    } else {
+        EXIT_FAILED
     };
     output::keep_verdict(printed.and_then(|()| out.flush()), code)
 }

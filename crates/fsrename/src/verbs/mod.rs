@@ -31,6 +31,26 @@ use crate::{EXIT_FAILED, EXIT_LOCK_TIMEOUT, EXIT_OK};
 pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) -> u8 {
     let result = if let Verb::Serve { .. } = &cli.verb {
         serve::run(&cli, shutdown).await
+    } else if let Verb::Index {
+        watch: true,
+        dir,
+        at,
+        batch_size,
+        debounce,
+        json,
+        ..
+    } = &cli.verb
+    {
+        // Stops between two batches of changes, never in the middle of one.
+        index::watch(
+            &cli,
+            dir,
+            at.as_ref(),
+            (*batch_size, *debounce),
+            *json,
+            shutdown,
+        )
+        .await
     } else {
         tokio::select! {
             result = run_verb(&cli) => result,
@@ -67,6 +87,7 @@ async fn run_verb(cli: &Cli) -> anyhow::Result<u8> {
             batch_size,
             prune,
             json,
+            ..
         } => index::run(cli, dir, at.as_ref(), *batch_size, *prune, *json).await,
         Verb::Mkdir { parents, path } => make::mkdir(cli, path, *parents).await,
         Verb::Touch { path } => make::touch(cli, path).await,

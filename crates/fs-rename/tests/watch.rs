@@ -1,0 +1,386 @@
+//! `index --watch` under a script of every kind of change (create, write, mkdir, mv file, mv
+//! dir, rm, rm -r, moves into and out of the tree), with rename jobs running on another part
+//! of the store meanwhile: afterwards the store matches a fresh index of the directory, what
+//! was moved kept its id, fsck is clean and the other part lost nothing. And an event-queue
+//! overflow, made to happen, ends in the same state through a rescan. On every backend.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use fs_model::FsPath;
+use fs_rename::{
+    fsck, index_dir, watch_dir, IndexOptions, Renamer, WatchEvent, WatchOptions, WatchReport,
+    WatchSink,
+};
+use fs_store::{Scan, Scope};
+use tokio::sync::oneshot;
+
+/// Held while a watch is created: the overflow test shrinks the kernel's queue for the watch
+/// it creates, and no other watch may be created meanwhile.
+static CREATING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// What the test saw of the batches.
+struct Seen {
+    /// When the last batch ended.
+    last: Instant,
+    /// A batch is being applied.
+    busy: bool,
+    rescans: u64,
+}
+
+/// Holds the watch at its next batch, before it is applied: `held` says it is held there,
+/// and it goes on when `release` is sent to (or dropped).
+struct Hold {
+    held: std::sync::mpsc::Sender<()>,
+    release: std::sync::mpsc::Receiver<()>,
+}
+
+/// A running watch: stop it to get its report.
+struct Watching {
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<WatchReport>,
+    seen: Arc<Mutex<Seen>>,
+    hold: Arc<Mutex<Option<Hold>>>,
+}
+
+impl Watching {
+    async fn start(env: &Env, root: &Path, options: WatchOptions) -> Watching {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (ready_tx, ready) = oneshot::channel::<()>();
+        let ready_tx = Mutex::new(Some(ready_tx));
+        let seen = Arc::new(Mutex::new(Seen {
+            last: Instant::now(),
+            busy: false,
+            rescans: 0,
+        }));
+        let hold: Arc<Mutex<Option<Hold>>> = Arc::default();
+        let (seen_by_sink, hold_by_sink) = (Arc::clone(&seen), Arc::clone(&hold));
+        let sink: WatchSink = Arc::new(move |event| match event {
+            WatchEvent::Ready(_) => {
+                if let Some(tx) = ready_tx.lock().unwrap().take() {
+                    let _ = tx.send(());
+                }
+            }
+            WatchEvent::Applying { .. } => {
+                seen_by_sink.lock().unwrap().busy = true;
+                let held = hold_by_sink.lock().unwrap().take();
+                if let Some(hold) = held {
+                    // Blocks the watch's task: nothing is taken from the watch meanwhile.
+                    let _ = hold.held.send(());
+                    let _ = hold.release.recv_timeout(Duration::from_secs(60));
+                }
+            }
+            WatchEvent::Batch(b) => {
+                let mut seen = seen_by_sink.lock().unwrap();
+                seen.last = Instant::now();
+                seen.busy = false;
+                seen.rescans += u64::from(b.rescan);
+                if let Some(why) = &b.rescan_reason {
+                    println!("rescan: {why}");
+                }
+                assert!(b.failures.is_empty(), "{:?}", b.failures);
+            }
+        });
+        let (tree, root) = (env.tree(), root.to_owned());
+        let task = tokio::spawn(async move {
+            watch_dir(
+                &tree,
+                &root,
+                &p("/w"),
+                &options,
+                async {
+                    let _ = stopped.await;
+                },
+                Some(sink),
+            )
+            .await
+            .expect("watch")
+        });
+        ready.await.expect("the first run ends");
+        Watching {
+            stop,
+            task,
+            seen,
+            hold,
+        }
+    }
+
+    /// Waits until no batch is being applied and none ended for a while (the watcher caught
+    /// up).
+    async fn settle(&self, quiet: Duration) {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            tokio::time::sleep(quiet / 2).await;
+            {
+                let seen = self.seen.lock().unwrap();
+                if !seen.busy && seen.last.elapsed() >= quiet {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "the watcher never settled");
+        }
+    }
+
+    fn rescans(&self) -> u64 {
+        self.seen.lock().unwrap().rescans
+    }
+
+    /// Holds the watch at its next batch; returns (held, release).
+    fn hold(&self) -> (std::sync::mpsc::Receiver<()>, std::sync::mpsc::Sender<()>) {
+        let (held_tx, held) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel();
+        *self.hold.lock().unwrap() = Some(Hold {
+            held: held_tx,
+            release: release_rx,
+        });
+        (held, release)
+    }
+
+    async fn stop(self) -> WatchReport {
+        let _ = self.stop.send(());
+        self.task.await.expect("watch task")
+    }
+}
+
+/// What a tree index holds under `/w`, by path, ids aside.
+async fn contents(env: &Env, index: &str) -> BTreeMap<String, (String, u64, i64)> {
+    env.store.refresh(index).await.expect("refresh");
+    let docs = Scan::new(
+        Arc::clone(&env.store),
+        index,
+        Scope::Subtree(p("/w")),
+        1_000,
+    )
+    .read_all()
+    .await
+    .expect("scan");
+    docs.into_iter()
+        .map(|d| {
+            let s = d.source;
+            (
+                s["path"].as_str().unwrap_or("").to_owned(),
+                (
+                    s["kind"].as_str().unwrap_or("").to_owned(),
+                    s["size"].as_u64().unwrap_or(0),
+                    // A directory's time moves with every entry added or removed; compared by
+                    // a fresh index taken at once, it is the same.
+                    s["modified"].as_i64().unwrap_or(0),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Indexes `root` afresh into a new index of the same store and compares with the watched one.
+async fn assert_like_a_fresh_index(env: &Env, root: &Path) {
+    let fresh = Env {
+        index: fs_testkit::unique_name("fresh"),
+        ..env.clone()
+    };
+    index_dir(
+        &fresh.tree(),
+        root,
+        &p("/w"),
+        &IndexOptions::default(),
+        None,
+    )
+    .await
+    .expect("fresh index");
+    let (watched, expected) = (
+        contents(env, &env.index).await,
+        contents(&fresh, &fresh.index).await,
+    );
+    let missing: Vec<_> = expected
+        .keys()
+        .filter(|k| !watched.contains_key(*k))
+        .take(5)
+        .collect();
+    let extra: Vec<_> = watched
+        .keys()
+        .filter(|k| !expected.contains_key(*k))
+        .take(5)
+        .collect();
+    let differ: Vec<_> = expected
+        .iter()
+        .filter(|(k, v)| watched.get(*k).is_some_and(|w| w != *v))
+        .take(5)
+        .collect();
+    assert!(
+        missing.is_empty() && extra.is_empty() && differ.is_empty(),
+        "{} entries on disk, {} in the store; missing {missing:?}, extra {extra:?}, different {differ:?}",
+        expected.len(),
+        watched.len()
+    );
+}
+
+/// `/w/d<i>/f<j>`: `dirs` × `files` files.
+fn build(root: &Path, dirs: usize, files: usize) {
+    for d in 0..dirs {
+        let dir = root.join(format!("d{d}"));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        for f in 0..files {
+            std::fs::write(dir.join(format!("f{f}")), b"x").expect("write");
+        }
+    }
+}
+
+/// A short script of every kind of change, with rename jobs on another part of the store
+/// meanwhile: the store ends where a fresh index would, what was moved kept its id, and the
+/// other part lost nothing.
+async fn a_script_of_every_change_ends_where_a_fresh_index_would(env: Env) {
+    let work = tempfile::tempdir().expect("temp dir");
+    let (root, outside) = (work.path().join("tree"), work.path().join("outside"));
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    build(&root, 10, 20);
+    let other = tree_with(
+        &env,
+        &[("/other", true), ("/other/a", true), ("/other/a/f", false)],
+    )
+    .await;
+    let options = WatchOptions {
+        debounce: Duration::from_millis(100),
+        ..WatchOptions::default()
+    };
+    let watching = {
+        let _creating = CREATING.lock().await;
+        Watching::start(&env, &root, options).await
+    };
+    let root = std::fs::canonicalize(&root).expect("canonical");
+    let outside = std::fs::canonicalize(&outside).expect("canonical");
+    let id_of = |ids: &BTreeMap<String, String>, path: &str| -> String {
+        ids.iter()
+            .find(|(_, p)| p.as_str() == path)
+            .map(|(id, _)| id.clone())
+            .unwrap_or_else(|| panic!("no {path}"))
+    };
+    let before = paths_by_id(&env).await;
+    let (moved_file, moved_dir, moved_in_dir) = (
+        id_of(&before, "/w/d1/f3"),
+        id_of(&before, "/w/d2"),
+        id_of(&before, "/w/d2/f7"),
+    );
+    let (jobs_stop, mut jobs_stopped) = tokio::sync::watch::channel(false);
+    let jobs_env = env.clone();
+    let jobs = tokio::spawn(async move {
+        let renamer = Renamer::builder(Arc::clone(&jobs_env.store), jobs_env.index.clone()).build();
+        let (mut from, mut n) = (p("/other/a"), 0u32);
+        while !*jobs_stopped.borrow_and_update() {
+            let to = p(&format!("/other/b{n}"));
+            renamer
+                .rename(&from, &to)
+                .await
+                .expect("a rename elsewhere");
+            from = to;
+            n += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        n
+    });
+
+    std::fs::write(root.join("d0/new"), b"new").expect("create");
+    std::fs::write(root.join("d0/f0"), b"rewritten").expect("write");
+    std::fs::create_dir(root.join("d0/made")).expect("mkdir");
+    std::fs::write(root.join("d0/made/inside"), b"i").expect("create");
+    std::fs::rename(root.join("d1/f3"), root.join("d0/made/f3-moved")).expect("mv file");
+    std::fs::rename(root.join("d2"), root.join("d0/made/d2-moved")).expect("mv dir");
+    std::fs::remove_file(root.join("d3/f1")).expect("rm");
+    std::fs::remove_dir_all(root.join("d4")).expect("rm -r");
+    std::fs::rename(root.join("d5"), outside.join("d5")).expect("mv out");
+    std::fs::create_dir(outside.join("fresh")).expect("mkdir outside");
+    std::fs::write(outside.join("fresh/x"), b"x").expect("create outside");
+    std::fs::rename(outside.join("fresh"), root.join("d6/fresh")).expect("mv in");
+    std::fs::write(root.join("d0/made/d2-moved/f7"), b"changed after the move").expect("write");
+    watching.settle(Duration::from_millis(1_000)).await;
+    jobs_stop.send_replace(true);
+    let renamed = jobs.await.expect("jobs");
+    let report = watching.stop().await;
+    println!(
+        "{} batches: {} renames, {} directories indexed, {} files, {} removed; {renamed} renames elsewhere",
+        report.batches, report.renames, report.indexed, report.files, report.removed
+    );
+    assert_eq!((report.failures, report.rescans), (0, 0));
+    assert_like_a_fresh_index(&env, &root).await;
+    let after = paths_by_id(&env).await;
+    assert_eq!(
+        after.get(&moved_file).map(String::as_str),
+        Some("/w/d0/made/f3-moved")
+    );
+    assert_eq!(
+        after.get(&moved_dir).map(String::as_str),
+        Some("/w/d0/made/d2-moved")
+    );
+    assert_eq!(
+        after.get(&moved_in_dir).map(String::as_str),
+        Some("/w/d0/made/d2-moved/f7")
+    );
+    assert_eq!(other.count_under(&p("/other")).await.expect("count"), 3);
+    let fsck = fsck(Arc::clone(&env.store), &env.index, &FsPath::root())
+        .await
+        .expect("fsck");
+    assert!(fsck.is_clean(), "{fsck}");
+    assert_eq!(locks_left(&env).await, 0);
+}
+
+/// The kernel's event queue, shrunk for the watch where the test may (root), overflows under
+/// a burst; the watch answers with a rescan and ends where a fresh index would.
+async fn an_overflow_ends_in_a_rescan(env: Env) {
+    const QUEUE: &str = "/proc/sys/fs/inotify/max_queued_events";
+    let work = tempfile::tempdir().expect("temp dir");
+    let root = work.path().join("tree");
+    build(&root, 10, 10);
+    let creating = CREATING.lock().await;
+    let before = std::fs::read_to_string(QUEUE).ok();
+    // Read by the kernel when the watch is created; put back at once.
+    let shrunk = std::fs::write(QUEUE, "64").is_ok();
+    let options = WatchOptions {
+        debounce: Duration::from_millis(100),
+        // A watch that waits for the batches as soon as one event is held: the kernel keeps
+        // the rest.
+        queue: 1,
+        ..WatchOptions::default()
+    };
+    let watching = Watching::start(&env, &root, options).await;
+    if let (true, Some(before)) = (shrunk, before) {
+        std::fs::write(QUEUE, before.trim()).expect("put the queue size back");
+    }
+    drop(creating);
+    // The watch is held at its next batch (as while it applies a long one), and a burst of
+    // far more events than the kernel's queue holds comes meanwhile.
+    let (held, release) = watching.hold();
+    std::fs::write(root.join("trigger"), b"t").expect("write");
+    tokio::task::spawn_blocking(move || held.recv_timeout(Duration::from_secs(30)))
+        .await
+        .expect("join")
+        .expect("the watch is held");
+    let burst = if shrunk { 2_000 } else { 40_000 };
+    let dir = root.join("burst");
+    std::fs::create_dir(&dir).expect("mkdir");
+    for i in 0..burst {
+        std::fs::write(dir.join(format!("b{i}")), b"b").expect("write");
+    }
+    std::fs::rename(root.join("d0"), root.join("d0-moved")).expect("mv");
+    let _ = release.send(());
+    watching.settle(Duration::from_millis(1_500)).await;
+    let rescans = watching.rescans();
+    let report = watching.stop().await;
+    println!(
+        "queue shrunk: {shrunk}; {burst} files; {} batches, {rescans} rescans",
+        report.batches
+    );
+    assert!(rescans >= 1, "the queue never overflowed");
+    assert_like_a_fresh_index(&env, &std::fs::canonicalize(&root).expect("canonical")).await;
+    let fsck = fsck(Arc::clone(&env.store), &env.index, &FsPath::root())
+        .await
+        .expect("fsck");
+    assert!(fsck.is_clean(), "{fsck}");
+}
+
+on_every_backend!(
+    a_script_of_every_change_ends_where_a_fresh_index_would,
+    an_overflow_ends_in_a_rescan
+);
