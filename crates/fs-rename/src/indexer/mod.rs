@@ -155,10 +155,6 @@ pub async fn index_dir(
     options: &IndexOptions,
     progress: Option<IndexProgressSink>,
 ) -> Result<IndexReport> {
-    let meta = std::fs::metadata(dir).map_err(|e| local(dir, &e.to_string()))?;
-    if !meta.is_dir() {
-        return Err(local(dir, "not a directory"));
-    }
     tree.ensure_indices().await?;
     // An index created before identities has no mapping for them yet.
     let context = format!("adding identities to the mapping of `{}`", tree.index());
@@ -166,6 +162,22 @@ pub async fn index_dir(
         .extend_mapping(tree.index(), &fs_model::tree_index_mappings())
         .await
         .map_err(RenameError::store(context))?;
+    index_prepared(tree, dir, at, options, progress).await
+}
+
+/// [`index_dir`] on a tree whose indices and mapping are known to be ready: the watcher's
+/// later runs (a subtree, a rescan), which need not ask again each time.
+async fn index_prepared(
+    tree: &FsTree,
+    dir: &Path,
+    at: &FsPath,
+    options: &IndexOptions,
+    progress: Option<IndexProgressSink>,
+) -> Result<IndexReport> {
+    let meta = std::fs::metadata(dir).map_err(|e| local(dir, &e.to_string()))?;
+    if !meta.is_dir() {
+        return Err(local(dir, "not a directory"));
+    }
     if let Some(parent) = at.parent() {
         mkdir(tree, &options.locks, &parent, true).await?;
     }

@@ -321,7 +321,7 @@ impl Applier<'_> {
             batch.rescan_reason = Some(why.clone());
             let mut options = self.options.index.clone();
             options.prune = true;
-            match index_dir(self.tree, self.root, self.at, &options, None).await {
+            match super::index_prepared(self.tree, self.root, self.at, &options, None).await {
                 Ok(r) => {
                     batch.renames += r.moves;
                     batch.indexed += 1;
@@ -502,7 +502,7 @@ impl Applier<'_> {
         let Some(path) = self.store_path(local) else {
             return;
         };
-        match index_dir(self.tree, local, &path, &self.options.index, None).await {
+        match super::index_prepared(self.tree, local, &path, &self.options.index, None).await {
             Ok(r) => {
                 batch.indexed += 1;
                 batch.renames += r.moves;
