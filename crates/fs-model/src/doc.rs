@@ -54,6 +54,10 @@ pub struct FsDoc {
     /// Kept by renames, dropped by copies (a copy is no file on disk).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<Identity>,
+    /// The text of the file, for a search by words (`fsrename index --content` stores it for
+    /// small UTF-8 files). Kept by renames and copies, which never rewrite it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
 }
 
 /// The `kind` of a copy's claim on an id ([`FsDoc::claim`]).
@@ -71,6 +75,7 @@ impl FsDoc {
             size,
             modified,
             identity: None,
+            content: None,
         }
     }
 
@@ -78,6 +83,25 @@ impl FsDoc {
     pub fn with_identity(mut self, identity: Option<Identity>) -> FsDoc {
         self.identity = identity;
         self
+    }
+
+    /// Returns this document with `content` as the text of its file.
+    pub fn with_content(mut self, content: Option<String>) -> FsDoc {
+        self.content = content;
+        self
+    }
+
+    /// Returns true if `other` describes the same entry on disk the same way: everything but
+    /// the content, which is read only when the entry is new or changed.
+    pub fn same_entry(&self, other: &FsDoc) -> bool {
+        self.path == other.path
+            && self.parent == other.parent
+            && self.name == other.name
+            && self.depth == other.depth
+            && self.kind == other.kind
+            && self.size == other.size
+            && self.modified == other.modified
+            && self.identity == other.identity
     }
 
     /// Returns a directory document for `path` (size 0).
@@ -137,14 +161,21 @@ impl FsDoc {
     }
 
     /// Returns this document moved by a rename of `from` to `to`: a new path with `parent`,
-    /// `name` and `depth` recomputed; kind, size, modification time and identity kept.
+    /// `name` and `depth` recomputed; kind, size, modification time, identity and content
+    /// kept.
     ///
     /// # Errors
     /// [`PathError::NotInside`] if the document is not inside `from`; a length error if the new
     /// path is too long.
     pub fn renamed(&self, from: &FsPath, to: &FsPath) -> Result<FsDoc, PathError> {
         let path = self.path.rebase(from, to)?;
-        Ok(FsDoc::new(path, self.kind, self.size, self.modified).with_identity(self.identity))
+        Ok(FsDoc {
+            parent: path.parent(),
+            name: path.name().to_owned(),
+            depth: path.depth(),
+            path,
+            ..self.clone()
+        })
     }
 
     /// Returns true for a directory.
@@ -179,7 +210,8 @@ mod tests {
     fn renamed_keeps_everything_but_the_place() {
         let identity = Some(Identity { dev: 1, ino: 2 });
         let doc = FsDoc::file(FsPath::parse("/clinton/a/b.txt").expect("path"), 7, 9)
-            .with_identity(identity);
+            .with_identity(identity)
+            .with_content(Some("hello".to_owned()));
         let from = FsPath::parse("/clinton").expect("path");
         let to = FsPath::parse("/gormley/c").expect("path");
         let moved = doc.renamed(&from, &to).expect("rename");
@@ -189,6 +221,9 @@ mod tests {
             (moved.size, moved.modified, moved.kind, moved.identity),
             (7, 9, DocKind::File, identity)
         );
+        assert_eq!(moved.content.as_deref(), Some("hello"));
+        assert!(moved.same_entry(&moved.clone().with_content(None)));
+        assert!(!moved.same_entry(&doc));
         assert!(moved.is_consistent());
     }
 

@@ -73,6 +73,14 @@ pub enum PathError {
         /// The prefix it should lie under.
         from: String,
     },
+    /// A name pattern ([`NameGlob`](crate::NameGlob)) that cannot be parsed.
+    #[error("name pattern `{pattern}` is not valid: {message}")]
+    BadPattern {
+        /// The rejected pattern.
+        pattern: String,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
 /// A `Result` whose error is a [`PathError`].

@@ -4,6 +4,8 @@
 //!   depth, ancestors in both orders, component-wise containment, [`FsPath::rebase`]).
 //! - [`FsDoc`]: the tree-index document for one file or directory, with a stable id that is not
 //!   its path.
+//! - [`FindQuery`] and [`NameGlob`]: a search of the tree by name pattern and by the words of
+//!   the content, with one meaning on every store.
 //! - [`tree_index_body`] and [`lock_index_body`]: how the two indices are created.
 //! - [`tree_lock_id`]: where the lock for a path lives in the lock index.
 //! - [`entropy`]: where ids and jitter come from; seedable per thread for replays.
@@ -26,6 +28,8 @@
 mod doc;
 pub mod entropy;
 mod error;
+mod find;
+mod glob;
 mod lock_id;
 pub mod lock_scripts;
 mod mapping;
@@ -33,6 +37,8 @@ mod path;
 
 pub use doc::{DocKind, FsDoc, Identity};
 pub use error::{PathError, Result};
+pub use find::FindQuery;
+pub use glob::NameGlob;
 pub use lock_id::{
     is_hashed_lock_id, tree_lock_id, GLOBAL_LOCK_ID, HASHED_ID_PREFIX, MAX_ID_BYTES,
 };

@@ -88,7 +88,8 @@ pub fn tree_index_mappings() -> Value {
                     "dev": { "type": "long" },
                     "ino": { "type": "long" }
                 }
-            }
+            },
+            "content": { "type": "text" }
         }
     })
 }

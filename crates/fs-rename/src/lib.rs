@@ -11,7 +11,8 @@
 //!   and sweeps the expired locks nobody will finish anything under.
 //! - [`FsTree`]: the tree index as a set of paths (find, count, insert, scan).
 //! - [`fsck()`]: checks that a tree is well-formed and reports leftover locks.
-//! - [`index_dir`]: indexes a local directory tree; [`mkdir`], [`touch`], [`list`], [`stat`]:
+//! - [`index_dir`]: indexes a local directory tree (with `content`, the text of small files,
+//!   which [`FsTree::find_matching`] searches with a name pattern); [`mkdir`], [`touch`], [`list`], [`stat`]:
 //!   the small operations of the command line, under the same locks; [`list_consistent`] and
 //!   [`fsck_consistent`] read a subtree under a shared lock, so nothing in it changes while
 //!   they read.
@@ -55,7 +56,7 @@ pub use error::{RenameError, Result};
 pub use fsck::{fsck, FsckReport};
 pub use indexer::{
     index_dir, watch_dir, IndexOptions, IndexProgress, IndexProgressSink, IndexReport, Move,
-    Skipped, WatchBatch, WatchEvent, WatchOptions, WatchReport, WatchSink,
+    Skipped, WatchBatch, WatchEvent, WatchOptions, WatchReport, WatchSink, DEFAULT_CONTENT_MAX,
 };
 pub use job::{RenameOutcome, Renamer, RenamerBuilder, DEFAULT_IN_FLIGHT};
 pub use journal::{FenceOutcome, Journal, JournalEntry, JournalFence, JournalLock, JournalState};

@@ -143,6 +143,29 @@ impl FsTree {
         }
     }
 
+    /// Returns up to `size` entries that `query` asks for (a name pattern, words of the
+    /// content, under a path; see [`fs_model::FindQuery`]), the most relevant first when it
+    /// asks for words, by path otherwise. Their documents come without `content`. It sees what
+    /// the store has made searchable (every job refreshes before it releases its locks).
+    ///
+    /// # Errors
+    /// Store failures; [`RenameError::BadDocument`] for a hit that is not a tree document.
+    pub async fn find_matching(
+        &self,
+        query: &fs_model::FindQuery,
+        size: usize,
+    ) -> Result<Vec<Entry>> {
+        let context = format!("searching under `{}`", query.under);
+        let hits = self
+            .store
+            .find(&self.index, query, size)
+            .await
+            .map_err(RenameError::store(context))?;
+        hits.into_iter()
+            .map(|hit| Entry::from_stored(&self.index, hit))
+            .collect()
+    }
+
     /// Returns whether `path` is a directory: the root always is; otherwise as found.
     ///
     /// # Errors

@@ -10,7 +10,10 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use fs_rename::{fsck, index_dir, IndexOptions, IndexReport};
+use std::sync::Arc;
+
+use fs_model::{FindQuery, NameGlob};
+use fs_rename::{fsck, index_dir, IndexOptions, IndexReport, Renamer};
 
 fn options(prune: bool) -> IndexOptions {
     IndexOptions {
@@ -176,6 +179,7 @@ async fn an_index_made_before_identities_is_extended(env: Env) {
     let mut body = fs_model::tree_index_body();
     if let Some(properties) = body["mappings"]["properties"].as_object_mut() {
         properties.remove("identity");
+        properties.remove("content");
     }
     env.store
         .create_index(&env.index, &body)
@@ -186,11 +190,161 @@ async fn an_index_made_before_identities_is_extended(env: Env) {
     let r = index(&env, work.path(), false).await;
     // /t, a, a/sub, b and three files.
     assert_eq!((r.created, r.failed), (7, 0), "{r:?}");
+    // The text of files too.
+    let r = index_dir(&env.tree(), work.path(), &p("/t"), &with_text(), None)
+        .await
+        .expect("index with text");
+    assert_eq!((r.texts, r.failed), (3, 0), "{r:?}");
+    assert_eq!(
+        found(&env, FindQuery::under(p("/t")).text("zzz")).await,
+        ["/t/a/sub/z"]
+    );
+    assert_whole(&env).await;
+}
+
+/// `--content` with a 64-byte limit.
+fn with_text() -> IndexOptions {
+    IndexOptions {
+        prune: true,
+        content: Some(64),
+        ..IndexOptions::default()
+    }
+}
+
+/// The paths `query` finds, in the order found.
+async fn found(env: &Env, query: FindQuery) -> Vec<String> {
+    env.tree()
+        .find_matching(&query, 100)
+        .await
+        .expect("find")
+        .into_iter()
+        .map(|e| {
+            assert!(e.doc.content.is_none(), "hits come without their text");
+            e.doc.path.to_string()
+        })
+        .collect()
+}
+
+/// The text stored in the document `id`.
+async fn text_of(env: &Env, id: &str) -> Option<String> {
+    let stored = env
+        .store
+        .get(&env.index, id)
+        .await
+        .expect("get")
+        .expect("doc");
+    stored.source["content"].as_str().map(str::to_owned)
+}
+
+/// `--content` and `find`: small UTF-8 files' text is stored and searched with names; binary
+/// and large files have none; renames in the store and moves on disk carry the text along
+/// unchanged; a changed file's text follows it; a run without `--content` keeps the text of
+/// unchanged files.
+async fn text_is_found_and_follows_renames_and_moves(env: Env) {
+    let work = tempfile::tempdir().expect("temp dir");
+    let dir = work.path();
+    std::fs::create_dir_all(dir.join("docs/deep")).expect("mkdir");
+    std::fs::write(dir.join("docs/alpha.md"), "Alpha beta, gamma.").expect("write");
+    std::fs::write(dir.join("docs/deep/beta.txt"), "beta DELTA").expect("write");
+    std::fs::write(dir.join("docs/bin.dat"), [0xffu8, 0xfe, b'b']).expect("write");
+    std::fs::write(dir.join("large.txt"), "beta ".repeat(20)).expect("write");
+    let tree = env.tree();
+    let r = index_dir(&tree, dir, &p("/t"), &with_text(), None)
+        .await
+        .expect("index");
+    assert_eq!((r.created, r.texts), (7, 2), "{r:?}");
+    let under = || FindQuery::under(p("/t"));
+    let glob = |g: &str| NameGlob::parse(g).expect("glob");
+    assert_eq!(
+        found(&env, under().text("beta")).await.len(),
+        2,
+        "the binary and the large file hold no text"
+    );
+    assert_eq!(
+        found(&env, under().text("Delta BETA")).await,
+        ["/t/docs/deep/beta.txt"]
+    );
+    assert_eq!(
+        found(&env, under().name(glob("*.txt"))).await,
+        ["/t/docs/deep/beta.txt", "/t/large.txt"]
+    );
+    assert_eq!(
+        found(&env, under().name(glob("[ab]*")).text("gamma")).await,
+        ["/t/docs/alpha.md"]
+    );
+    let ids_before = ids(&env).await;
+    let alpha = ids_before["/t/docs/alpha.md"].clone();
+    let alpha_text = text_of(&env, &alpha).await;
+    assert_eq!(alpha_text.as_deref(), Some("Alpha beta, gamma."));
+
+    // A rename in the store: the text goes along, unchanged.
+    Renamer::builder(Arc::clone(&env.store), env.index.clone())
+        .build()
+        .rename(&p("/t/docs"), &p("/t/papers"))
+        .await
+        .expect("rename");
+    assert_eq!(
+        found(&env, under().text("gamma")).await,
+        ["/t/papers/alpha.md"]
+    );
+    assert_eq!(text_of(&env, &alpha).await, alpha_text);
+    // The disk says otherwise: the next run moves it back, text and all.
+    let r = index_dir(&tree, dir, &p("/t"), &with_text(), None)
+        .await
+        .expect("index");
+    assert_eq!((r.moves, r.created, r.texts), (1, 0, 0), "{r:?}");
+    assert_eq!(
+        found(&env, under().text("gamma")).await,
+        ["/t/docs/alpha.md"]
+    );
+
+    // Moved on disk: renamed in the store, found at its new place by its words.
+    std::fs::rename(dir.join("docs"), dir.join("moved")).expect("mv");
+    let r = index_dir(&tree, dir, &p("/t"), &with_text(), None)
+        .await
+        .expect("index");
+    assert_eq!(
+        (r.moves, r.created, r.pruned, r.texts),
+        (1, 0, 0, 0),
+        "{r:?}"
+    );
+    assert_eq!(
+        found(&env, under().text("delta")).await,
+        ["/t/moved/deep/beta.txt"]
+    );
+    assert_eq!(ids(&env).await["/t/moved/alpha.md"], alpha);
+
+    // A changed file: its new words are found, its old ones not.
+    std::fs::write(
+        dir.join("moved/alpha.md"),
+        "Epsilon only, a longer text now",
+    )
+    .expect("write");
+    let r = index_dir(&tree, dir, &p("/t"), &with_text(), None)
+        .await
+        .expect("index");
+    assert_eq!((r.updated, r.texts), (1, 1), "{r:?}");
+    assert_eq!(
+        found(&env, under().text("epsilon")).await,
+        ["/t/moved/alpha.md"]
+    );
+    assert!(found(&env, under().text("gamma")).await.is_empty());
+
+    // Without --content: unchanged files keep their text, nothing is read.
+    let r = index_dir(&tree, dir, &p("/t"), &options(true), None)
+        .await
+        .expect("index");
+    assert_eq!((r.updated, r.texts), (0, 0), "{r:?}");
+    assert_eq!(
+        found(&env, under().text("delta")).await,
+        ["/t/moved/deep/beta.txt"]
+    );
     assert_whole(&env).await;
 }
 
 on_every_backend!(
     an_index_made_before_identities_is_extended,
+    text_is_found_and_follows_renames_and_moves,
     a_file_renamed_in_place_keeps_its_id,
     a_file_moved_to_another_directory_keeps_its_id,
     a_folder_renamed_is_one_rename_and_leaves_no_copy,

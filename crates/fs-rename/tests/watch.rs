@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use fs_model::FsPath;
+use fs_model::{FindQuery, FsPath};
 use fs_rename::{
     fsck, index_dir, watch_dir, IndexOptions, Renamer, WatchEvent, WatchOptions, WatchReport,
     WatchSink,
@@ -380,7 +380,59 @@ async fn an_overflow_ends_in_a_rescan(env: Env) {
     assert!(fsck.is_clean(), "{fsck}");
 }
 
+/// `--watch --content`: the text of a file written follows it, through a rewrite and a move,
+/// and `find` sees it.
+async fn the_watcher_keeps_the_text_of_files(env: Env) {
+    let work = tempfile::tempdir().expect("temp dir");
+    let root = work.path().join("tree");
+    std::fs::create_dir_all(root.join("a")).expect("mkdir");
+    std::fs::write(root.join("a/first.txt"), "alpha beta").expect("write");
+    let options = WatchOptions {
+        debounce: Duration::from_millis(100),
+        index: IndexOptions {
+            content: Some(1 << 20),
+            ..IndexOptions::default()
+        },
+        ..WatchOptions::default()
+    };
+    let creating = CREATING.lock().await;
+    let watching = Watching::start(&env, &root, options).await;
+    drop(creating);
+    let find = |words: &'static str| {
+        let tree = env.tree();
+        async move {
+            let query = FindQuery::under(p("/w")).text(words);
+            let found = tree.find_matching(&query, 10).await.expect("find");
+            found
+                .into_iter()
+                .map(|e| e.doc.path.to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(find("alpha").await, ["/w/a/first.txt"], "the first run");
+    std::fs::write(root.join("a/second.txt"), "gamma delta").expect("write");
+    std::fs::write(root.join("a/first.txt"), "epsilon, rewritten").expect("write");
+    watching.settle(Duration::from_millis(800)).await;
+    assert_eq!(find("gamma").await, ["/w/a/second.txt"], "a new file");
+    assert_eq!(
+        find("epsilon").await,
+        ["/w/a/first.txt"],
+        "a rewritten file"
+    );
+    assert!(find("alpha").await.is_empty(), "its old words are gone");
+    std::fs::rename(root.join("a"), root.join("b")).expect("mv");
+    watching.settle(Duration::from_millis(800)).await;
+    assert_eq!(
+        find("delta").await,
+        ["/w/b/second.txt"],
+        "moved with its text"
+    );
+    watching.stop().await;
+    assert_eq!(locks_left(&env).await, 0);
+}
+
 on_every_backend!(
     a_script_of_every_change_ends_where_a_fresh_index_would,
-    an_overflow_ends_in_a_rescan
+    an_overflow_ends_in_a_rescan,
+    the_watcher_keeps_the_text_of_files
 );

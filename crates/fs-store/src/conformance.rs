@@ -1096,6 +1096,126 @@ pub async fn near_real_time_hides_unrefreshed_writes(store: SharedStore) {
     assert_eq!(search_all(&*store, &index, root, 10).await, vec!["/moved"]);
 }
 
+/// `find`: a name pattern, the words of the content, a subtree, all together; content that
+/// changes, moves with its document and goes with it; hits without their content.
+pub async fn find_by_name_and_words(store: SharedStore) {
+    let index = format!("conf-find-{}", uuid::Uuid::new_v4().simple());
+    assert!(store
+        .create_index(&index, &fs_model::tree_index_body())
+        .await
+        .expect("create index"));
+    let text = |path: &str, content: &str| {
+        let path = FsPath::parse(path).expect("test path");
+        let doc = FsDoc::file(path, content.len() as u64, 0).with_content(Some(content.into()));
+        serde_json::to_value(doc).expect("serialize doc")
+    };
+    let ops = vec![
+        ("t1", text("/a/readme.txt", "The quick brown fox")),
+        ("t2", text("/a/b/notes.txt", "a lazy dog, a brown dog")),
+        ("t3", text("/a/b/fox.md", "Fox and hound: quick, quick!")),
+        ("t4", text("/ab/other.txt", "quick brown fox elsewhere")),
+        ("d1", doc("/a", DocKind::Dir)),
+        ("d2", doc("/a/b", DocKind::Dir)),
+    ];
+    let ops = ops
+        .into_iter()
+        .map(|(id, source)| BulkOp::Create {
+            id: id.into(),
+            source,
+        })
+        .collect();
+    for result in store.bulk(&index, ops).await.expect("bulk") {
+        result.expect("item");
+    }
+    store.refresh(&index).await.expect("refresh");
+    let under = |p: &str| fs_model::FindQuery::under(FsPath::parse(p).expect("path"));
+    let glob = |g: &str| fs_model::NameGlob::parse(g).expect("glob");
+    let paths = |hits: Vec<crate::StoredDoc>| -> Vec<String> {
+        hits.iter()
+            .map(|h| {
+                assert!(
+                    h.source.get("content").is_none(),
+                    "hits come without content"
+                );
+                h.source["path"].as_str().expect("path").to_owned()
+            })
+            .collect()
+    };
+    let find = |q: fs_model::FindQuery, size: usize| {
+        let store = store.clone();
+        let index = index.clone();
+        async move { store.find(&index, &q, size).await.expect("find") }
+    };
+
+    let by_name = find(under("/a").name(glob("*.txt")), 10).await;
+    assert_eq!(paths(by_name), ["/a/b/notes.txt", "/a/readme.txt"]);
+    let everything = find(under("/a"), 10).await;
+    assert_eq!(
+        paths(everything),
+        [
+            "/a",
+            "/a/b",
+            "/a/b/fox.md",
+            "/a/b/notes.txt",
+            "/a/readme.txt"
+        ],
+        "by path, the subtree component-wise (`/ab` is not under `/a`)"
+    );
+    assert_eq!(paths(find(under("/a"), 2).await), ["/a", "/a/b"], "size");
+    let class = find(under("/").name(glob("[fr]*")), 10).await;
+    assert_eq!(paths(class), ["/a/b/fox.md", "/a/readme.txt"]);
+
+    let brown_fox = find(under("/").text("BROWN fox"), 10).await;
+    let mut brown_fox = paths(brown_fox);
+    brown_fox.sort();
+    assert_eq!(
+        brown_fox,
+        ["/a/readme.txt", "/ab/other.txt"],
+        "every word, any case"
+    );
+    let quick = find(under("/a").text("quick"), 10).await;
+    assert_eq!(
+        paths(quick),
+        ["/a/b/fox.md", "/a/readme.txt"],
+        "the one that says it twice, in the shorter text, first"
+    );
+    let both = find(under("/a").name(glob("*.md")).text("quick"), 10).await;
+    assert_eq!(paths(both), ["/a/b/fox.md"]);
+    assert!(find(under("/").text("cat"), 10).await.is_empty());
+
+    // The content changes: the old words go, the new come.
+    let t2 = store.get(&index, "t2").await.expect("get").expect("t2");
+    let mut source = t2.source.clone();
+    source["content"] = json!("a sleepy cat");
+    store
+        .index(&index, "t2", source, Some(t2.version))
+        .await
+        .expect("rewrite");
+    // It moves, its content as it was: found at its new path.
+    let t1 = store.get(&index, "t1").await.expect("get").expect("t1");
+    let mut moved = t1.source.clone();
+    moved["path"] = json!("/a/b/moved.txt");
+    moved["parent"] = json!("/a/b");
+    moved["name"] = json!("moved.txt");
+    store
+        .index(&index, "t1", moved, Some(t1.version))
+        .await
+        .expect("move");
+    store.delete(&index, "t4", None).await.expect("delete");
+    store.refresh(&index).await.expect("refresh");
+    assert_eq!(
+        paths(find(under("/").text("cat"), 10).await),
+        ["/a/b/notes.txt"]
+    );
+    assert!(find(under("/").text("dog"), 10).await.is_empty());
+    assert_eq!(
+        paths(find(under("/").text("brown"), 10).await),
+        ["/a/b/moved.txt"],
+        "moved with its content; the deleted one gone"
+    );
+    store.delete_index(&index).await.expect("delete index");
+}
+
 /// Generates one `#[tokio::test]` per conformance case for a store factory: an async function
 /// returning a fresh [`SharedStore`](crate::SharedStore). Add `near_real_time` to also run the
 /// case that only near-real-time stores pass.
@@ -1108,7 +1228,7 @@ macro_rules! conformance_suite {
             bulk_items_are_independent, search_subtree_is_component_wise, search_exact_path, search_children,
             search_all_pages_everything, search_pathless, search_any_of, search_in_turn, search_subtree_from, indices_exist_and_bulk_refreshed, chained_writes_land_together_or_not_at_all, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
             refresh_makes_writes_searchable, sources_must_be_objects, cas_increments_are_exact,
-            create_race_has_one_winner);
+            create_race_has_one_winner, find_by_name_and_words);
     };
     ($factory:path, near_real_time) => {
         $crate::conformance_suite!($factory);
@@ -1123,7 +1243,7 @@ macro_rules! conformance_suite {
             bulk_items_are_independent, search_subtree_is_component_wise, search_exact_path, search_children,
             search_all_pages_everything, search_pathless, search_any_of, search_in_turn, search_subtree_from, indices_exist_and_bulk_refreshed, chained_writes_land_together_or_not_at_all, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
             refresh_makes_writes_searchable, sources_must_be_objects, cas_increments_are_exact,
-            create_race_has_one_winner, near_real_time_hides_unrefreshed_writes);
+            create_race_has_one_winner, find_by_name_and_words, near_real_time_hides_unrefreshed_writes);
     };
     (@checked $factory:path; $($case:ident),+ $(,)?) => {
         $(

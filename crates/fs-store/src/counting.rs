@@ -63,6 +63,16 @@ impl DocStore for CountingStore {
         self.inner.extend_mapping(index, mappings).await
     }
 
+    async fn find(
+        &self,
+        index: &str,
+        query: &fs_model::FindQuery,
+        size: usize,
+    ) -> Result<Vec<StoredDoc>> {
+        self.count();
+        self.inner.find(index, query, size).await
+    }
+
     async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
         self.count();
         self.inner.get(index, id).await

@@ -4,7 +4,8 @@
 //!   [`get`](DocStore::get) and [`mget`](DocStore::mget) with `seq_no`/`primary_term`,
 //!   [`create`](DocStore::create), conditional [`index`](DocStore::index) and
 //!   [`delete`](DocStore::delete), [`bulk`](DocStore::bulk) with a result per item, paged
-//!   [`search`](DocStore::search) by path, [`count`](DocStore::count) and
+//!   [`search`](DocStore::search) by path, [`find`](DocStore::find) by name pattern and words
+//!   of the content, [`count`](DocStore::count) and
 //!   [`refresh`](DocStore::refresh). One call is one round trip. A caller that stops paging
 //!   early closes the search with [`close_cursor`](DocStore::close_cursor).
 //! - [`StoreError`]: conflict, not found, transient, rejected; [`StoreError::is_retryable`]

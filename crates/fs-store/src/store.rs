@@ -129,6 +129,27 @@ pub trait DocStore: Send + Sync + Debug {
         Ok(())
     }
 
+    /// Returns up to `size` documents of the tree index `index` that `query` asks for (see
+    /// [`FindQuery`](fs_model::FindQuery)): the most relevant first when it asks for words,
+    /// then by path; by path otherwise. Their sources come without `content`, which can be
+    /// large. Like [`DocStore::search`], it sees what the last refresh made searchable.
+    ///
+    /// # Errors
+    /// [`StoreError::Rejected`](crate::StoreError::Rejected) from a store that cannot search
+    /// by name or content (the default); as [`DocStore::search`].
+    async fn find(
+        &self,
+        index: &str,
+        query: &fs_model::FindQuery,
+        size: usize,
+    ) -> Result<Vec<StoredDoc>> {
+        let _ = (query, size);
+        Err(crate::StoreError::rejected(
+            format!("searching `{index}` by name and content"),
+            "this store cannot".to_owned(),
+        ))
+    }
+
     /// Returns how many documents `scope` holds (what a search would see).
     ///
     /// # Errors

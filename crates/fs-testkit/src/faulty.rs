@@ -201,6 +201,16 @@ impl DocStore for FaultyStore {
         let result = self.inner.extend_mapping(index, mappings).await;
         self.after(fate, result).await
     }
+    async fn find(
+        &self,
+        index: &str,
+        query: &fs_model::FindQuery,
+        size: usize,
+    ) -> Result<Vec<StoredDoc>> {
+        let fate = self.gate(false).await?;
+        let result = self.inner.find(index, query, size).await;
+        self.after(fate, result).await
+    }
     async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
         let fate = self.gate(false).await?;
         let result = self.inner.get(index, id).await;

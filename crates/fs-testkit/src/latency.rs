@@ -55,6 +55,15 @@ impl DocStore for LatencyStore {
         self.wait().await;
         self.inner.extend_mapping(index, mappings).await
     }
+    async fn find(
+        &self,
+        index: &str,
+        query: &fs_model::FindQuery,
+        size: usize,
+    ) -> Result<Vec<StoredDoc>> {
+        self.wait().await;
+        self.inner.find(index, query, size).await
+    }
     async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
         self.wait().await;
         self.inner.get(index, id).await

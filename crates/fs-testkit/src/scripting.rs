@@ -176,6 +176,14 @@ impl DocStore for ScriptingStore {
     async fn extend_mapping(&self, index: &str, mappings: &Value) -> Result<()> {
         self.inner.extend_mapping(index, mappings).await
     }
+    async fn find(
+        &self,
+        index: &str,
+        query: &fs_model::FindQuery,
+        size: usize,
+    ) -> Result<Vec<StoredDoc>> {
+        self.inner.find(index, query, size).await
+    }
     async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
         self.inner.get(index, id).await
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use fs_locks::LockProtocol;
-use fs_model::FsPath;
+use fs_model::{FsPath, NameGlob};
 use fs_rename::Strategy;
 
 use crate::store_location::StoreLocation;
@@ -85,6 +85,15 @@ pub enum Verb {
         /// With --watch: how long the directory must be quiet before changes are applied.
         #[arg(long, default_value = "250ms", value_parser = parse_duration, requires = "watch")]
         debounce: Duration,
+        /// Stores the text of UTF-8 files of at most --content-max bytes in their documents
+        /// (`content`), for `fsrename find --text`. A file is read when it is new or changed,
+        /// or has no text stored yet; renames never rewrite the text.
+        #[arg(long)]
+        content: bool,
+        /// With --content: the largest file whose text is stored (a number of bytes, or with
+        /// K, KiB, M, MiB, G or GiB: powers of 1024).
+        #[arg(long, default_value = "1MiB", value_parser = parse_bytes, requires = "content")]
+        content_max: u64,
         /// Prints the summary as JSON.
         #[arg(long)]
         json: bool,
@@ -218,6 +227,34 @@ pub enum Verb {
         #[arg(long, default_value = "30s", value_parser = parse_duration)]
         wait: Duration,
     },
+    /// Finds files and directories under PATH by name and by the words of their text (stored
+    /// by `index --content`), like `find PATH -name GLOB` and `grep -lw`, from the store.
+    ///
+    /// With --text, every word must be in the text (any case, whole words: letters and
+    /// digits; anything else separates words), and the best matches come first; without it,
+    /// the entries come in path order. Takes no lock: it sees what the store has made
+    /// searchable.
+    Find {
+        /// Where to look: this path and everything under it.
+        #[arg(default_value = "/", value_parser = parse_path)]
+        path: FsPath,
+        /// A shell pattern the name must match: `*`, `?`, `[a-z]`, `[!a-z]`, `\` before a
+        /// character meant as itself. Case-sensitive; quote it from the shell.
+        #[arg(long, value_name = "GLOB", value_parser = parse_glob)]
+        name: Option<NameGlob>,
+        /// Words the text must hold, all of them.
+        #[arg(long, value_name = "WORDS")]
+        text: Option<String>,
+        /// Prints at most this many entries (and says when there are more).
+        #[arg(long, default_value_t = 100, value_parser = parse_limit)]
+        limit: usize,
+        /// Shows kind, size and modification time.
+        #[arg(short, long)]
+        long: bool,
+        /// Prints the entries as JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
     /// Lists the lock documents: what is locked, how, by whom, until when.
     Locks {
         /// Prints the locks as JSON.
@@ -335,6 +372,33 @@ fn parse_path(s: &str) -> Result<FsPath, String> {
 }
 
 /// Parses `30s`, `500ms`, `2m`, `1h 30m`.
+fn parse_glob(s: &str) -> Result<NameGlob, String> {
+    NameGlob::parse(s).map_err(|e| e.to_string())
+}
+
+fn parse_limit(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=10_000).contains(&n) => Ok(n),
+        _ => Err(format!("`{s}` is not a number from 1 to 10000")),
+    }
+}
+
+/// A number of bytes, with an optional binary unit: `4096`, `64K`, `64KiB`, `1MiB`, `2G`.
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let bad = || format!("`{s}` is not a size: a number of bytes, or with K, KiB, M, MiB, G, GiB");
+    let digits = s.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &s.trim()[digits.len()..];
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let scale: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(scale).ok_or_else(bad)
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s)
         .map_err(|e| format!("`{s}` is not a duration like 30s, 500ms or 2m: {e}"))

@@ -281,10 +281,81 @@ fn two_mv_processes_on_one_file_exclude_each_other() {
     panic!("A released its locks every time before B could be refused");
 }
 
+/// `index --content` then `find` by name and by words; bad patterns, sizes and word lists are
+/// refused with a message naming them.
+#[test]
+fn find_by_name_and_text() {
+    let work = tempfile::tempdir().expect("temp dir");
+    let top = work.path().join("docs");
+    std::fs::create_dir_all(top.join("sub")).expect("mkdir");
+    std::fs::write(top.join("readme.txt"), "The quick brown fox").expect("write");
+    std::fs::write(top.join("sub/notes.md"), "a lazy dog").expect("write");
+    std::fs::write(top.join("sub/big.txt"), "fox ".repeat(1_000)).expect("write");
+    let db = work.path().join("tree.db");
+    let top_arg = top.to_str().expect("utf-8 temp path");
+    let out = with_db(
+        &db,
+        &[
+            "index",
+            top_arg,
+            "--content",
+            "--content-max",
+            "1K",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(json_of(&out)["texts"], 2, "the large file holds no text");
+    let lines = |args: &[&str]| {
+        let out = with_db(&db, args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(lines(&["find", "--text", "FOX"]), ["/docs/readme.txt"]);
+    assert_eq!(
+        lines(&["find", "/docs/sub", "--name", "*.md"]),
+        ["/docs/sub/notes.md"]
+    );
+    assert_eq!(lines(&["find", "--name", "*.txt", "--limit", "1"]).len(), 1);
+    assert_eq!(
+        with_db(&db, &["mv", "/docs/sub", "/docs/moved"])
+            .status
+            .code(),
+        Some(0)
+    );
+    assert_eq!(
+        lines(&["find", "--text", "lazy dog"]),
+        ["/docs/moved/notes.md"]
+    );
+    for (args, says) in [
+        (&["find", "--name", "a/b"][..], "a name holds no `/`"),
+        (&["find", "--name", "[ab"][..], "no `]`"),
+        (&["find", "--text", "!!"][..], "no word"),
+        (&["find", "--limit", "0"][..], "from 1 to 10000"),
+        (
+            &["index", top_arg, "--content", "--content-max", "lots"][..],
+            "`lots` is not a size",
+        ),
+    ] {
+        let out = with_db(&db, args);
+        assert_ne!(out.status.code(), Some(0), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn every_verb_explains_itself() {
     for verb in [
-        "index", "mkdir", "touch", "mv", "cp", "rm", "ls", "locks", "fsck", "demo",
+        "index", "mkdir", "touch", "mv", "cp", "rm", "ls", "find", "locks", "fsck", "demo",
     ] {
         let out = fsrename(&[verb, "--help"]);
         assert_eq!(out.status.code(), Some(0), "{verb}");

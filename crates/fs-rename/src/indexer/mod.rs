@@ -15,6 +15,7 @@
 //!
 //! `docs/indexing.md` describes what is and is not detected.
 
+mod content;
 mod moves;
 mod one;
 mod prune;
@@ -33,6 +34,8 @@ use serde::Serialize;
 use crate::error::{RenameError, Result};
 use crate::ops::{mkdir, to_source, under_write_lock, LockSettings};
 use crate::tree::{Entry, FsTree};
+use content::Plan;
+pub use content::DEFAULT_CONTENT_MAX;
 pub use moves::Move;
 use walk::Walked;
 pub use watch::{watch_dir, WatchBatch, WatchEvent, WatchOptions, WatchReport, WatchSink};
@@ -46,6 +49,9 @@ pub struct IndexOptions {
     pub prune: bool,
     /// The locks' lease and wait.
     pub locks: LockSettings,
+    /// Stores the text of UTF-8 files up to this many bytes in their documents' `content`
+    /// (`None`: no text is read). Default: `None`.
+    pub content: Option<u64>,
 }
 
 impl Default for IndexOptions {
@@ -53,6 +59,7 @@ impl Default for IndexOptions {
         IndexOptions {
             batch_size: 1_000,
             prune: false,
+            content: None,
             locks: LockSettings::default(),
         }
     }
@@ -95,6 +102,8 @@ pub struct IndexReport {
     pub updated: u64,
     /// Documents already up to date.
     pub unchanged: u64,
+    /// Files whose text was stored in this run (`content`).
+    pub texts: u64,
     /// Renames made because entries moved on disk (a directory moved is one).
     pub moves: u64,
     /// Documents those renames moved.
@@ -207,7 +216,7 @@ async fn index_prepared(
     let stale = under_write_lock(
         tree,
         guard,
-        locked_index(tree, walked, at, options, progress, &mut report),
+        locked_index(tree, walked, (dir, at), options, progress, &mut report),
     )
     .await?;
     report.stale = stale.len() as u64;
@@ -238,12 +247,13 @@ fn local(path: &Path, message: &str) -> RenameError {
     }
 }
 
-/// Step 3, under the tree lock on `at`: creates and updates what the walk found; returns the
-/// documents under `at` that it did not find (stale).
+/// Step 3, under the tree lock on `at`: creates and updates what the walk found, with the
+/// text of the files that need it read (see `content.rs`); returns the documents under `at`
+/// that it did not find (stale).
 async fn locked_index(
     tree: &FsTree,
     walked: Vec<Walked>,
-    at: &FsPath,
+    (dir, at): (&Path, &FsPath),
     options: &IndexOptions,
     progress: Option<IndexProgressSink>,
     report: &mut IndexReport,
@@ -255,8 +265,9 @@ async fn locked_index(
     while items.peek().is_some() {
         let batch: Vec<Walked> = items.by_ref().take(batch_size).collect();
         walked_so_far += batch.len() as u64;
-        let mut ops = Vec::new();
-        let mut paths = Vec::new();
+        // What each entry needs; the files whose text is wanted are read together, off the
+        // runtime's threads, before the batch is written.
+        let mut planned: Vec<(Option<Entry>, FsDoc, Plan)> = Vec::new();
         for item in batch {
             let doc = match item {
                 Walked::Doc(doc) => doc,
@@ -276,24 +287,46 @@ async fn locked_index(
                 report.files += 1;
                 report.bytes += doc.size;
             }
-            match existing.remove(&doc.path) {
-                Some(entry) if entry.doc == doc => report.unchanged += 1,
-                Some(entry) => {
-                    let source = to_source(tree, &entry.id, &doc)?;
+            let entry = existing.remove(&doc.path);
+            let plan = content::plan(entry.as_ref().map(|e| &e.doc), &doc, options.content);
+            if plan == Plan::Unchanged {
+                report.unchanged += 1;
+                continue;
+            }
+            planned.push((entry, doc, plan));
+        }
+        let texts = read_texts(dir, at, &planned, options.content).await?;
+        let mut ops = Vec::new();
+        let mut paths = Vec::new();
+        for ((entry, doc, plan), text) in planned.into_iter().zip(texts) {
+            let had_text = text.is_some();
+            let doc = match (plan, entry) {
+                // The file holds no text: its document stays as it is.
+                (Plan::Fill, _) if !had_text => {
+                    report.unchanged += 1;
+                    continue;
+                }
+                (_, Some(entry)) => {
+                    let doc = doc.with_content(text);
                     ops.push(BulkOp::Index {
+                        source: to_source(tree, &entry.id, &doc)?,
                         id: entry.id,
-                        source,
                         if_version: Some(entry.version),
                     });
-                    paths.push((doc.path, false));
+                    doc
                 }
-                None => {
+                (_, None) => {
                     let id = FsDoc::new_id();
-                    let source = to_source(tree, &id, &doc)?;
-                    ops.push(BulkOp::Create { id, source });
-                    paths.push((doc.path, true));
+                    let doc = doc.with_content(text);
+                    ops.push(BulkOp::Create {
+                        source: to_source(tree, &id, &doc)?,
+                        id,
+                    });
+                    doc
                 }
-            }
+            };
+            let created = matches!(ops.last(), Some(BulkOp::Create { .. }));
+            paths.push((doc.path, created, had_text));
         }
         if !ops.is_empty() {
             let context = format!("indexing under `{at}`");
@@ -302,10 +335,16 @@ async fn locked_index(
                 .bulk(tree.index(), ops)
                 .await
                 .map_err(RenameError::store(context))?;
-            for ((path, created), result) in paths.into_iter().zip(results) {
+            for ((path, created, had_text), result) in paths.into_iter().zip(results) {
                 match result {
-                    Ok(_) if created => report.created += 1,
-                    Ok(_) => report.updated += 1,
+                    Ok(_) => {
+                        if created {
+                            report.created += 1;
+                        } else {
+                            report.updated += 1;
+                        }
+                        report.texts += u64::from(had_text);
+                    }
                     Err(e) => {
                         report.failed += 1;
                         report.skip(Skipped {
@@ -325,4 +364,35 @@ async fn locked_index(
     }
     tree.refresh().await?;
     Ok(existing.into_values().collect())
+}
+
+/// Reads the text of each planned file that wants it, on the blocking pool; `None` for the
+/// others and for files that hold no text.
+async fn read_texts(
+    dir: &Path,
+    at: &FsPath,
+    planned: &[(Option<Entry>, FsDoc, Plan)],
+    content: Option<u64>,
+) -> Result<Vec<Option<String>>> {
+    let Some(max) = content else {
+        return Ok(vec![None; planned.len()]);
+    };
+    let locals: Vec<Option<PathBuf>> = planned
+        .iter()
+        .map(|(_, doc, plan)| match plan {
+            Plan::Write { read: true } | Plan::Fill => walk::local_path(dir, at, &doc.path),
+            _ => None,
+        })
+        .collect();
+    if locals.iter().all(Option::is_none) {
+        return Ok(vec![None; planned.len()]);
+    }
+    tokio::task::spawn_blocking(move || {
+        locals
+            .iter()
+            .map(|local| local.as_deref().and_then(|l| content::read_text(l, max)))
+            .collect()
+    })
+    .await
+    .map_err(|e| local(dir, &format!("reading the files' text failed: {e}")))
 }

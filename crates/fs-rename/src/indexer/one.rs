@@ -9,6 +9,7 @@ use std::time::UNIX_EPOCH;
 use fs_model::{FsDoc, FsPath};
 use fs_store::BulkOp;
 
+use super::content::{self, Plan};
 use super::walk::identity_of;
 use super::IndexOptions;
 use crate::error::{RenameError, Result};
@@ -62,9 +63,27 @@ pub(super) async fn index_one(
     let guard = client.lock_tree(path).await?;
     under_write_lock(tree, guard, async {
         tree.refresh().await?;
-        let (op, outcome) = match tree.find(path).await? {
-            Some(entry) if entry.doc.kind != doc.kind => return Ok(OneFile::OtherKind),
-            Some(entry) if entry.doc == doc => return Ok(OneFile::Unchanged),
+        let stored = tree.find(path).await?;
+        if stored.as_ref().is_some_and(|e| e.doc.kind != doc.kind) {
+            return Ok(OneFile::OtherKind);
+        }
+        let plan = content::plan(stored.as_ref().map(|e| &e.doc), &doc, options.content);
+        let text = match (plan, options.content) {
+            (Plan::Unchanged, _) => return Ok(OneFile::Unchanged),
+            (Plan::Write { read: true } | Plan::Fill, Some(max)) => {
+                let local = local.to_owned();
+                tokio::task::spawn_blocking(move || content::read_text(&local, max))
+                    .await
+                    .ok()
+                    .flatten()
+            }
+            _ => None,
+        };
+        if plan == Plan::Fill && text.is_none() {
+            return Ok(OneFile::Unchanged);
+        }
+        let doc = doc.clone().with_content(text);
+        let (op, outcome) = match stored {
             Some(entry) => (
                 BulkOp::Index {
                     source: to_source(tree, &entry.id, &doc)?,

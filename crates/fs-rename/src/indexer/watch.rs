@@ -38,6 +38,7 @@ use notify::event::{ModifyKind, RenameMode};
 use notify::{EventKind, RecursiveMode, Watcher};
 use serde::Serialize;
 
+use super::content::{self, Plan};
 use super::one::{describe_one, index_one, OneFile};
 use super::{index_dir, IndexOptions, IndexReport};
 use crate::error::{RenameError, Result};
@@ -516,6 +517,24 @@ impl Applier<'_> {
         }
     }
 
+    /// The document to write for the entry `found` at `local` when the store holds `stored`
+    /// at its path, with its text read if it needs it (see `content.rs`); `None` if the
+    /// document is up to date. The file is read here, under the lock, like its metadata: a
+    /// batch of the watcher holds few files.
+    fn with_text(&self, local: &Path, stored: Option<&FsDoc>, found: &FsDoc) -> Option<FsDoc> {
+        let max = self.options.index.content;
+        let plan = content::plan(stored, found, max);
+        let text = match (plan, max) {
+            (Plan::Unchanged, _) => return None,
+            (Plan::Write { read: true } | Plan::Fill, Some(max)) => content::read_text(local, max),
+            _ => None,
+        };
+        if plan == Plan::Fill && text.is_none() {
+            return None;
+        }
+        Some(found.clone().with_content(text))
+    }
+
     /// Brings the one document of each of `locals` (files, directories alone, paths gone) in
     /// step with the disk, under one tree lock on the target: one search and one bulk request
     /// a chunk. Returns what needs more than one document written (a file whose parent the
@@ -581,10 +600,12 @@ impl Applier<'_> {
                         (Some(entry), Some(doc)) if entry.doc.kind != doc.kind => {
                             slow.push(local.clone())
                         }
-                        (Some(entry), Some(doc)) if entry.doc == *doc => {}
                         (Some(entry), Some(doc)) => {
+                            let Some(doc) = self.with_text(local, Some(&entry.doc), doc) else {
+                                continue;
+                            };
                             ops.push(BulkOp::Index {
-                                source: to_source(tree, &entry.id, doc)?,
+                                source: to_source(tree, &entry.id, &doc)?,
                                 id: entry.id,
                                 if_version: Some(entry.version),
                             });
@@ -601,8 +622,9 @@ impl Applier<'_> {
                                 continue;
                             }
                             let id = FsDoc::new_id();
+                            let doc = self.with_text(local, None, doc).unwrap_or(doc.clone());
                             ops.push(BulkOp::Create {
-                                source: to_source(tree, &id, doc)?,
+                                source: to_source(tree, &id, &doc)?,
                                 id,
                             });
                             known.insert(path.clone());

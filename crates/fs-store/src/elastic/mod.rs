@@ -26,6 +26,7 @@ mod combine;
 mod config;
 mod cursor;
 mod documents;
+mod find;
 mod indices;
 mod nodes;
 mod request;
@@ -154,6 +155,15 @@ impl DocStore for ElasticStore {
     async fn close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
         let cursor = PageCursor::from_cursor(&format!("closing a search of `{index}`"), &cursor)?;
         self.close_context(index, &cursor).await
+    }
+
+    async fn find(
+        &self,
+        index: &str,
+        query: &fs_model::FindQuery,
+        size: usize,
+    ) -> Result<Vec<StoredDoc>> {
+        self.find_docs(index, query, size).await
     }
 
     async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {

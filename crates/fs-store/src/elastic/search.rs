@@ -235,7 +235,7 @@ impl ElasticStore {
 }
 
 /// The query selecting a scope.
-fn scope_query(scope: &Scope) -> Value {
+pub(super) fn scope_query(scope: &Scope) -> Value {
     match scope {
         Scope::All => json!({ "match_all": {} }),
         Scope::Exact(p) => json!({ "term": { "path": p.as_str() } }),
@@ -308,7 +308,7 @@ fn scope_sort(scope: &Scope, paging: Paging) -> Value {
 }
 
 /// Reads the documents of a search answer.
-fn docs_of(context: &str, answer: &Value) -> Result<Vec<StoredDoc>> {
+pub(super) fn docs_of(context: &str, answer: &Value) -> Result<Vec<StoredDoc>> {
     answer["hits"]["hits"]
         .as_array()
         .ok_or_else(|| StoreError::Backend {

@@ -8,6 +8,7 @@
 mod ops;
 mod schema;
 mod scripted;
+mod text;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -344,6 +345,17 @@ impl DocStore for SqliteStore {
     async fn search(&self, index: &str, request: SearchRequest) -> Result<Page> {
         let index = index.to_owned();
         self.run(move |conn, nrt| ops::search(conn, nrt, &index, &request))
+            .await
+    }
+
+    async fn find(
+        &self,
+        index: &str,
+        query: &fs_model::FindQuery,
+        size: usize,
+    ) -> Result<Vec<StoredDoc>> {
+        let (index, query) = (index.to_owned(), query.clone());
+        self.run(move |conn, nrt| text::find(conn, nrt, &index, &query, size))
             .await
     }
 

@@ -53,7 +53,7 @@ fn parse_source(index: &str, id: &str, text: &str) -> Result<Value> {
 }
 
 /// Reads a row whose first columns are `id, seq_no, source` as a stored document.
-fn stored_doc(index: &str, row: &rusqlite::Row<'_>, context: &str) -> Result<StoredDoc> {
+pub(super) fn stored_doc(index: &str, row: &rusqlite::Row<'_>, context: &str) -> Result<StoredDoc> {
     let err = |e| sql_error(context, e);
     let id: String = row.get(0).map_err(err)?;
     let seq_no: i64 = row.get(1).map_err(err)?;
@@ -67,7 +67,7 @@ fn stored_doc(index: &str, row: &rusqlite::Row<'_>, context: &str) -> Result<Sto
 }
 
 /// Returns the index's last sequence number, or `IndexNotFound`.
-fn index_seq(conn: &Connection, index: &str) -> Result<i64> {
+pub(super) fn index_seq(conn: &Connection, index: &str) -> Result<i64> {
     conn.prepare_cached("SELECT seq FROM indices WHERE name = ?1")
         .and_then(|mut stmt| stmt.query_row([index], |row| row.get(0)).optional())
         .map_err(|e| sql_error(&format!("looking up index `{index}`"), e))?
@@ -455,7 +455,7 @@ impl<'c> Writer<'c> {
 }
 
 /// The `WHERE` clause (after `idx = ?`) and its bindings for a scope.
-fn scope_filter(scope: &Scope, binds: &mut Vec<SqlValue>) -> String {
+pub(super) fn scope_filter(scope: &Scope, binds: &mut Vec<SqlValue>) -> String {
     match scope {
         Scope::All => String::new(),
         Scope::Exact(p) => {

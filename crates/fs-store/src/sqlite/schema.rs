@@ -3,7 +3,8 @@
 //! `docs` holds the live documents, read by `get` and `mget` (realtime). In near-real-time mode
 //! searches read `searchable` instead, a copy brought up to date by `refresh`: every write
 //! records its id in `pending`, and a refresh copies exactly those documents over. In realtime
-//! mode searches read `docs` and neither extra table is written.
+//! mode searches read `docs` and neither extra table is written. The table searches read has
+//! a full-text index of the documents' `content` beside it (`text.rs`).
 
 use std::time::Duration;
 
@@ -90,8 +91,13 @@ pub(super) fn prepare(
         )
         .optional()
         .map_err(err)?;
-    tx.commit().map_err(err)?;
     let stored = stored.as_deref() == Some("true");
+    // The words of the content are indexed where searches read: the live table in realtime
+    // mode, the searchable copy in near-real-time mode.
+    let searched = if stored { SEARCHABLE } else { LIVE };
+    tx.execute_batch(&super::text::schema(searched))
+        .map_err(err)?;
+    tx.commit().map_err(err)?;
     if stored != near_real_time {
         return Err(StoreError::rejected(
             context,

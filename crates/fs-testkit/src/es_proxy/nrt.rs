@@ -352,6 +352,26 @@ pub(crate) async fn route(proxy: &Proxy, r: &Request, seg: &[&str]) -> Result<Re
             let (status, body) = forward(proxy, r).await?;
             Ok(passed_on(status, body))
         }
+        [index, "_mapping"] if m == Method::PUT && proxy.nrt.has_copy(&decode(index)) => {
+            // The copy takes the new fields too, or a strict one refuses documents that carry
+            // them at the next refresh.
+            let index = decode(index);
+            let (status, body) = forward(proxy, r).await?;
+            if (200..300).contains(&status) {
+                let copy = format!("/{}/_mapping", encode(&format!("{index}{COPY}")));
+                let (copy_status, answer) = proxy
+                    .upstream
+                    .json(Method::PUT, &copy, Some(&r.json_body()))
+                    .await?;
+                if !(200..300).contains(&copy_status) {
+                    return Err(format!(
+                        "extending the mapping of the searchable copy of {index}: HTTP \
+                         {copy_status} {answer}"
+                    ));
+                }
+            }
+            Ok(passed_on(status, body))
+        }
         [index, verb @ ("_search" | "_count")] => {
             let (status, body) = search(proxy, r, &decode(index), verb).await?;
             Ok(super::answer(code(status), body))

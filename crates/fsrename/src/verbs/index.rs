@@ -20,12 +20,19 @@ use crate::{EXIT_FAILED, EXIT_OK};
 /// How often progress is printed when stderr is not a terminal.
 const PLAIN_EVERY: Duration = Duration::from_secs(2);
 
+/// What `index` was asked to do, besides where.
+pub struct Options {
+    pub batch_size: usize,
+    pub prune: bool,
+    /// The largest file whose text is stored (`--content`), if any.
+    pub content: Option<u64>,
+}
+
 pub async fn run(
     cli: &Cli,
     dir: &Path,
     at: Option<&FsPath>,
-    batch_size: usize,
-    prune: bool,
+    options: &Options,
     json: bool,
 ) -> anyhow::Result<u8> {
     let at = match at {
@@ -34,9 +41,10 @@ pub async fn run(
     };
     let tree = open_tree(cli).await?;
     let options = IndexOptions {
-        batch_size,
-        prune,
+        batch_size: options.batch_size,
+        prune: options.prune,
         locks: lock_settings(cli, cli.lease),
+        content: options.content,
     };
     let (sink, bar) = progress();
     let report = index_dir(&tree, dir, &at, &options, Some(sink))
@@ -67,6 +75,7 @@ pub async fn watch(
     dir: &Path,
     at: Option<&FsPath>,
     (batch_size, debounce): (usize, Duration),
+    content: Option<u64>,
     json: bool,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<u8> {
@@ -80,6 +89,7 @@ pub async fn watch(
             batch_size,
             prune: true,
             locks: lock_settings(cli, cli.lease),
+            content,
         },
         debounce,
         ..WatchOptions::default()
@@ -200,6 +210,12 @@ fn print_summary(out: &mut Printer, r: &IndexReport) -> anyhow::Result<()> {
         "  documents: {} created, {} updated, {} unchanged, {} deleted",
         r.created, r.updated, r.unchanged, r.pruned
     ))?;
+    if r.texts > 0 {
+        out.line(format_args!(
+            "  text stored for {} files (fsrename find --text searches it)",
+            r.texts
+        ))?;
+    }
     if r.moves > 0 {
         out.line(format_args!(
             "  moved on disk: {} move(s) of {} documents, renamed in the store (ids kept)",

@@ -69,7 +69,7 @@ pub async fn run(cli: &Cli, path: &FsPath, options: &LsOptions) -> anyhow::Resul
     Ok(EXIT_OK)
 }
 
-fn print_entry(
+pub(super) fn print_entry(
     out: &mut Printer,
     entry: &Entry,
     full_path: bool,

@@ -2,6 +2,7 @@
 
 mod cp;
 mod demo;
+mod find;
 mod fsck;
 mod index;
 mod job;
@@ -38,6 +39,8 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
         batch_size,
         debounce,
         json,
+        content,
+        content_max,
         ..
     } = &cli.verb
     {
@@ -47,6 +50,7 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
             dir,
             at.as_ref(),
             (*batch_size, *debounce),
+            content.then_some(*content_max),
             *json,
             shutdown,
         )
@@ -87,8 +91,34 @@ async fn run_verb(cli: &Cli) -> anyhow::Result<u8> {
             batch_size,
             prune,
             json,
+            content,
+            content_max,
             ..
-        } => index::run(cli, dir, at.as_ref(), *batch_size, *prune, *json).await,
+        } => {
+            let options = index::Options {
+                batch_size: *batch_size,
+                prune: *prune,
+                content: content.then_some(*content_max),
+            };
+            index::run(cli, dir, at.as_ref(), &options, *json).await
+        }
+        Verb::Find {
+            path,
+            name,
+            text,
+            limit,
+            long,
+            json,
+        } => {
+            let options = find::FindOptions {
+                name: name.clone(),
+                text: text.clone(),
+                limit: *limit,
+                long: *long,
+                json: *json,
+            };
+            find::run(cli, path, &options).await
+        }
         Verb::Mkdir { parents, path } => make::mkdir(cli, path, *parents).await,
         Verb::Touch { path } => make::touch(cli, path).await,
         Verb::Mv { from, to, job } => mv::run(cli, from, to, job).await,

@@ -1,0 +1,87 @@
+//! `find`: the tree searched by name pattern and by the words of the content, in one request.
+
+use elasticsearch::SearchParts;
+use fs_model::FindQuery;
+use serde_json::{json, Value};
+
+use super::request::Retry;
+use super::search::{docs_of, scope_query};
+use super::ElasticStore;
+use crate::error::Result;
+use crate::types::{Scope, StoredDoc};
+
+impl ElasticStore {
+    pub(super) async fn find_docs(
+        &self,
+        index: &str,
+        query: &FindQuery,
+        size: usize,
+    ) -> Result<Vec<StoredDoc>> {
+        let context = format!("searching `{index}` by name and content");
+        let indices = [index];
+        let body = find_body(query, size);
+        let client = &self.inner.client;
+        let answer = self
+            .ok(&context, index, "", Retry::Always, || {
+                client
+                    .search(SearchParts::Index(&indices))
+                    .body(body.clone())
+                    .send()
+            })
+            .await?;
+        docs_of(&context, &answer)
+    }
+}
+
+/// The search body: the subtree and the name pattern as filters (a `regexp` that means what
+/// the pattern means: Elasticsearch 7's `wildcard` has no character classes), the words as a
+/// `match` that wants them all, which alone is scored.
+fn find_body(query: &FindQuery, size: usize) -> Value {
+    let mut filter = vec![scope_query(&Scope::Subtree(query.under.clone()))];
+    if let Some(glob) = &query.name {
+        filter.push(json!({ "regexp": { "name": { "value": glob.to_lucene_regexp() } } }));
+    }
+    let mut bool_query = json!({ "filter": filter });
+    let sort = if query.words.is_empty() {
+        json!([{ "path": "asc" }])
+    } else {
+        bool_query["must"] = json!([{ "match": { "content": {
+            "query": query.words.join(" "), "operator": "and"
+        } } }]);
+        json!([{ "_score": "desc" }, { "path": "asc" }])
+    };
+    json!({
+        "size": size,
+        "query": { "bool": bool_query },
+        "sort": sort,
+        "_source": { "excludes": ["content"] },
+        "seq_no_primary_term": true,
+        "track_total_hits": false
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fs_model::{FsPath, NameGlob};
+
+    #[test]
+    fn words_are_scored_and_names_filtered() {
+        let query = FindQuery::under(FsPath::parse("/clinton").expect("path"))
+            .name(NameGlob::parse("*.txt").expect("glob"))
+            .text("Quick fox");
+        let body = find_body(&query, 10);
+        assert_eq!(
+            body["query"]["bool"]["filter"][1]["regexp"]["name"]["value"],
+            r".*\.txt"
+        );
+        assert_eq!(
+            body["query"]["bool"]["must"][0]["match"]["content"]["query"],
+            "quick fox"
+        );
+        assert_eq!(body["sort"][0], json!({ "_score": "desc" }));
+        let by_name = find_body(&FindQuery::under(FsPath::root()), 10);
+        assert!(by_name["query"]["bool"].get("must").is_none());
+        assert_eq!(by_name["sort"], json!([{ "path": "asc" }]));
+    }
+}
