@@ -41,6 +41,21 @@ pub(super) fn plan(stored: Option<&FsDoc>, found: &FsDoc, content_max: Option<u6
     }
 }
 
+/// Whether the document `stored`, once a move puts it at `found`'s path, is up to date:
+/// [`plan`] with the path left out.
+pub(super) fn up_to_date_once_moved(
+    stored: &FsDoc,
+    found: &FsDoc,
+    content_max: Option<u64>,
+) -> bool {
+    let wants_text = !found.is_dir() && content_max.is_some_and(|max| found.size <= max);
+    stored.kind == found.kind
+        && stored.size == found.size
+        && stored.modified == found.modified
+        && stored.identity == found.identity
+        && !(wants_text && stored.content.is_none())
+}
+
 /// Reads the file at `local` as text: `None` if it is larger than `max` bytes (it may have
 /// grown since the walk), not UTF-8, or unreadable. Blocking.
 pub(super) fn read_text(local: &Path, max: u64) -> Option<String> {

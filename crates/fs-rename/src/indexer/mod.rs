@@ -4,14 +4,20 @@
 //!
 //! 1. the walk (`walk.rs`: walkdir on the blocking pool, never following symbolic links),
 //!    which records each entry's identity on disk (device and inode);
-//! 2. the moves (`moves.rs`): an identity found at a new path whose old path is gone was moved
-//!    on disk, and its document is renamed in the store (a tree-locked, journaled rename:
-//!    ids and every field kept), not deleted and created again;
-//! 3. under the tree lock on the target (no rename can move it, or anything above it,
-//!    meanwhile), existing documents are matched by path: unchanged ones left alone, changed
-//!    ones rewritten (conditional on the version read), new ones created;
+//! 2. under the tree lock on the target (no rename can move it, or anything above it,
+//!    meanwhile), one read of what the store holds there: an identity found at a new path
+//!    whose old path is gone was moved on disk (`moves.rs`). Documents are matched by path,
+//!    those the moves will carry by the path they will have: unchanged ones left alone,
+//!    changed ones rewritten (conditional on the version read), new ones created; what is
+//!    new or changed where the moves go is left for after them;
+//! 3. the moves: each document moved is renamed in the store (a tree-locked, journaled
+//!    rename: ids and every field kept), not deleted and created again; if they left
+//!    anything to do, a second pass like step 2 does it;
 //! 4. documents with no counterpart on disk are reported, and with `prune` deleted, a
 //!    journaled `rm -r` of each topmost one under its own tree locks (`prune.rs`).
+//!
+//! A directory moved, and nothing else changed, is thus one read of the target and one
+//! rename: the run costs the walk and the read more than the rename alone.
 //!
 //! `docs/indexing.md` describes what is and is not detected.
 
@@ -22,7 +28,7 @@ mod prune;
 mod walk;
 mod watch;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -201,24 +207,49 @@ async fn index_prepared(
         .await
         .map_err(|e| local(dir, &format!("the walk failed: {e}")))?;
 
-    let existing = existing_under(tree, at).await?;
-    let moves = moves::apply_moves(tree, (dir, at), &existing, &walked, options).await?;
-    drop(existing);
-    report.moves = moves.done.len() as u64;
-    report.moved = moves.done.iter().map(|m| m.documents).sum();
-    report.move_list = moves.done.into_iter().take(100).collect();
-    report.moves_failed = moves.failed;
-
+    // Step 2 and 3 at once, under the tree lock on the target: one read of what the store
+    // holds finds the moves, and brings up to date everything the moves do not carry.
     let client = options
         .locks
         .client(tree, format!("index {} as {at}", dir.display()));
     let guard = client.lock_tree(at).await?;
-    let stale = under_write_lock(
+    let locked = under_write_lock(
         tree,
         guard,
-        locked_index(tree, walked, (dir, at), options, progress, &mut report),
+        locked_index(
+            tree,
+            &walked,
+            (dir, at),
+            options,
+            progress,
+            &mut report,
+            true,
+        ),
     )
     .await?;
+    let mut stale = locked.stale;
+    if !locked.moves.is_empty() {
+        // The moves, each a rename under its own locks (which the target's lock would have
+        // kept out).
+        let moves = moves::apply_moves(
+            tree,
+            (dir, at),
+            (&locked.moves, locked.known),
+            &locked.present,
+            options,
+        )
+        .await?;
+        report.moves = moves.done.len() as u64;
+        report.moved = moves.done.iter().map(|m| m.documents).sum();
+        report.move_list = moves.done.into_iter().take(100).collect();
+        let failed = !moves.failed.is_empty();
+        report.moves_failed = moves.failed;
+        if locked.deferred || failed {
+            // What the moves did not bring up to date (entries new or changed inside what
+            // moved, a move that failed): a second pass, which reads the target again.
+            stale = second_pass(tree, &walked, (dir, at), options, &mut report).await?;
+        }
+    }
     report.stale = stale.len() as u64;
     if options.prune && !stale.is_empty() {
         report.pruned = prune::prune(tree, dir, stale, options, &mut report).await?;
@@ -247,37 +278,83 @@ fn local(path: &Path, message: &str) -> RenameError {
     }
 }
 
-/// Step 3, under the tree lock on `at`: creates and updates what the walk found, with the
-/// text of the files that need it read (see `content.rs`); returns the documents under `at`
-/// that it did not find (stale).
+/// What the locked pass found and left to do.
+struct Locked {
+    /// The moves found, to be made after the pass.
+    moves: Vec<moves::Planned>,
+    /// For each move, its source's subtree as read here, where the rename can use it.
+    known: Vec<Option<Vec<Entry>>>,
+    /// Entries the moves will not bring up to date (new or changed inside what moves): a
+    /// second pass is needed after them.
+    deferred: bool,
+    /// Paths the store holds after the pass, outside what moves.
+    present: HashSet<FsPath>,
+    /// Documents not on disk (at the path the moves will give them).
+    stale: Vec<Entry>,
+}
+
+/// Steps 2 and 3, under the tree lock on `at`: reads what the store holds under `at` and,
+/// with `find_moves`, finds the moves in it. Documents the moves will carry are matched with
+/// the walk at the path they will have, and left to the moves; entries new or changed in
+/// the moves' area are left to a second pass; everything else is created and updated here,
+/// with the text of the files that need it read (see `content.rs`).
 async fn locked_index(
     tree: &FsTree,
-    walked: Vec<Walked>,
+    walked: &[Walked],
     (dir, at): (&Path, &FsPath),
     options: &IndexOptions,
     progress: Option<IndexProgressSink>,
     report: &mut IndexReport,
-) -> Result<Vec<Entry>> {
+    find_moves: bool,
+) -> Result<Locked> {
     let mut existing = existing_under(tree, at).await?;
+    let planned = if find_moves {
+        moves::find_moves((dir, at), &existing, walked)
+    } else {
+        Vec::new()
+    };
+    let pairs = || planned.iter().map(|m| (&m.from, &m.to));
+    let in_area = |p: &FsPath| {
+        planned
+            .iter()
+            .any(|m| p.is_inside(&m.from) || p.is_inside(&m.to))
+    };
+    // The documents the moves carry, by the path they will have, as read (at their old
+    // path), each with whether the walk found it there.
+    let mut carried: HashMap<FsPath, (Entry, bool)> = HashMap::new();
+    if !planned.is_empty() {
+        let moving: Vec<(FsPath, FsPath)> = existing
+            .keys()
+            .filter_map(|p| {
+                let to = moves::after(pairs(), p);
+                (to != *p).then(|| (p.clone(), to))
+            })
+            .collect();
+        for (path, to) in moving {
+            if let Some(entry) = existing.remove(&path) {
+                carried.insert(to, (entry, false));
+            }
+        }
+    }
+    let mut deferred = false;
+    let mut present = HashSet::from([at.clone()]);
     let batch_size = options.batch_size.max(1);
     let mut walked_so_far = 0u64;
-    let mut items = walked.into_iter().peekable();
-    while items.peek().is_some() {
-        let batch: Vec<Walked> = items.by_ref().take(batch_size).collect();
+    for batch in walked.chunks(batch_size) {
         walked_so_far += batch.len() as u64;
         // What each entry needs; the files whose text is wanted are read together, off the
         // runtime's threads, before the batch is written.
-        let mut planned: Vec<(Option<Entry>, FsDoc, Plan)> = Vec::new();
+        let mut planned_writes: Vec<(Option<Entry>, FsDoc, Plan)> = Vec::new();
         for item in batch {
             let doc = match item {
                 Walked::Doc(doc) => doc,
                 Walked::Symlink(s) => {
                     report.symlinks += 1;
-                    report.skip(s);
+                    report.skip(s.clone());
                     continue;
                 }
                 Walked::Skipped(s) => {
-                    report.skip(s);
+                    report.skip(s.clone());
                     continue;
                 }
             };
@@ -287,23 +364,38 @@ async fn locked_index(
                 report.files += 1;
                 report.bytes += doc.size;
             }
-            let entry = existing.remove(&doc.path);
-            let plan = content::plan(entry.as_ref().map(|e| &e.doc), &doc, options.content);
-            if plan == Plan::Unchanged {
-                report.unchanged += 1;
+            if let Some((entry, found)) = carried.get_mut(&doc.path) {
+                *found = true;
+                if content::up_to_date_once_moved(&entry.doc, doc, options.content) {
+                    report.unchanged += 1;
+                } else {
+                    deferred = true;
+                }
                 continue;
             }
-            planned.push((entry, doc, plan));
+            if in_area(&doc.path) {
+                deferred = true;
+                continue;
+            }
+            let entry = existing.remove(&doc.path);
+            let plan = content::plan(entry.as_ref().map(|e| &e.doc), doc, options.content);
+            if plan == Plan::Unchanged {
+                report.unchanged += 1;
+                present.insert(doc.path.clone());
+                continue;
+            }
+            planned_writes.push((entry, doc.clone(), plan));
         }
-        let texts = read_texts(dir, at, &planned, options.content).await?;
+        let texts = read_texts(dir, at, &planned_writes, options.content).await?;
         let mut ops = Vec::new();
         let mut paths = Vec::new();
-        for ((entry, doc, plan), text) in planned.into_iter().zip(texts) {
+        for ((entry, doc, plan), text) in planned_writes.into_iter().zip(texts) {
             let had_text = text.is_some();
             let doc = match (plan, entry) {
                 // The file holds no text: its document stays as it is.
                 (Plan::Fill, _) if !had_text => {
                     report.unchanged += 1;
+                    present.insert(doc.path);
                     continue;
                 }
                 (_, Some(entry)) => {
@@ -344,12 +436,13 @@ async fn locked_index(
                             report.updated += 1;
                         }
                         report.texts += u64::from(had_text);
+                        present.insert(path);
                     }
                     Err(e) => {
                         report.failed += 1;
                         report.skip(Skipped {
                             path: path.to_string(),
-                            reason: format!("the store refused it: {e}"),
+                            reason: format!("{REFUSED}: {e}"),
                         });
                     }
                 }
@@ -363,7 +456,121 @@ async fn locked_index(
         }
     }
     tree.refresh().await?;
-    Ok(existing.into_values().collect())
+    // Not on disk: what is left of the store's documents, those the moves carry at the path
+    // they will have.
+    let mut stale: Vec<Entry> = existing.into_values().collect();
+    let mut carried_as_read = Vec::with_capacity(carried.len());
+    for (to, (entry, found)) in carried {
+        if !found {
+            stale.push(Entry {
+                doc: placed(entry.doc.clone(), to),
+                ..entry.clone()
+            });
+        }
+        carried_as_read.push(entry);
+    }
+    let known = known_subtrees(tree, &planned, carried_as_read);
+    Ok(Locked {
+        moves: planned,
+        known,
+        deferred,
+        present,
+        stale,
+    })
+}
+
+/// For each of `planned`, the documents of its source's subtree as `existing` holds them,
+/// for the rename to write without reading them again ([`Renamer`] counts them under its
+/// locks, and reads them if anything changed): only for a move whose subtree no move before
+/// it touches (else the versions read are not those it will find), and only on a store that
+/// makes several writes in one transaction, where the rename's writes of known documents
+/// cost what its pipelined scan does; on Elasticsearch the scan overlaps its reads with its
+/// writes, and reading again costs less than writing one page at a time.
+///
+/// [`Renamer`]: crate::Renamer
+fn known_subtrees(
+    tree: &FsTree,
+    planned: &[moves::Planned],
+    carried: Vec<Entry>,
+) -> Vec<Option<Vec<Entry>>> {
+    let mut known: Vec<Option<Vec<Entry>>> = vec![None; planned.len()];
+    if !tree.store().chains_bulk() {
+        return known;
+    }
+    let touches = |a: &FsPath, b: &FsPath| a.is_inside(b) || b.is_inside(a);
+    for (k, m) in planned.iter().enumerate() {
+        let untouched = planned[..k]
+            .iter()
+            .all(|e| !touches(&m.from, &e.from) && !touches(&m.from, &e.to));
+        if untouched {
+            known[k] = Some(Vec::new());
+        }
+    }
+    // Each document goes with the first move whose source holds it: an untouched move's
+    // documents are no earlier move's.
+    for entry in carried {
+        let first = planned
+            .iter()
+            .position(|m| entry.doc.path.is_inside(&m.from));
+        if let Some(Some(entries)) = first.and_then(|k| known.get_mut(k)) {
+            entries.push(entry);
+        }
+    }
+    for entries in known.iter_mut().flatten() {
+        entries.sort_unstable_by(|a, b| a.doc.path.cmp(&b.doc.path));
+    }
+    known
+}
+
+/// `doc` as a rename puts it at `path`: the path and what derives from it changed, the rest
+/// kept.
+fn placed(doc: FsDoc, path: FsPath) -> FsDoc {
+    FsDoc {
+        parent: path.parent(),
+        name: path.name().to_owned(),
+        depth: path.depth(),
+        path,
+        ..doc
+    }
+}
+
+/// The reason given for an entry the store refused to write.
+const REFUSED: &str = "the store refused it";
+
+/// The pass after the moves, when they left entries to bring up to date: the whole target
+/// read again under its tree lock, and what is not up to date written. Returns what is
+/// stale. Its counts are added to `report` (what the first pass wrote, this one finds
+/// unchanged).
+async fn second_pass(
+    tree: &FsTree,
+    walked: &[Walked],
+    (dir, at): (&Path, &FsPath),
+    options: &IndexOptions,
+    report: &mut IndexReport,
+) -> Result<Vec<Entry>> {
+    let mut again = IndexReport::default();
+    let client = options
+        .locks
+        .client(tree, format!("index {} as {at}", dir.display()));
+    let guard = client.lock_tree(at).await?;
+    let locked = under_write_lock(
+        tree,
+        guard,
+        locked_index(tree, walked, (dir, at), options, None, &mut again, false),
+    )
+    .await?;
+    let first_wrote = report.created + report.updated;
+    report.created += again.created;
+    report.updated += again.updated;
+    report.texts += again.texts;
+    report.failed += again.failed;
+    report.unchanged = again.unchanged.saturating_sub(first_wrote);
+    for skipped in again.skipped {
+        if skipped.reason.starts_with(REFUSED) {
+            report.skip(skipped);
+        }
+    }
+    Ok(locked.stale)
 }
 
 /// Reads the text of each planned file that wants it, on the blocking pool; `None` for the

@@ -1,7 +1,7 @@
 //! Moves on disk become renames in the store.
 //!
-//! Before anything is written, the walk is matched against what the store holds under the
-//! target: an entry whose identity (device, inode, kind; for files also size and
+//! The walk is matched against what the store holds under the target (read once, under the
+//! tree lock on the target, see `mod.rs`): an entry whose identity (device, inode, kind; for files also size and
 //! modification time, which tell a reused inode from the same file) belongs to a document at
 //! another path, whose own path is gone from disk (or holds another file now), was moved. The
 //! document is renamed there with [`Renamer`]: under tree locks, journaled and recoverable like
@@ -14,7 +14,7 @@
 //! taken, say) is reported and left to the rest of the run: the new path is created, and the
 //! old one is stale (deleted with `--prune`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -63,11 +63,21 @@ fn gone_from_disk(root: &Path, at: &FsPath, path: &FsPath, identity: Identity) -
     }
 }
 
-/// Where a document that was at `path` is after `moves`, in order.
-fn after(moves: &[Move], path: &FsPath) -> FsPath {
-    moves.iter().fold(path.clone(), |path, m| {
-        if path.is_inside(&m.from) {
-            path.rebase(&m.from, &m.to).unwrap_or(path)
+/// A move found: the document at `from` (where the moves before it put it) goes to `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Planned {
+    pub from: FsPath,
+    pub to: FsPath,
+}
+
+/// Where a document that was at `path` is after `moves` (done or planned), in order.
+pub(super) fn after<'m>(
+    moves: impl IntoIterator<Item = (&'m FsPath, &'m FsPath)>,
+    path: &FsPath,
+) -> FsPath {
+    moves.into_iter().fold(path.clone(), |path, (from, to)| {
+        if path.is_inside(from) {
+            path.rebase(from, to).unwrap_or(path)
         } else {
             path
         }
@@ -75,18 +85,12 @@ fn after(moves: &[Move], path: &FsPath) -> FsPath {
 }
 
 /// Finds the moves between `existing` (the store under `at`, by path) and `walked` (the disk,
-/// parents first), and applies them as renames.
-///
-/// # Errors
-/// Store failures while creating a destination's parent; a rename's own failure is reported
-/// in [`Moves::failed`], not returned.
-pub(super) async fn apply_moves(
-    tree: &FsTree,
+/// parents first), in the order they are to be made: a directory before what moved out of it.
+pub(super) fn find_moves(
     (root, at): (&Path, &FsPath),
     existing: &HashMap<FsPath, Entry>,
     walked: &[Walked],
-    options: &IndexOptions,
-) -> Result<Moves> {
+) -> Vec<Planned> {
     let mut on_disk: HashMap<Identity, usize> = HashMap::new();
     for item in walked {
         if let Walked::Doc(FsDoc {
@@ -106,7 +110,7 @@ pub(super) async fn apply_moves(
                 .or_insert(Some(entry));
         }
     }
-    let mut moves = Moves::default();
+    let mut planned: Vec<Planned> = Vec::new();
     for item in walked {
         let Walked::Doc(found) = item else { continue };
         let Some(identity) = found.identity else {
@@ -124,37 +128,171 @@ pub(super) async fn apply_moves(
         if !gone_from_disk(root, at, &entry.doc.path, identity) {
             continue; // still there: a copy, not a move
         }
-        let from = after(&moves.done, &entry.doc.path);
+        // From where the moves before it put it: a file moved out of a directory that moved
+        // is renamed from inside the directory's new place.
+        let from = after(planned.iter().map(|m| (&m.from, &m.to)), &entry.doc.path);
         if from == found.path {
             continue; // moved with a directory already renamed
         }
-        if let Some(parent) = found.path.parent() {
-            // A destination in a directory new on disk: made now, indexed fully later.
-            mkdir(tree, &options.locks, &parent, true).await?;
+        planned.push(Planned {
+            from,
+            to: found.path.clone(),
+        });
+    }
+    planned
+}
+
+/// Applies the `planned` moves as renames, in order. `present` holds paths known to be in the
+/// store (a destination's parent among them needs no `mkdir -p`).
+///
+/// # Errors
+/// Store failures while creating a destination's parent; a rename's own failure is reported
+/// in [`Moves::failed`], not returned.
+pub(super) async fn apply_moves(
+    tree: &FsTree,
+    (root, at): (&Path, &FsPath),
+    (planned, known): (&[Planned], Vec<Option<Vec<Entry>>>),
+    present: &HashSet<FsPath>,
+    options: &IndexOptions,
+) -> Result<Moves> {
+    let mut moves = Moves::default();
+    let mut known = known.into_iter();
+    for plan in planned {
+        let subtree = known.next().flatten();
+        // If a move before it failed, its source is not there: this rename fails too, and
+        // the second pass indexes what the moves did not bring up to date.
+        let (from, to) = (plan.from.clone(), &plan.to);
+        match to.parent() {
+            Some(parent) if !present.contains(&parent) && parent != *at => {
+                // A destination in a directory the store does not hold yet (new on disk,
+                // inside a directory moved): made now, indexed fully later.
+                mkdir(tree, &options.locks, &parent, true).await?;
+            }
+            _ => {}
         }
-        let renamer = Renamer::builder(Arc::clone(tree.store()), tree.index())
+        let mut renamer = Renamer::builder(Arc::clone(tree.store()), tree.index())
             .lease(options.locks.lease)
             .wait(options.locks.wait)
             .lock_protocol(options.locks.protocol)
-            .holder(format!(
-                "index {}: mv {from} {}",
-                root.display(),
-                found.path
-            ))
-            .build();
-        match renamer.rename(&from, &found.path).await {
+            .holder(format!("index {}: mv {from} {to}", root.display()));
+        if let Some(entries) = subtree {
+            renamer = renamer.known_subtree(entries);
+        }
+        let renamer = renamer.build();
+        match renamer.rename(&from, to).await {
             Ok(report) => {
-                tracing::info!(%from, to = %found.path, documents = report.rewritten, "moved on disk: renamed in the store");
+                tracing::info!(%from, %to, documents = report.rewritten, "moved on disk: renamed in the store");
                 moves.done.push(Move {
                     from,
-                    to: found.path.clone(),
+                    to: to.clone(),
                     documents: report.rewritten,
                 });
             }
             Err(e) => moves
                 .failed
-                .push(format!("{from} → {}: {e} (indexed as new)", found.path)),
+                .push(format!("{from} → {to}: {e} (indexed as new)")),
         }
     }
     Ok(moves)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use fs_model::{FsDoc, FsPath};
+    use fs_store::{SharedStore, SqliteStore};
+
+    use crate::job::Renamer;
+    use crate::tree::{Entry, FsTree};
+
+    fn p(s: &str) -> FsPath {
+        FsPath::parse(s).expect("path")
+    }
+
+    async fn tree_with(paths: &[&str]) -> FsTree {
+        let store: SharedStore = Arc::new(SqliteStore::in_memory().expect("store"));
+        let tree = FsTree::new(store, "fs");
+        tree.ensure_indices().await.expect("indices");
+        let docs = paths
+            .iter()
+            .map(|s| {
+                if s.ends_with(".txt") {
+                    FsDoc::file(p(s), 1, 0)
+                } else {
+                    FsDoc::dir(p(s), 0)
+                }
+            })
+            .collect();
+        tree.insert_all(docs).await.expect("insert");
+        tree.refresh().await.expect("refresh");
+        tree
+    }
+
+    async fn under(tree: &FsTree, path: &str) -> Vec<Entry> {
+        let mut all = Vec::new();
+        tree.for_each_page(&p(path), 100, |page| {
+            all.extend(page);
+            Ok(())
+        })
+        .await
+        .expect("read");
+        all
+    }
+
+    async fn paths(tree: &FsTree) -> Vec<String> {
+        let mut all: Vec<String> = under(tree, "/")
+            .await
+            .into_iter()
+            .map(|e| e.doc.path.to_string())
+            .collect();
+        all.sort();
+        all
+    }
+
+    /// A rename given its subtree as read writes it without reading it again; one that finds
+    /// the subtree changed since (a document added) reads it as usual, and moves it all.
+    #[tokio::test]
+    async fn a_known_subtree_is_used_only_while_it_is_what_the_store_holds() {
+        let tree = tree_with(&["/a", "/a/x.txt", "/a/y.txt", "/a/d", "/a/d/z.txt"]).await;
+        let known = under(&tree, "/a").await;
+        let renamer = Renamer::builder(Arc::clone(tree.store()), tree.index())
+            .known_subtree(known)
+            .build();
+        let report = renamer.rename(&p("/a"), &p("/b")).await.expect("rename");
+        assert_eq!(report.rewritten, 5);
+        assert_eq!(
+            paths(&tree).await,
+            ["/b", "/b/d", "/b/d/z.txt", "/b/x.txt", "/b/y.txt"]
+        );
+
+        let stale = under(&tree, "/b").await;
+        tree.insert_all(vec![FsDoc::file(p("/b/new.txt"), 1, 0)])
+            .await
+            .expect("insert");
+        tree.refresh().await.expect("refresh");
+        let renamer = Renamer::builder(Arc::clone(tree.store()), tree.index())
+            .known_subtree(stale)
+            .build();
+        let report = renamer.rename(&p("/b"), &p("/c")).await.expect("rename");
+        assert_eq!(report.rewritten, 6, "the added document moved too");
+        assert_eq!(
+            paths(&tree).await,
+            [
+                "/c",
+                "/c/d",
+                "/c/d/z.txt",
+                "/c/new.txt",
+                "/c/x.txt",
+                "/c/y.txt"
+            ]
+        );
+        assert_eq!(
+            tree.store()
+                .count(tree.index(), &fs_store::Scope::All)
+                .await
+                .ok(),
+            Some(6)
+        );
+    }
 }

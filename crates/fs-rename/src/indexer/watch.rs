@@ -467,11 +467,12 @@ impl Applier<'_> {
             else {
                 continue;
             };
+            let planned = super::moves::find_moves((self.root, self.at), &gone, &walked);
             match super::moves::apply_moves(
                 self.tree,
                 (self.root, self.at),
-                &gone,
-                &walked,
+                (&planned, Vec::new()),
+                &HashSet::new(),
                 &self.options.index,
             )
             .await

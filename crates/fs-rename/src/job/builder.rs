@@ -33,6 +33,8 @@ pub struct RenamerBuilder {
     /// clones of the renamer): the scripts are stored once, not once per job.
     pub(super) protocol_memo: ProtocolMemo,
     pub(super) cancel: Option<tokio::sync::watch::Receiver<bool>>,
+    /// The source's subtree as the caller read it (see [`RenamerBuilder::known_subtree`]).
+    pub(super) known: Option<Arc<Vec<crate::tree::Entry>>>,
 }
 
 impl RenamerBuilder {
@@ -110,6 +112,17 @@ impl RenamerBuilder {
         self
     }
 
+    /// Gives a rename the documents of its source's subtree as the caller read them, with
+    /// their versions: under its locks the job counts the subtree instead of reading it, and
+    /// if the count agrees, writes these conditionally on the versions given. A document
+    /// changed since makes its write fail (the job stops, and recovery finishes it from a
+    /// fresh read); one added since makes the count differ, and the job reads the subtree as
+    /// usual. For the indexer, which has read the subtree already to find the move.
+    pub(crate) fn known_subtree(mut self, entries: Vec<crate::tree::Entry>) -> RenamerBuilder {
+        self.known = Some(Arc::new(entries));
+        self
+    }
+
     /// Returns the renamer.
     pub fn build(self) -> Renamer {
         Renamer { config: self }
@@ -134,6 +147,7 @@ impl Renamer {
             protocol: LockProtocol::Auto,
             protocol_memo: ProtocolMemo::new(),
             cancel: None,
+            known: None,
         }
     }
 }

@@ -164,7 +164,18 @@ impl Renamer {
         if !locked {
             tree.refresh().await?;
         }
-        let checked = task.check(tree, self.config.page_size).await?;
+        // A subtree the caller read already (see `RenamerBuilder::known_subtree`): the check
+        // reads no more of it than the first document, which tells the source exists.
+        let known = match task {
+            Task::Rename { .. } if locked => self.config.known.as_ref(),
+            _ => None,
+        };
+        let page_size = if known.is_some() {
+            1
+        } else {
+            self.config.page_size
+        };
+        let checked = task.check(tree, page_size).await?;
         report.phases.checking += started.elapsed();
         // How many documents lie under the source: what the check read, if it read them all;
         // else counted, beside the journal entry in a locked job (only progress needs it).
@@ -196,7 +207,25 @@ impl Renamer {
         }
         // Read under the locks, the subtree stays as it is until they are released: a rename
         // writes what the check read (all of it, or its first page) without reading it again.
+        let known = match known {
+            Some(known) if !checked.whole => {
+                let counted = tree.count_under(task.from()).await?;
+                (counted == known.len() as u64).then_some(known)
+            }
+            _ => None,
+        };
         let read = match task {
+            Task::Rename { .. } if known.is_some() => {
+                let known: Vec<Entry> = known.map(|k| k.to_vec()).unwrap_or_default();
+                let _ = total.set(known.len() as u64);
+                self.emit(RenameEvent::Checked {
+                    total: known.len() as u64,
+                });
+                Read {
+                    known: Some(known),
+                    first: Vec::new(),
+                }
+            }
             Task::Rename { .. } if checked.whole => Read {
                 known: Some(
                     checked

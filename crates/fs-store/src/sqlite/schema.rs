@@ -69,6 +69,11 @@ pub(super) fn prepare(
     // NORMAL in WAL mode: a process crash loses nothing committed; a power cut may lose the
     // last commits but never corrupts the file. FULL also survives that, at an fsync a commit.
     let sync = if synchronous_full { "FULL" } else { "NORMAL" };
+    // The full-text index's triggers make every write statement keep a statement journal
+    // (a write that may fail half-way must be undone alone): in memory, not in a temporary
+    // file written at each statement.
+    conn.execute_batch("PRAGMA temp_store = MEMORY;")
+        .map_err(err)?;
     conn.execute_batch(&format!("PRAGMA synchronous = {sync};"))
         .map_err(err)?;
     let tx = conn
