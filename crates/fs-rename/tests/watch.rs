@@ -6,8 +6,8 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,8 @@ use fs_rename::{
     WatchSink,
 };
 use fs_store::{Scan, Scope};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use tokio::sync::oneshot;
 
 /// Held while a watch is created: the overflow test shrinks the kernel's queue for the watch
@@ -429,6 +431,337 @@ async fn the_watcher_keeps_the_text_of_files(env: Env) {
     );
     watching.stop().await;
     assert_eq!(locks_left(&env).await, 0);
+}
+
+fn seed() -> u64 {
+    let seed = std::env::var("FSRENAME_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("seed {seed} (replay with FSRENAME_TEST_SEED={seed})");
+    seed
+}
+
+/// Every path under `root`, directories and files apart (`root` itself left out).
+fn entries(root: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let (mut dirs, mut files) = (Vec::new(), Vec::new());
+    for entry in walkdir::WalkDir::new(root).min_depth(1) {
+        let entry = entry.expect("walk");
+        if entry.file_type().is_dir() {
+            dirs.push(entry.into_path());
+        } else {
+            files.push(entry.into_path());
+        }
+    }
+    (dirs, files)
+}
+
+/// Ids of the entries present at the start, by local path: followed through moves, dropped
+/// by deletions, overwrites and moves out.
+type Kept = HashMap<PathBuf, String>;
+
+fn rebase(kept: &mut Kept, from: &Path, to: &Path) {
+    let moved: Vec<(PathBuf, String)> = kept
+        .iter()
+        .filter(|(p, _)| p.starts_with(from))
+        .map(|(p, id)| (p.clone(), id.clone()))
+        .collect();
+    for (path, id) in moved {
+        kept.remove(&path);
+        if let Ok(rest) = path.strip_prefix(from) {
+            kept.insert(rebased(to, rest), id);
+        }
+    }
+}
+
+/// `to` followed by `rest`, without the trailing slash `Path::join("")` adds.
+fn rebased(to: &Path, rest: &Path) -> PathBuf {
+    if rest.as_os_str().is_empty() {
+        to.to_owned()
+    } else {
+        to.join(rest)
+    }
+}
+
+fn forget(kept: &mut Kept, gone: &Path) {
+    kept.retain(|p, _| !p.starts_with(gone));
+}
+
+/// What the script knows is on disk, so that it never has to look (a walk opens every
+/// directory, and each open is an event of the watch: a thousand walks would flood it).
+#[derive(Default)]
+struct Disk {
+    dirs: BTreeSet<PathBuf>,
+    files: BTreeSet<PathBuf>,
+    /// Entries moved out, directly in `outside`.
+    out: Vec<PathBuf>,
+}
+
+impl Disk {
+    fn of(root: &Path) -> Disk {
+        let (dirs, files) = entries(root);
+        Disk {
+            dirs: dirs.into_iter().collect(),
+            files: files.into_iter().collect(),
+            out: Vec::new(),
+        }
+    }
+
+    fn remove_under(&mut self, gone: &Path) {
+        self.dirs.retain(|p| !p.starts_with(gone));
+        self.files.retain(|p| !p.starts_with(gone));
+    }
+
+    fn rebase(&mut self, from: &Path, to: &Path) {
+        let move_all = |set: &mut BTreeSet<PathBuf>| {
+            let moved: Vec<PathBuf> = set
+                .iter()
+                .filter(|p| p.starts_with(from))
+                .cloned()
+                .collect();
+            for path in moved {
+                set.remove(&path);
+                if let Ok(rest) = path.strip_prefix(from) {
+                    set.insert(rebased(to, rest));
+                }
+            }
+        };
+        move_all(&mut self.dirs);
+        move_all(&mut self.files);
+    }
+}
+
+/// One random operation of the script.
+fn step(
+    rng: &mut StdRng,
+    (root, outside): (&Path, &Path),
+    n: usize,
+    disk: &mut Disk,
+    kept: &mut Kept,
+) {
+    let dirs: Vec<PathBuf> = disk.dirs.iter().cloned().collect();
+    let files: Vec<PathBuf> = disk.files.iter().cloned().collect();
+    let pick = |rng: &mut StdRng, v: &[PathBuf]| v[rng.random_range(0..v.len())].clone();
+    let any_dir = |rng: &mut StdRng| {
+        if dirs.is_empty() || rng.random_bool(0.1) {
+            root.to_owned()
+        } else {
+            pick(rng, &dirs)
+        }
+    };
+    match rng.random_range(0..100) {
+        0..=19 => {
+            let file = any_dir(rng).join(format!("n{n}"));
+            std::fs::write(&file, b"new").expect("create");
+            disk.files.insert(file);
+        }
+        20..=34 if !files.is_empty() => {
+            let file = pick(rng, &files);
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&file)
+                .expect("open");
+            std::io::Write::write_all(&mut f, b" more").expect("write");
+        }
+        35..=44 => {
+            let dir = any_dir(rng).join(format!("m{n}"));
+            std::fs::create_dir(&dir).expect("mkdir");
+            disk.dirs.insert(dir);
+        }
+        45..=59 if !files.is_empty() => {
+            let (file, dir) = (pick(rng, &files), any_dir(rng));
+            let to = dir.join(format!("v{n}"));
+            std::fs::rename(&file, &to).expect("mv file");
+            rebase(kept, &file, &to);
+            disk.rebase(&file, &to);
+        }
+        60..=69 if !dirs.is_empty() => {
+            let (dir, into) = (pick(rng, &dirs), any_dir(rng));
+            if into.starts_with(&dir) {
+                return;
+            }
+            let to = into.join(format!("r{n}"));
+            std::fs::rename(&dir, &to).expect("mv dir");
+            rebase(kept, &dir, &to);
+            disk.rebase(&dir, &to);
+        }
+        70..=79 if !files.is_empty() => {
+            let file = pick(rng, &files);
+            std::fs::remove_file(&file).expect("rm");
+            forget(kept, &file);
+            disk.remove_under(&file);
+        }
+        80..=84 if !dirs.is_empty() => {
+            let dir = pick(rng, &dirs);
+            std::fs::remove_dir_all(&dir).expect("rm -r");
+            forget(kept, &dir);
+            disk.remove_under(&dir);
+        }
+        85..=92 if !dirs.is_empty() || !files.is_empty() => {
+            // Out of the tree.
+            let what = if files.is_empty() || (!dirs.is_empty() && rng.random_bool(0.3)) {
+                pick(rng, &dirs)
+            } else {
+                pick(rng, &files)
+            };
+            let to = outside.join(format!("o{n}"));
+            std::fs::rename(&what, &to).expect("mv out");
+            forget(kept, &what);
+            disk.remove_under(&what);
+            disk.out.push(to);
+        }
+        93..=99 if !disk.out.is_empty() => {
+            // Into the tree: what is under it is learnt before (outside is not watched).
+            let what = disk.out.swap_remove(rng.random_range(0..disk.out.len()));
+            let (inner_dirs, inner_files) = if what.is_dir() {
+                entries(&what)
+            } else {
+                (Vec::new(), Vec::new())
+            };
+            let to = any_dir(rng).join(format!("i{n}"));
+            std::fs::rename(&what, &to).expect("mv in");
+            let place = |p: PathBuf| p.strip_prefix(&what).map(|rest| rebased(&to, rest)).ok();
+            if what_is_dir(&to) {
+                disk.dirs.insert(to.clone());
+            } else {
+                disk.files.insert(to.clone());
+            }
+            disk.dirs.extend(inner_dirs.into_iter().filter_map(place));
+            disk.files.extend(inner_files.into_iter().filter_map(place));
+        }
+        _ => {}
+    }
+}
+
+fn what_is_dir(path: &Path) -> bool {
+    path.symlink_metadata().is_ok_and(|m| m.is_dir())
+}
+
+async fn a_random_script_ends_where_a_fresh_index_would(env: Env) {
+    let seed = seed();
+    let work = tempfile::tempdir().expect("temp dir");
+    let (root, outside) = (work.path().join("tree"), work.path().join("outside"));
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    build(&root, 100, 99); // 10 000 entries with the root
+                           // Rename jobs elsewhere in the store all along: /other.
+    let other = tree_with(
+        &env,
+        &[("/other", true), ("/other/a", true), ("/other/a/f", false)],
+    )
+    .await;
+    let options = WatchOptions {
+        debounce: Duration::from_millis(100),
+        ..WatchOptions::default()
+    };
+    let watching = {
+        let _creating = CREATING.lock().await;
+        Watching::start(&env, &root, options).await
+    };
+    let root = std::fs::canonicalize(&root).expect("canonical");
+    let by_path: BTreeMap<String, String> = paths_by_id(&env)
+        .await
+        .into_iter()
+        .map(|(id, path)| (path, id))
+        .collect();
+    let mut kept: Kept = entries(&root)
+        .0
+        .into_iter()
+        .chain(entries(&root).1)
+        .filter_map(|local| {
+            let rel = local.strip_prefix(&root).ok()?.to_str()?.to_owned();
+            Some((local, by_path.get(&format!("/w/{rel}"))?.clone()))
+        })
+        .collect();
+    assert_eq!(kept.len(), 10_000);
+
+    let (jobs_stop, mut jobs_stopped) = tokio::sync::watch::channel(false);
+    let jobs_env = env.clone();
+    let jobs = tokio::spawn(async move {
+        let renamer = Renamer::builder(Arc::clone(&jobs_env.store), jobs_env.index.clone()).build();
+        let mut n = 0u32;
+        let (mut from, mut renamed) = (p("/other/a"), 0u32);
+        while !*jobs_stopped.borrow_and_update() {
+            let to = p(&format!("/other/b{n}"));
+            renamer
+                .rename(&from, &to)
+                .await
+                .expect("a rename elsewhere");
+            from = to;
+            n += 1;
+            renamed += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        renamed
+    });
+
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut disk = Disk::of(&root);
+    let outside = std::fs::canonicalize(&outside).expect("canonical");
+    let started = Instant::now();
+    for n in 0..1_000 {
+        step(&mut rng, (&root, &outside), n, &mut disk, &mut kept);
+        if n % 100 == 99 {
+            tokio::task::yield_now().await;
+        }
+    }
+    let script = started.elapsed();
+    watching.settle(Duration::from_millis(1_500)).await;
+    let caught_up = started.elapsed();
+    jobs_stop.send_replace(true);
+    let renamed = jobs.await.expect("jobs");
+    let report = watching.stop().await;
+    println!(
+        "script {script:?}, caught up after {caught_up:?}; {} batches: {} renames, {} directories indexed, {} files, {} removed, {} rescans; {renamed} renames elsewhere",
+        report.batches, report.renames, report.indexed, report.files, report.removed, report.rescans
+    );
+    assert_eq!(report.failures, 0);
+    // A rescan loses what the dropped events said: a file moved and then written in that
+    // window is a new file to it (see docs/indexing.md). Nothing here overflows the queue.
+    assert_eq!(report.rescans, 0, "seed {seed}: the queue overflowed");
+    assert_like_a_fresh_index(&env, &root).await;
+    let ids = paths_by_id(&env).await;
+    let mut checked = 0;
+    for (local, id) in &kept {
+        let Ok(rel) = local.strip_prefix(&root) else {
+            continue;
+        };
+        let Some(rel) = rel.to_str() else { continue };
+        assert_eq!(
+            ids.get(id).map(String::as_str),
+            Some(format!("/w/{rel}").as_str()),
+            "seed {seed}: {id} (was it moved with its id?)"
+        );
+        checked += 1;
+    }
+    println!("{checked} entries moved or untouched kept their ids");
+    assert_eq!(other.count_under(&p("/other")).await.expect("count"), 3);
+    let fsck = fsck(Arc::clone(&env.store), &env.index, &FsPath::root())
+        .await
+        .expect("fsck");
+    assert!(fsck.is_clean(), "seed {seed}: {fsck}");
+    assert_eq!(locks_left(&env).await, 0);
+}
+
+/// The random script, on each store. Not run by default: about one run in three still ends
+/// with an entry too many (a file moved out of a directory moved in, before its watch was in
+/// place) or a moved entry with a new id (see `docs/indexing.md`, "Not yet"); on osmem the
+/// watcher takes minutes to catch up. `cargo test -p fs-rename --test watch -- --ignored`.
+mod random {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "fails about one run in three (issue 18: ids of some moves, a stale entry)"]
+    async fn embedded() {
+        let env = super::common::Env::new(fs_testkit::Backend::Embedded);
+        super::a_random_script_ends_where_a_fresh_index_would(env.clone()).await;
+        env.finish();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "fails about one run in three, and takes minutes on osmem (issue 18)"]
+    async fn osmem() {
+        let env = super::common::Env::new(fs_testkit::Backend::Osmem);
+        super::a_random_script_ends_where_a_fresh_index_would(env.clone()).await;
+        env.finish();
+    }
 }
 
 on_every_backend!(

@@ -189,6 +189,25 @@ async fn index_prepared(
     options: &IndexOptions,
     progress: Option<IndexProgressSink>,
 ) -> Result<IndexReport> {
+    let started = Instant::now();
+    let (mut report, stale) = index_unpruned(tree, dir, at, options, progress).await?;
+    if options.prune && !stale.is_empty() {
+        report.pruned = prune::prune(tree, dir, stale, options, &mut report).await?;
+        tree.refresh().await?;
+    }
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// Steps 1 to 3 of [`index_prepared`]; returns the report and what is stale, whatever
+/// `options.prune` says (the watcher decides for itself when to remove what it found gone).
+async fn index_unpruned(
+    tree: &FsTree,
+    dir: &Path,
+    at: &FsPath,
+    options: &IndexOptions,
+    progress: Option<IndexProgressSink>,
+) -> Result<(IndexReport, Vec<Entry>)> {
     let meta = std::fs::metadata(dir).map_err(|e| local(dir, &e.to_string()))?;
     if !meta.is_dir() {
         return Err(local(dir, "not a directory"));
@@ -251,12 +270,9 @@ async fn index_prepared(
         }
     }
     report.stale = stale.len() as u64;
-    if options.prune && !stale.is_empty() {
-        report.pruned = prune::prune(tree, dir, stale, options, &mut report).await?;
-    }
     tree.refresh().await?;
     report.elapsed = started.elapsed();
-    Ok(report)
+    Ok((report, stale))
 }
 
 /// The documents under `at`, by path, as the store has them now.

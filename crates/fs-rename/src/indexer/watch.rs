@@ -183,19 +183,30 @@ pub async fn watch_dir(
         at,
         options,
         recent: std::collections::VecDeque::new(),
+        postponed: std::sync::Mutex::default(),
+        confirmed: HashSet::new(),
+        recheck: std::sync::Mutex::default(),
+        rechecking: HashSet::new(),
     };
     tokio::pin!(stop);
     loop {
+        // Removals waiting for the next batch get one after the debounce, events or not.
+        let waiting = applier.has_postponed();
         let first = tokio::select! {
-            event = rx.recv() => event,
+            event = rx.recv() => Some(event),
+            () = tokio::time::sleep(options.debounce), if waiting => None,
             () = &mut stop => break,
         };
-        let Some(first) = first else {
-            return Err(super::local(&root, "the watch ended by itself"));
-        };
         let mut changes = Vec::new();
-        let mut events = 1u64;
-        push(&mut changes, first);
+        let mut events = 0u64;
+        match first {
+            Some(Some(first)) => {
+                events += 1;
+                push(&mut changes, first);
+            }
+            Some(None) => return Err(super::local(&root, "the watch ended by itself")),
+            None => {}
+        }
         let deadline = tokio::time::Instant::now() + options.debounce * 10;
         loop {
             tokio::select! {
@@ -290,6 +301,16 @@ struct Applier<'a> {
     options: &'a WatchOptions,
     /// Renames on disk of the last [`RECENT`], oldest first.
     recent: std::collections::VecDeque<(PathBuf, PathBuf, tokio::time::Instant)>,
+    /// Paths found gone from disk, whose removal from the store waits for the next batch
+    /// (see [`Applier::apply`]).
+    postponed: std::sync::Mutex<Vec<PathBuf>>,
+    /// Paths found gone in an earlier batch and still gone: removed in this one.
+    confirmed: HashSet<PathBuf>,
+    /// Directories indexed in this batch, indexed again in the next (see
+    /// [`Applier::index_subtree`]).
+    recheck: std::sync::Mutex<Vec<PathBuf>>,
+    /// Directories this batch indexes again: not to be checked a third time.
+    rechecking: HashSet<PathBuf>,
 }
 
 impl Applier<'_> {
@@ -302,6 +323,30 @@ impl Applier<'_> {
             path = path.join(component.as_os_str().to_str()?).ok()?;
         }
         Some(path)
+    }
+
+    fn postponed_list(&self) -> std::sync::MutexGuard<'_, Vec<PathBuf>> {
+        self.postponed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn has_postponed(&self) -> bool {
+        !self.postponed_list().is_empty() || !self.recheck_list().is_empty()
+    }
+
+    fn recheck_list(&self) -> std::sync::MutexGuard<'_, Vec<PathBuf>> {
+        self.recheck.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the store may now forget what it holds at `local`, gone from disk: only once
+    /// a batch after the one that found it gone has confirmed it. The disk runs ahead of the
+    /// events: a path gone now may have been renamed by an event not yet received, and the
+    /// rename, when it comes, must find the documents there to carry them (ids and all).
+    fn gone_for_good(&self, local: &Path) -> bool {
+        if self.confirmed.contains(local) {
+            return true;
+        }
+        self.postponed_list().push(local.to_owned());
+        false
     }
 
     fn renamer(&self, what: String) -> Renamer {
@@ -332,6 +377,11 @@ impl Applier<'_> {
             }
             return batch;
         }
+        // What earlier batches found gone: this batch's events came after it was found gone,
+        // so a rename that explains it is among them (and carries its documents, ids and
+        // all); what is still gone after them was deleted, or moved out.
+        let earlier: Vec<PathBuf> = std::mem::take(&mut *self.postponed_list());
+        let recheck: Vec<PathBuf> = std::mem::take(&mut *self.recheck_list());
         // The halves of the renames inotify paired: the rename itself says it all.
         let paired: HashSet<usize> = changes
             .iter()
@@ -381,6 +431,28 @@ impl Applier<'_> {
             .is_some_and(|(_, _, at)| at.elapsed() > RECENT)
         {
             self.recent.pop_front();
+        }
+        self.confirmed.clear();
+        self.rechecking.clear();
+        for dir in recheck {
+            let moved = self.follow(&dir);
+            if moved.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+                self.rechecking.insert(moved.clone());
+                dirty.push(moved);
+            }
+        }
+        for path in earlier {
+            let moved = self.follow(&path);
+            if moved != path {
+                // Renamed since: looked at in its new place (the store rename carried what
+                // the store held there; what it did not hold is indexed there).
+                dirty.push(moved);
+                continue;
+            }
+            if path.symlink_metadata().is_err() {
+                self.confirmed.insert(path.clone());
+            }
+            dirty.push(path);
         }
         // An event from inside a directory just moved may carry its old path: where the old
         // path is gone, its new place is looked at too.
@@ -504,11 +576,45 @@ impl Applier<'_> {
         let Some(path) = self.store_path(local) else {
             return;
         };
-        match super::index_prepared(self.tree, local, &path, &self.options.index, None).await {
-            Ok(r) => {
+        // A directory made or moved in is watched from when notify sees it, and what
+        // changed in it before that (an entry moved out at once, say) has no event: it is
+        // indexed once more in the next batch, when its watch is surely in place.
+        if !self.rechecking.contains(local) {
+            self.recheck_list().push(local.to_owned());
+        }
+        match super::index_unpruned(self.tree, local, &path, &self.options.index, None).await {
+            Ok((r, stale)) => {
                 batch.indexed += 1;
                 batch.renames += r.moves;
-                batch.removed += r.pruned;
+                // What the index found gone goes once a later batch confirms it.
+                let gone: Vec<Entry> = stale
+                    .into_iter()
+                    .filter(|e| {
+                        super::walk::local_path(self.root, self.at, &e.doc.path)
+                            .is_some_and(|l| self.gone_for_good(&l))
+                    })
+                    .collect();
+                if !gone.is_empty() {
+                    let mut pruned = IndexReport::default();
+                    match super::prune::prune(
+                        self.tree,
+                        self.root,
+                        gone,
+                        &self.options.index,
+                        &mut pruned,
+                    )
+                    .await
+                    {
+                        Ok(n) => batch.removed += n,
+                        Err(e) => batch.failures.push(format!("prune under {path}: {e}")),
+                    }
+                    batch.failures.extend(
+                        pruned
+                            .skipped
+                            .into_iter()
+                            .map(|s| format!("{}: {}", s.path, s.reason)),
+                    );
+                }
             }
             // Gone since the batch began: its going has events of its own.
             Err(RenameError::Local { .. }) if local.symlink_metadata().is_err() => {}
@@ -632,6 +738,10 @@ impl Applier<'_> {
                             written.0 += u64::from(!doc.is_dir());
                         }
                         (Some(entry), None) if entry.doc.is_dir() => slow.push(local.clone()),
+                        // Gone from disk (not a symbolic link or a special file put there):
+                        // forgotten once a later batch confirms it.
+                        (Some(_), None)
+                            if local.symlink_metadata().is_err() && !self.gone_for_good(local) => {}
                         (Some(entry), None) => {
                             ops.push(BulkOp::Delete {
                                 id: entry.id,
@@ -741,7 +851,11 @@ impl Applier<'_> {
             }
             // A symbolic link or a special file: not indexed; whatever the store had there goes.
             Ok(_) => self.remove(&path, batch).await,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.remove(&path, batch).await,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if self.gone_for_good(local) {
+                    self.remove(&path, batch).await;
+                }
+            }
             Err(e) => batch.failures.push(format!("{shown}: {e}")),
         }
     }
