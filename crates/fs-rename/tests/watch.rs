@@ -115,7 +115,7 @@ impl Watching {
     /// Waits until no batch is being applied and none ended for a while (the watcher caught
     /// up).
     async fn settle(&self, quiet: Duration) {
-        let deadline = Instant::now() + Duration::from_secs(180);
+        let deadline = Instant::now() + Duration::from_secs(600);
         loop {
             tokio::time::sleep(quiet / 2).await;
             {
@@ -742,13 +742,11 @@ async fn a_random_script_ends_where_a_fresh_index_would(env: Env) {
     assert_eq!(locks_left(&env).await, 0);
 }
 
-/// The random script, on each store. Not run by default: about one run in three still ends
-/// with an entry too many (a file moved out of a directory moved in, before its watch was in
-/// place) or a moved entry with a new id (see `docs/indexing.md`, "Not yet"); on osmem the
-/// watcher takes minutes to catch up. `cargo test -p fs-rename --test watch -- --ignored`.
+/// The random script: on the embedded store; on osmem not by default, where the watcher takes
+/// minutes to catch up (each rename is about fifteen requests, each removal a journaled job):
+/// `cargo test -p fs-rename --test watch -- --ignored`.
 mod random {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "fails about one run in three (issue 18: ids of some moves, a stale entry)"]
     async fn embedded() {
         let env = super::common::Env::new(fs_testkit::Backend::Embedded);
         super::a_random_script_ends_where_a_fresh_index_would(env.clone()).await;
@@ -756,7 +754,7 @@ mod random {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "fails about one run in three, and takes minutes on osmem (issue 18)"]
+    #[ignore = "takes minutes on osmem behind the proxy: run by hand (issue 18)"]
     async fn osmem() {
         let env = super::common::Env::new(fs_testkit::Backend::Osmem);
         super::a_random_script_ends_where_a_fresh_index_would(env.clone()).await;

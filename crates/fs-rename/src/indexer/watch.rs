@@ -187,6 +187,7 @@ pub async fn watch_dir(
         confirmed: HashSet::new(),
         recheck: std::sync::Mutex::default(),
         rechecking: HashSet::new(),
+        held: (Vec::new(), BTreeSet::new(), None),
     };
     tokio::pin!(stop);
     loop {
@@ -199,6 +200,9 @@ pub async fn watch_dir(
         };
         let mut changes = Vec::new();
         let mut events = 0u64;
+        // Whether the batch ends because the directory was quiet for the debounce (or it is
+        // the wake-up for what earlier batches left), not because the events went on.
+        let mut quiet = true;
         match first {
             Some(Some(first)) => {
                 events += 1;
@@ -218,13 +222,16 @@ pub async fn watch_dir(
                     None => break,
                 },
                 () = tokio::time::sleep(options.debounce) => break,
-                () = tokio::time::sleep_until(deadline) => break,
+                () = tokio::time::sleep_until(deadline) => {
+                    quiet = false;
+                    break;
+                }
             }
         }
         if let Some(sink) = &sink {
             sink(WatchEvent::Applying { events });
         }
-        let mut batch = applier.apply(changes).await;
+        let mut batch = applier.apply(changes, quiet).await;
         batch.events = events;
         report.batches += 1;
         report.renames += batch.renames;
@@ -289,6 +296,9 @@ fn push(changes: &mut Vec<Change>, event: notify::Result<notify::Event>) {
     }
 }
 
+/// The longest the dirty paths of batches cut while the events go on wait for a quiet one.
+const MAX_HOLD: Duration = Duration::from_secs(10);
+
 /// How long a rename is remembered: an event inside a moved directory may still come with
 /// the old path for a while (until the watch of each subdirectory follows the move).
 const RECENT: Duration = Duration::from_secs(10);
@@ -311,6 +321,13 @@ struct Applier<'a> {
     recheck: std::sync::Mutex<Vec<PathBuf>>,
     /// Directories this batch indexes again: not to be checked a third time.
     rechecking: HashSet<PathBuf>,
+    /// The dirty paths (and touched directories) of batches cut while the events went on,
+    /// held for a quiet one (see [`Applier::apply`]), and since when.
+    held: (
+        Vec<PathBuf>,
+        BTreeSet<PathBuf>,
+        Option<tokio::time::Instant>,
+    ),
 }
 
 impl Applier<'_> {
@@ -330,7 +347,10 @@ impl Applier<'_> {
     }
 
     fn has_postponed(&self) -> bool {
-        !self.postponed_list().is_empty() || !self.recheck_list().is_empty()
+        !self.postponed_list().is_empty()
+            || !self.recheck_list().is_empty()
+            || !self.held.0.is_empty()
+            || !self.held.1.is_empty()
     }
 
     fn recheck_list(&self) -> std::sync::MutexGuard<'_, Vec<PathBuf>> {
@@ -359,12 +379,20 @@ impl Applier<'_> {
             .build()
     }
 
-    async fn apply(&mut self, changes: Vec<Change>) -> WatchBatch {
+    /// Applies a batch. While the events go on (`quiet` false: the batch was cut by the
+    /// longest wait), only its renames are applied: indexing a directory then would read the
+    /// disk as it is now, ahead of events not yet received (a directory filled by moves and
+    /// moved again, indexed at its last place before the renames that lead there), and those
+    /// renames would find their destination taken. The dirty paths wait, followed through
+    /// the renames, for a quiet batch, or [`MAX_HOLD`] at most.
+    async fn apply(&mut self, changes: Vec<Change>, quiet: bool) -> WatchBatch {
         let mut batch = WatchBatch::default();
         if let Some(Change::Rescan(why)) = changes.iter().find(|c| matches!(c, Change::Rescan(_))) {
             tracing::warn!(reason = %why, "events were lost: indexing the whole tree again");
             batch.rescan = true;
             batch.rescan_reason = Some(why.clone());
+            // The rescan sees all that the held paths would have said.
+            self.held = (Vec::new(), BTreeSet::new(), None);
             let mut options = self.options.index.clone();
             options.prune = true;
             match super::index_prepared(self.tree, self.root, self.at, &options, None).await {
@@ -380,8 +408,15 @@ impl Applier<'_> {
         // What earlier batches found gone: this batch's events came after it was found gone,
         // so a rename that explains it is among them (and carries its documents, ids and
         // all); what is still gone after them was deleted, or moved out.
-        let earlier: Vec<PathBuf> = std::mem::take(&mut *self.postponed_list());
-        let recheck: Vec<PathBuf> = std::mem::take(&mut *self.recheck_list());
+        let hold = !quiet && self.held.2.is_none_or(|since| since.elapsed() < MAX_HOLD);
+        let (earlier, recheck): (Vec<PathBuf>, Vec<PathBuf>) = if hold {
+            (Vec::new(), Vec::new())
+        } else {
+            (
+                std::mem::take(&mut *self.postponed_list()),
+                std::mem::take(&mut *self.recheck_list()),
+            )
+        };
         // The halves of the renames inotify paired: the rename itself says it all.
         let paired: HashSet<usize> = changes
             .iter()
@@ -390,8 +425,8 @@ impl Applier<'_> {
                 _ => None,
             })
             .collect();
-        let mut dirty: Vec<PathBuf> = Vec::new();
-        let mut touched: BTreeSet<PathBuf> = BTreeSet::new();
+        let mut dirty: Vec<PathBuf> = std::mem::take(&mut self.held.0);
+        let mut touched: BTreeSet<PathBuf> = std::mem::take(&mut self.held.1);
         for change in changes {
             match change {
                 Change::Dirty(_, Some(t)) if paired.contains(&t) => {}
@@ -409,6 +444,10 @@ impl Applier<'_> {
                     } else {
                         (from, to)
                     };
+                    // Inside a directory not indexed yet (made or moved in, in this batch or
+                    // one held), the store holds at most part of what moves: what it holds is
+                    // renamed, and the destination indexed.
+                    let partial = dirty.iter().any(|d| from.starts_with(d) && *d != from);
                     // What was dirty under `from` is now under `to`.
                     for path in &mut dirty {
                         if let Ok(rest) = path.strip_prefix(&from) {
@@ -419,6 +458,9 @@ impl Applier<'_> {
                     touched.extend(from.parent().map(Path::to_owned));
                     touched.extend(to.parent().map(Path::to_owned));
                     self.rename(&from, &to, &mut dirty, &mut batch).await;
+                    if partial {
+                        dirty.push(to.clone());
+                    }
                     self.recent
                         .push_back((from, to, tokio::time::Instant::now()));
                 }
@@ -432,6 +474,15 @@ impl Applier<'_> {
         {
             self.recent.pop_front();
         }
+        if hold {
+            self.held = (
+                dirty,
+                touched,
+                self.held.2.or(Some(tokio::time::Instant::now())),
+            );
+            return batch;
+        }
+        self.held.2 = None;
         self.confirmed.clear();
         self.rechecking.clear();
         for dir in recheck {
@@ -445,9 +496,9 @@ impl Applier<'_> {
             let moved = self.follow(&path);
             if moved != path {
                 // Renamed since: looked at in its new place (the store rename carried what
-                // the store held there; what it did not hold is indexed there).
+                // the store held there; what it did not hold is indexed there). What the
+                // store holds at the old place now came after, and is stale.
                 dirty.push(moved);
-                continue;
             }
             if path.symlink_metadata().is_err() {
                 self.confirmed.insert(path.clone());
