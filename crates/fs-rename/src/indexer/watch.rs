@@ -15,6 +15,12 @@
 //! - a dirty path recorded before a rename of a directory above it is followed to its new
 //!   place.
 //!
+//! The disk runs ahead of the events: when a batch is applied, the disk is as it is now. So a
+//! batch cut while the events go on applies its renames only (its dirty paths wait for a quiet
+//! batch, [`MAX_HOLD`] at most); a path found gone is forgotten only one batch later, when a
+//! rename that explains it would have come; and a directory indexed is indexed once more in the
+//! next batch, for what changed in it before its watch was in place.
+//!
 //! An event-queue overflow (the kernel dropped events), or an error of the watch itself, is
 //! answered with a rescan: the whole tree indexed again with `--prune`, which finds what the
 //! lost events would have said. The watcher never gives up on its own.
