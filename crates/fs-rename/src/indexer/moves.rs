@@ -84,6 +84,14 @@ pub(super) fn after<'m>(
     })
 }
 
+/// Whether the move `m` takes `old` to `new` (both under it, at the same place), without a
+/// new path made.
+fn carried_by(m: &Planned, old: &FsPath, new: &FsPath) -> bool {
+    old.is_inside(&m.from)
+        && new.is_inside(&m.to)
+        && old.as_str()[m.from.as_str().len()..] == new.as_str()[m.to.as_str().len()..]
+}
+
 /// Finds the moves between `existing` (the store under `at`, by path) and `walked` (the disk,
 /// parents first), in the order they are to be made: a directory before what moved out of it.
 pub(super) fn find_moves(
@@ -124,6 +132,12 @@ pub(super) fn find_moves(
         };
         if entry.doc.path == found.path || !same_file(&entry.doc, found) {
             continue;
+        }
+        if planned
+            .iter()
+            .any(|m| carried_by(m, &entry.doc.path, &found.path))
+        {
+            continue; // moved with a directory already renamed (the common case: no stat)
         }
         if !gone_from_disk(root, at, &entry.doc.path, identity) {
             continue; // still there: a copy, not a move
@@ -293,6 +307,26 @@ mod tests {
                 .await
                 .ok(),
             Some(6)
+        );
+
+        // Known documents over several pages go several bulk requests at once.
+        let known = under(&tree, "/c").await;
+        let renamer = Renamer::builder(Arc::clone(tree.store()), tree.index())
+            .page_size(2)
+            .known_subtree(known)
+            .build();
+        let report = renamer.rename(&p("/c"), &p("/e")).await.expect("rename");
+        assert_eq!(report.rewritten, 6);
+        assert_eq!(
+            paths(&tree).await,
+            [
+                "/e",
+                "/e/d",
+                "/e/d/z.txt",
+                "/e/new.txt",
+                "/e/x.txt",
+                "/e/y.txt"
+            ]
         );
     }
 }

@@ -148,9 +148,12 @@ impl Renamer {
         scanned.map_err(RenameError::store(format!("scanning under `{from}`")))
     }
 
-    /// Rewrites `entries`, every document under `from`, read under the locks by the check:
-    /// one bulk request, which also makes its writes searchable (the refresh after the
-    /// rewrite, in the same request on Elasticsearch).
+    /// Rewrites `entries`, every document under `from`, read under the locks (by the check, or
+    /// by the caller: [`RenamerBuilder::known_subtree`](super::RenamerBuilder::known_subtree)).
+    /// One page is one bulk request, which also makes its writes searchable (the refresh after
+    /// the rewrite, in the same request on Elasticsearch). More pages go up to `in_flight` at
+    /// once, as a scan's do (the next page's items are built while the last is written), and a
+    /// refresh follows them.
     pub(super) async fn rewrite_known(
         &self,
         tree: &FsTree,
@@ -159,27 +162,77 @@ impl Renamer {
         entries: Vec<Entry>,
         report: &mut RenameReport,
     ) -> Result<()> {
+        use futures::StreamExt;
         let total = entries.len() as u64;
-        for page in entries.chunks(self.config.page_size.max(1)) {
-            report.found += page.len() as u64;
-            self.before_page((locks, gate), page, from, (report.rewritten, report.found))
-                .await?;
-            let last = report.found == total;
+        let page_size = self.config.page_size.max(1);
+        if entries.len() <= page_size {
+            report.found += total;
+            self.before_page(
+                (locks, gate),
+                &entries,
+                from,
+                (report.rewritten, report.found),
+            )
+            .await?;
             let mut written = Written::default();
-            let result = self
-                .write_page(tree, page, (from, to), last, &mut written)
-                .await;
+            let result = if entries.is_empty() {
+                tree.refresh().await
+            } else {
+                self.write_page(tree, &entries, (from, to), true, &mut written)
+                    .await
+            };
             written.add_to(report);
             result.map_err(|e| recounted(e, report))?;
             self.emit(RenameEvent::Progress {
                 done: report.rewritten,
                 total,
             });
+            return Ok(());
         }
-        if entries.is_empty() {
-            tree.refresh().await?;
+        let writes: Vec<_> = entries
+            .chunks(page_size)
+            .map(|page| self.write_known_page(tree, (locks, gate), (from, to), page))
+            .collect();
+        let mut pages = futures::stream::iter(writes).buffered(self.config.in_flight.max(1));
+        let mut failure: Option<RenameError> = None;
+        while let Some((found, written, result)) = pages.next().await {
+            report.found += found;
+            written.add_to(report);
+            match result {
+                Ok(()) => self.emit(RenameEvent::Progress {
+                    done: report.rewritten,
+                    total,
+                }),
+                Err(e) => {
+                    // The pages under way end first, so that the counts are final.
+                    failure.get_or_insert(e);
+                }
+            }
         }
-        Ok(())
+        if let Some(e) = failure {
+            return Err(recounted(e, report));
+        }
+        tree.refresh().await
+    }
+
+    /// One page of [`Renamer::rewrite_known`]'s pipeline: its documents found, what was
+    /// written, and how it ended.
+    async fn write_known_page(
+        &self,
+        tree: &FsTree,
+        (locks, gate): (&LockClient, &Gate),
+        (from, to): (&FsPath, &FsPath),
+        page: &[Entry],
+    ) -> (u64, Written, Result<()>) {
+        let mut written = Written::default();
+        let result = match self.before_page((locks, gate), page, from, (0, 0)).await {
+            Ok(()) => {
+                self.write_page(tree, page, (from, to), false, &mut written)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        (page.len() as u64, written, result)
     }
 
     /// Rewrites one page in one bulk request, and resends transiently failed items with
