@@ -220,6 +220,101 @@ async fn assert_like_a_fresh_index(env: &Env, root: &Path) {
     );
 }
 
+/// What a script test runs in: a tree of `dirs` × `files` files under `work/tree`, watched at
+/// `/w`, and a directory `work/outside` to move things out to and in from.
+struct Scene {
+    _work: tempfile::TempDir,
+    root: PathBuf,
+    outside: PathBuf,
+    /// The store's `/other`, where rename jobs run all along.
+    other: fs_rename::FsTree,
+}
+
+/// The watch and the rename jobs on `/other` of a [`Scene`].
+struct Running {
+    watching: Watching,
+    jobs_stop: tokio::sync::watch::Sender<bool>,
+    jobs: tokio::task::JoinHandle<u32>,
+}
+
+impl Scene {
+    async fn start(env: &Env, dirs: usize, files: usize) -> (Scene, Running) {
+        let work = tempfile::tempdir().expect("temp dir");
+        let (root, outside) = (work.path().join("tree"), work.path().join("outside"));
+        std::fs::create_dir_all(&outside).expect("mkdir");
+        build(&root, dirs, files);
+        let other = tree_with(
+            env,
+            &[("/other", true), ("/other/a", true), ("/other/a/f", false)],
+        )
+        .await;
+        let options = WatchOptions {
+            debounce: Duration::from_millis(100),
+            ..WatchOptions::default()
+        };
+        let watching = {
+            let _creating = CREATING.lock().await;
+            Watching::start(env, &root, options).await
+        };
+        let (jobs_stop, mut jobs_stopped) = tokio::sync::watch::channel(false);
+        let jobs_env = env.clone();
+        let jobs = tokio::spawn(async move {
+            let renamer =
+                Renamer::builder(Arc::clone(&jobs_env.store), jobs_env.index.clone()).build();
+            let (mut from, mut n) = (p("/other/a"), 0u32);
+            while !*jobs_stopped.borrow_and_update() {
+                let to = p(&format!("/other/b{n}"));
+                renamer
+                    .rename(&from, &to)
+                    .await
+                    .expect("a rename elsewhere");
+                from = to;
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            n
+        });
+        let scene = Scene {
+            root: std::fs::canonicalize(&root).expect("canonical"),
+            outside: std::fs::canonicalize(&outside).expect("canonical"),
+            _work: work,
+            other,
+        };
+        let running = Running {
+            watching,
+            jobs_stop,
+            jobs,
+        };
+        (scene, running)
+    }
+}
+
+impl Running {
+    /// Waits for the watcher to catch up (`quiet` without a batch), then stops it and the
+    /// jobs; returns the watch's report and how many renames the jobs made.
+    async fn stop(self, quiet: Duration) -> (WatchReport, u32) {
+        self.watching.settle(quiet).await;
+        self.jobs_stop.send_replace(true);
+        let renamed = self.jobs.await.expect("jobs");
+        (self.watching.stop().await, renamed)
+    }
+}
+
+/// The end every script test checks: the store as a fresh index of the directory, `/other`
+/// whole, fsck clean, no lock left.
+async fn assert_all_in_step(env: &Env, scene: &Scene) {
+    assert_like_a_fresh_index(env, &scene.root).await;
+    assert_eq!(
+        scene.other.count_under(&p("/other")).await.expect("count"),
+        3
+    );
+    let fsck = fsck(Arc::clone(&env.store), &env.index, &FsPath::root())
+        .await
+        .expect("fsck");
+    assert!(fsck.is_clean(), "{fsck}");
+    assert_eq!(locks_left(env).await, 0);
+}
+
 /// `/w/d<i>/f<j>`: `dirs` × `files` files.
 fn build(root: &Path, dirs: usize, files: usize) {
     for d in 0..dirs {
@@ -235,25 +330,8 @@ fn build(root: &Path, dirs: usize, files: usize) {
 /// meanwhile: the store ends where a fresh index would, what was moved kept its id, and the
 /// other part lost nothing.
 async fn a_script_of_every_change_ends_where_a_fresh_index_would(env: Env) {
-    let work = tempfile::tempdir().expect("temp dir");
-    let (root, outside) = (work.path().join("tree"), work.path().join("outside"));
-    std::fs::create_dir_all(&outside).expect("mkdir");
-    build(&root, 10, 20);
-    let other = tree_with(
-        &env,
-        &[("/other", true), ("/other/a", true), ("/other/a/f", false)],
-    )
-    .await;
-    let options = WatchOptions {
-        debounce: Duration::from_millis(100),
-        ..WatchOptions::default()
-    };
-    let watching = {
-        let _creating = CREATING.lock().await;
-        Watching::start(&env, &root, options).await
-    };
-    let root = std::fs::canonicalize(&root).expect("canonical");
-    let outside = std::fs::canonicalize(&outside).expect("canonical");
+    let (scene, running) = Scene::start(&env, 10, 20).await;
+    let (root, outside) = (&scene.root, &scene.outside);
     let id_of = |ids: &BTreeMap<String, String>, path: &str| -> String {
         ids.iter()
             .find(|(_, p)| p.as_str() == path)
@@ -266,23 +344,6 @@ async fn a_script_of_every_change_ends_where_a_fresh_index_would(env: Env) {
         id_of(&before, "/w/d2"),
         id_of(&before, "/w/d2/f7"),
     );
-    let (jobs_stop, mut jobs_stopped) = tokio::sync::watch::channel(false);
-    let jobs_env = env.clone();
-    let jobs = tokio::spawn(async move {
-        let renamer = Renamer::builder(Arc::clone(&jobs_env.store), jobs_env.index.clone()).build();
-        let (mut from, mut n) = (p("/other/a"), 0u32);
-        while !*jobs_stopped.borrow_and_update() {
-            let to = p(&format!("/other/b{n}"));
-            renamer
-                .rename(&from, &to)
-                .await
-                .expect("a rename elsewhere");
-            from = to;
-            n += 1;
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        n
-    });
 
     std::fs::write(root.join("d0/new"), b"new").expect("create");
     std::fs::write(root.join("d0/f0"), b"rewritten").expect("write");
@@ -297,16 +358,13 @@ async fn a_script_of_every_change_ends_where_a_fresh_index_would(env: Env) {
     std::fs::write(outside.join("fresh/x"), b"x").expect("create outside");
     std::fs::rename(outside.join("fresh"), root.join("d6/fresh")).expect("mv in");
     std::fs::write(root.join("d0/made/d2-moved/f7"), b"changed after the move").expect("write");
-    watching.settle(Duration::from_millis(1_000)).await;
-    jobs_stop.send_replace(true);
-    let renamed = jobs.await.expect("jobs");
-    let report = watching.stop().await;
+    let (report, renamed) = running.stop(Duration::from_millis(1_000)).await;
     println!(
         "{} batches: {} renames, {} directories indexed, {} files, {} removed; {renamed} renames elsewhere",
         report.batches, report.renames, report.indexed, report.files, report.removed
     );
     assert_eq!((report.failures, report.rescans), (0, 0));
-    assert_like_a_fresh_index(&env, &root).await;
+    assert_all_in_step(&env, &scene).await;
     let after = paths_by_id(&env).await;
     assert_eq!(
         after.get(&moved_file).map(String::as_str),
@@ -320,12 +378,6 @@ async fn a_script_of_every_change_ends_where_a_fresh_index_would(env: Env) {
         after.get(&moved_in_dir).map(String::as_str),
         Some("/w/d0/made/d2-moved/f7")
     );
-    assert_eq!(other.count_under(&p("/other")).await.expect("count"), 3);
-    let fsck = fsck(Arc::clone(&env.store), &env.index, &FsPath::root())
-        .await
-        .expect("fsck");
-    assert!(fsck.is_clean(), "{fsck}");
-    assert_eq!(locks_left(&env).await, 0);
 }
 
 /// The kernel's event queue, shrunk for the watch where the test may (root), overflows under
@@ -639,77 +691,37 @@ fn what_is_dir(path: &Path) -> bool {
 
 async fn a_random_script_ends_where_a_fresh_index_would(env: Env) {
     let seed = seed();
-    let work = tempfile::tempdir().expect("temp dir");
-    let (root, outside) = (work.path().join("tree"), work.path().join("outside"));
-    std::fs::create_dir_all(&outside).expect("mkdir");
-    build(&root, 100, 99); // 10 000 entries with the root
-                           // Rename jobs elsewhere in the store all along: /other.
-    let other = tree_with(
-        &env,
-        &[("/other", true), ("/other/a", true), ("/other/a/f", false)],
-    )
-    .await;
-    let options = WatchOptions {
-        debounce: Duration::from_millis(100),
-        ..WatchOptions::default()
-    };
-    let watching = {
-        let _creating = CREATING.lock().await;
-        Watching::start(&env, &root, options).await
-    };
-    let root = std::fs::canonicalize(&root).expect("canonical");
+    // 10 000 entries with the root.
+    let (scene, running) = Scene::start(&env, 100, 99).await;
+    let (root, outside) = (&scene.root, &scene.outside);
     let by_path: BTreeMap<String, String> = paths_by_id(&env)
         .await
         .into_iter()
         .map(|(id, path)| (path, id))
         .collect();
-    let mut kept: Kept = entries(&root)
+    let mut kept: Kept = entries(root)
         .0
         .into_iter()
-        .chain(entries(&root).1)
+        .chain(entries(root).1)
         .filter_map(|local| {
-            let rel = local.strip_prefix(&root).ok()?.to_str()?.to_owned();
+            let rel = local.strip_prefix(root).ok()?.to_str()?.to_owned();
             Some((local, by_path.get(&format!("/w/{rel}"))?.clone()))
         })
         .collect();
     assert_eq!(kept.len(), 10_000);
 
-    let (jobs_stop, mut jobs_stopped) = tokio::sync::watch::channel(false);
-    let jobs_env = env.clone();
-    let jobs = tokio::spawn(async move {
-        let renamer = Renamer::builder(Arc::clone(&jobs_env.store), jobs_env.index.clone()).build();
-        let mut n = 0u32;
-        let (mut from, mut renamed) = (p("/other/a"), 0u32);
-        while !*jobs_stopped.borrow_and_update() {
-            let to = p(&format!("/other/b{n}"));
-            renamer
-                .rename(&from, &to)
-                .await
-                .expect("a rename elsewhere");
-            from = to;
-            n += 1;
-            renamed += 1;
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        renamed
-    });
-
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut disk = Disk::of(&root);
-    let outside = std::fs::canonicalize(&outside).expect("canonical");
+    let mut disk = Disk::of(root);
     let started = Instant::now();
     for n in 0..1_000 {
-        step(&mut rng, (&root, &outside), n, &mut disk, &mut kept);
+        step(&mut rng, (root, outside), n, &mut disk, &mut kept);
         if n % 100 == 99 {
             tokio::task::yield_now().await;
         }
     }
     let script = started.elapsed();
-    watching.settle(Duration::from_millis(1_500)).await;
-    let caught_up = started.elapsed();
-    jobs_stop.send_replace(true);
-    let renamed = jobs.await.expect("jobs");
-    let report = watching.stop().await;
+    let (report, renamed) = running.stop(Duration::from_millis(1_500)).await;
+    let caught_up = started.elapsed() - Duration::from_millis(1_500);
     println!(
         "script {script:?}, caught up after {caught_up:?}; {} batches: {} renames, {} directories indexed, {} files, {} removed, {} rescans; {renamed} renames elsewhere",
         report.batches, report.renames, report.indexed, report.files, report.removed, report.rescans
@@ -718,11 +730,11 @@ async fn a_random_script_ends_where_a_fresh_index_would(env: Env) {
     // A rescan loses what the dropped events said: a file moved and then written in that
     // window is a new file to it (see docs/indexing.md). Nothing here overflows the queue.
     assert_eq!(report.rescans, 0, "seed {seed}: the queue overflowed");
-    assert_like_a_fresh_index(&env, &root).await;
+    assert_all_in_step(&env, &scene).await;
     let ids = paths_by_id(&env).await;
     let mut checked = 0;
     for (local, id) in &kept {
-        let Ok(rel) = local.strip_prefix(&root) else {
+        let Ok(rel) = local.strip_prefix(root) else {
             continue;
         };
         let Some(rel) = rel.to_str() else { continue };
@@ -734,12 +746,6 @@ async fn a_random_script_ends_where_a_fresh_index_would(env: Env) {
         checked += 1;
     }
     println!("{checked} entries moved or untouched kept their ids");
-    assert_eq!(other.count_under(&p("/other")).await.expect("count"), 3);
-    let fsck = fsck(Arc::clone(&env.store), &env.index, &FsPath::root())
-        .await
-        .expect("fsck");
-    assert!(fsck.is_clean(), "seed {seed}: {fsck}");
-    assert_eq!(locks_left(&env).await, 0);
 }
 
 /// The random script: on the embedded store; on osmem not by default, where the watcher takes

@@ -228,22 +228,14 @@ async fn index_unpruned(
 
     // Step 2 and 3 at once, under the tree lock on the target: one read of what the store
     // holds finds the moves, and brings up to date everything the moves do not carry.
-    let client = options
-        .locks
-        .client(tree, format!("index {} as {at}", dir.display()));
-    let guard = client.lock_tree(at).await?;
-    let locked = under_write_lock(
+    let locked = locked_pass(
         tree,
-        guard,
-        locked_index(
-            tree,
-            &walked,
-            (dir, at),
-            options,
-            progress,
-            &mut report,
-            true,
-        ),
+        &walked,
+        (dir, at),
+        options,
+        progress,
+        &mut report,
+        true,
     )
     .await?;
     let mut stale = locked.stale;
@@ -292,6 +284,32 @@ fn local(path: &Path, message: &str) -> RenameError {
         path: path.display().to_string(),
         message: message.to_owned(),
     }
+}
+
+/// [`locked_index`] under the tree lock on `at`, released after it.
+async fn locked_pass(
+    tree: &FsTree,
+    walked: &[Walked],
+    (dir, at): (&Path, &FsPath),
+    options: &IndexOptions,
+    progress: Option<IndexProgressSink>,
+    report: &mut IndexReport,
+    find_moves: bool,
+) -> Result<Locked> {
+    let client = options
+        .locks
+        .client(tree, format!("index {} as {at}", dir.display()));
+    let guard = client.lock_tree(at).await?;
+    let work = locked_index(
+        tree,
+        walked,
+        (dir, at),
+        options,
+        progress,
+        report,
+        find_moves,
+    );
+    under_write_lock(tree, guard, work).await
 }
 
 /// What the locked pass found and left to do.
@@ -565,16 +583,7 @@ async fn second_pass(
     report: &mut IndexReport,
 ) -> Result<Vec<Entry>> {
     let mut again = IndexReport::default();
-    let client = options
-        .locks
-        .client(tree, format!("index {} as {at}", dir.display()));
-    let guard = client.lock_tree(at).await?;
-    let locked = under_write_lock(
-        tree,
-        guard,
-        locked_index(tree, walked, (dir, at), options, None, &mut again, false),
-    )
-    .await?;
+    let locked = locked_pass(tree, walked, (dir, at), options, None, &mut again, false).await?;
     let first_wrote = report.created + report.updated;
     report.created += again.created;
     report.updated += again.updated;
