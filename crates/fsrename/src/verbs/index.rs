@@ -105,6 +105,12 @@ pub async fn watch(
             "fsrename: events were lost; rescanned the whole tree ({} moves, {} deleted)",
             b.renames, b.removed
         )),
+        // A batch that did nothing (the wake-up for removals that turned out to have been
+        // renamed, say) says nothing.
+        WatchEvent::Batch(b)
+            if b.events == 0
+                && b.renames + b.indexed + b.files + b.removed == 0
+                && b.failures.is_empty() => {}
         WatchEvent::Batch(b) => to_stderr(format_args!(
             "fsrename: {} events: {} renames, {} directories indexed, {} files, {} removed{}",
             b.events,
