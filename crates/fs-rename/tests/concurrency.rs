@@ -18,15 +18,6 @@ use fs_rename::{fsck, FsTree, RenameError, RenameHooks, Renamer};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-fn seed() -> u64 {
-    let seed = std::env::var("FSRENAME_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    println!("seed {seed} (replay with FSRENAME_TEST_SEED={seed})");
-    seed
-}
-
 async fn the_clinton_race_200_times(first: Env) {
     let seed = seed();
     let mut rng = StdRng::seed_from_u64(seed);

@@ -485,15 +485,6 @@ async fn the_watcher_keeps_the_text_of_files(env: Env) {
     assert_eq!(locks_left(&env).await, 0);
 }
 
-fn seed() -> u64 {
-    let seed = std::env::var("FSRENAME_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    println!("seed {seed} (replay with FSRENAME_TEST_SEED={seed})");
-    seed
-}
-
 /// Every path under `root`, directories and files apart (`root` itself left out).
 fn entries(root: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let (mut dirs, mut files) = (Vec::new(), Vec::new());

@@ -376,3 +376,14 @@ pub async fn wait_until_dead(store: &FaultyStore) {
     }
     panic!("the job never reached the point where it dies");
 }
+
+/// The seed of a randomised test: `FSRENAME_TEST_SEED` if set (to replay a run), else a
+/// fresh one; printed either way.
+pub fn seed() -> u64 {
+    let seed = std::env::var("FSRENAME_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("seed {seed} (replay with FSRENAME_TEST_SEED={seed})");
+    seed
+}
