@@ -103,6 +103,9 @@ enum JournalDoc {
 
 const FENCED: &str = "fenced";
 
+/// How many times a claim whose answer was lost is sent again.
+const CLAIM_RETRIES: u32 = 4;
+
 /// The `fenced_by` of the tombstone a close leaves: what tells a finished job from a fenced one.
 const CLOSED_BY: &str = "closed: the job is done";
 
@@ -384,17 +387,54 @@ impl Journal {
 
     /// Rewrites `entry` if it is still at `version` (a recoverer claiming it).
     ///
+    /// A write whose answer was lost (a dropped connection, a timeout) may have landed or
+    /// not, and the store does not send a conditional write again. So the entry is read back:
+    /// the claim's own owner there means it landed (every claim has a fresh owner id, so no
+    /// other recoverer writes the same one); the entry still at `version` means it did not,
+    /// and it is sent again; anything else is a conflict. A conflict is read back too, since
+    /// a send that looked lost may land before the next one.
+    ///
     /// # Errors
     /// [`RenameError::Store`] with a conflict if someone else changed or removed it.
     pub async fn claim(&self, entry: &JournalEntry, version: Version) -> Result<Version> {
         let source = to_source(entry, &self.index)?;
-        self.store
-            .index(&self.index, &entry.job_id, source, Some(version))
-            .await
-            .map_err(RenameError::store(format!(
-                "claiming journal entry `{}`",
-                entry.job_id
-            )))
+        let context = || format!("claiming journal entry `{}`", entry.job_id);
+        let mut attempt = 0;
+        loop {
+            let failure = match self
+                .store
+                .index(&self.index, &entry.job_id, source.clone(), Some(version))
+                .await
+            {
+                Ok(version) => return Ok(version),
+                Err(e) if e.is_conflict() || e.is_retryable() => e,
+                Err(e) => return Err(RenameError::store(context())(e)),
+            };
+            match self.read(&entry.job_id).await? {
+                Some((JournalDoc::Entry(found), now)) if found.owner == entry.owner => {
+                    return Ok(now)
+                }
+                Some((JournalDoc::Entry(_), now))
+                    if now == version && failure.is_retryable() && attempt < CLAIM_RETRIES =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(10 << attempt)).await;
+                    attempt += 1;
+                }
+                // Still at `version`: the sends were lost, as many times as allowed.
+                Some((JournalDoc::Entry(_), now)) if now == version => {
+                    return Err(RenameError::store(context())(failure));
+                }
+                found => {
+                    let cause = StoreError::Conflict {
+                        index: self.index.clone(),
+                        id: entry.job_id.clone(),
+                        exists: found.is_some(),
+                        current: found.map(|(_, v)| v),
+                    };
+                    return Err(RenameError::store(context())(cause));
+                }
+            }
+        }
     }
 
     /// Closes the entry `job_id`, which this job (or recoverer) wrote at `version`: replaces it
@@ -575,5 +615,76 @@ mod tests {
         assert_eq!(entry.kind, JobKind::Delete);
         let written = to_source(&entry, "fs-journal").expect("serialize");
         assert_eq!(written["kind"], "delete");
+    }
+
+    fn entry(owner: &str) -> JournalEntry {
+        let JournalDoc::Entry(mut entry) =
+            parse_doc("fs-journal", "j1", old_entry()).expect("parse")
+        else {
+            panic!("read as a fence");
+        };
+        entry.owner = owner.to_owned();
+        entry
+    }
+
+    /// A claim whose answer is lost landed or did not: read back, it stands in the first case,
+    /// is sent again in the second, and loses to another recoverer's claim in neither.
+    #[tokio::test]
+    async fn a_claim_whose_answer_is_lost_is_read_back() {
+        let plain: SharedStore = Arc::new(fs_store::SqliteStore::in_memory().expect("store"));
+        let journal = Journal::new(Arc::clone(&plain), "fs");
+        let opened = journal.open(&entry("p1")).await.expect("open");
+
+        // Every write lands and loses its answer.
+        let lossy = fs_testkit::faulty(
+            Arc::clone(&plain),
+            fs_testkit::FaultPlan {
+                lost_reply: 1.0,
+                ..Default::default()
+            },
+            1,
+        );
+        let claimed = Journal::new(lossy, "fs")
+            .claim(&entry("r1"), opened)
+            .await
+            .expect("a claim that landed stands");
+        assert!(journal.is_still("j1", claimed).await.expect("read"));
+
+        // Every call fails before it is carried out: a transient failure, the entry as it was.
+        let failing = fs_testkit::faulty(
+            Arc::clone(&plain),
+            fs_testkit::FaultPlan {
+                transient: 1.0,
+                ..Default::default()
+            },
+            1,
+        );
+        let err = Journal::new(failing, "fs")
+            .claim(&entry("r2"), claimed)
+            .await
+            .expect_err("no claim lands");
+        assert!(
+            matches!(&err, RenameError::Store { cause, .. } if cause.is_retryable()),
+            "{err}"
+        );
+        assert!(journal.is_still("j1", claimed).await.expect("read"));
+
+        // Another recoverer's claim made since: a conflict, whatever the answer said.
+        let lossy = fs_testkit::faulty(
+            Arc::clone(&plain),
+            fs_testkit::FaultPlan {
+                lost_reply: 1.0,
+                ..Default::default()
+            },
+            1,
+        );
+        let err = Journal::new(lossy, "fs")
+            .claim(&entry("r3"), opened)
+            .await
+            .expect_err("r1 claimed it first");
+        assert!(
+            matches!(&err, RenameError::Store { cause, .. } if cause.is_conflict()),
+            "{err}"
+        );
     }
 }

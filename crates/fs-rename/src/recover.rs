@@ -515,7 +515,6 @@ impl Recovery {
             }
         }
         let now = LeaseClock::new().now_ms();
-        let fencer = format!("recovery {}", client.owner().process_id);
         // Each job is fenced once per run, however many of its locks are cleared.
         let mut fenced: HashMap<String, bool> = HashMap::new();
         for lock in locks {
@@ -566,65 +565,85 @@ impl Recovery {
                 continue;
             }
             // Read again: what to clear is decided on this version, and cleared only if the
-            // document is still at it (a holder that renewed meanwhile keeps its lock).
-            let expired = match client.read_expired(&lock.id).await {
-                Ok(Some(expired)) => expired,
-                Ok(None) => continue,
-                Err(e) => {
-                    tracing::debug!(lock = %lock.id, error = %e, "not swept");
-                    continue;
-                }
-            };
-            let mut reap: Vec<&str> = Vec::new();
-            for holder in &expired.expired {
-                if spare.contains(&holder.process_id) {
-                    continue;
-                }
-                let Some(job) = &holder.job else {
-                    // A lock that protects no journaled rename: nothing to fence.
-                    reap.push(&holder.process_id);
-                    continue;
-                };
-                let may_clear = match fenced.get(job) {
-                    Some(known) => *known,
-                    None => {
-                        let outcome = journal.fence(job, &fencer, now).await;
-                        let may_clear = match outcome {
-                            Ok(FenceOutcome::Fenced { new }) => {
-                                if new {
-                                    report.fenced += 1;
-                                    tracing::info!(job = %job, holder = %holder.process_id, "fenced a journal id before clearing its expired locks (its job died before journaling, or finished without releasing them)");
-                                }
-                                true
-                            }
-                            // It journaled after all: its locks protect a rename the next run
-                            // recovers.
-                            Ok(FenceOutcome::Open(_)) => false,
-                            Err(e) => {
-                                tracing::debug!(job = %job, error = %e, "could not fence; not swept");
-                                false
-                            }
-                        };
-                        fenced.insert(job.clone(), may_clear);
-                        may_clear
+            // document is still at it (a holder that renewed meanwhile keeps its lock). A
+            // failure (an answer lost on the way, a write made since) is answered by reading
+            // again and deciding anew, a few times; what is still left waits for the next run.
+            for attempt in 1..=SWEEP_ATTEMPTS {
+                let cleared = self
+                    .clear_expired(&client, journal, &lock.id, spare, &mut fenced, report)
+                    .await;
+                match cleared {
+                    Ok(Reaped::Exclusive(_)) => report.locks_released += 1,
+                    Ok(Reaped::Shares(pids)) => {
+                        report.shares_reaped += pids.len();
+                        report.waiters_reaped += dead_waiters;
                     }
-                };
-                if may_clear {
-                    reap.push(&holder.process_id);
+                    Ok(Reaped::Nothing) => {}
+                    Err(e) => {
+                        tracing::debug!(lock = %lock.id, attempt, error = %e, "not swept");
+                        tokio::time::sleep(Duration::from_millis(10 << attempt)).await;
+                        continue;
+                    }
                 }
-            }
-            match client.reap_expired_holders(&expired, &reap).await {
-                Ok(Reaped::Exclusive(_)) => report.locks_released += 1,
-                Ok(Reaped::Shares(pids)) => {
-                    report.shares_reaped += pids.len();
-                    report.waiters_reaped += dead_waiters;
-                }
-                Ok(Reaped::Nothing) => {}
-                // Renewed or changed since read: whoever did that is alive; next run.
-                Err(e) => tracing::debug!(lock = %lock.id, error = %e, "not swept"),
+                break;
             }
         }
         Ok(())
+    }
+
+    /// Clears what has expired on the lock `id`, read afresh: each expired holder whose job
+    /// (if it names one) is fenced first, except the holders in `spare`. `fenced` keeps, for
+    /// each job fenced in this run, whether its locks may be cleared.
+    async fn clear_expired(
+        &self,
+        client: &LockClient,
+        journal: &Journal,
+        id: &str,
+        spare: &HashSet<String>,
+        fenced: &mut HashMap<String, bool>,
+        report: &mut RecoveryReport,
+    ) -> Result<Reaped> {
+        let Some(expired) = client.read_expired(id).await? else {
+            return Ok(Reaped::Nothing);
+        };
+        let fencer = format!("recovery {}", client.owner().process_id);
+        let mut reap: Vec<&str> = Vec::new();
+        for holder in &expired.expired {
+            if spare.contains(&holder.process_id) {
+                continue;
+            }
+            let Some(job) = &holder.job else {
+                // A lock that protects no journaled rename: nothing to fence.
+                reap.push(&holder.process_id);
+                continue;
+            };
+            let may_clear = match fenced.get(job) {
+                Some(known) => *known,
+                None => {
+                    let may_clear = match journal
+                        .fence(job, &fencer, LeaseClock::new().now_ms())
+                        .await?
+                    {
+                        FenceOutcome::Fenced { new } => {
+                            if new {
+                                report.fenced += 1;
+                                tracing::info!(job = %job, holder = %holder.process_id, "fenced a journal id before clearing its expired locks (its job died before journaling, or finished without releasing them)");
+                            }
+                            true
+                        }
+                        // It journaled after all: its locks protect a rename the next run
+                        // recovers.
+                        FenceOutcome::Open(_) => false,
+                    };
+                    fenced.insert(job.clone(), may_clear);
+                    may_clear
+                }
+            };
+            if may_clear {
+                reap.push(&holder.process_id);
+            }
+        }
+        Ok(client.reap_expired_holders(&expired, &reap).await?)
     }
 
     /// Removes the fences older than the retention.
@@ -653,6 +672,9 @@ impl Recovery {
 }
 
 /// How long a fence is kept by default: far beyond any request's time in flight.
+/// How many times the sweep reads a lock again after a failure to clear it.
+const SWEEP_ATTEMPTS: u64 = 3;
+
 const FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// How long foreign shares must stand unchanged before recovery removes them, by default.
