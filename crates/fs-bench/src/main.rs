@@ -6,6 +6,8 @@
 //! `cargo run --release -p fs-bench -- --profile-rename 100000` (one rename, for a profiler)
 //! `cargo run --release -p fs-bench -- --profile-concurrency 16 [--profile-on embedded]` (phases
 //! of concurrent renames on `remote`, or on another backend)
+//! `cargo run --release -p fs-bench -- --reindex-move 10000 [--rename-rounds 40]` (a directory
+//! moved on disk and indexed again, against a rename of its documents plus a walk)
 
 mod book;
 mod fairness;
@@ -13,6 +15,7 @@ mod measure;
 mod peer;
 mod phases;
 mod plot;
+mod reindex;
 mod report;
 
 use anyhow::Context as _;
@@ -48,6 +51,12 @@ struct Args {
     /// --profile-rename 100000`).
     #[arg(long, value_name = "DOCS")]
     profile_rename: Option<usize>,
+    /// Runs only this: a directory of this many files moved on disk, then indexed again
+    /// (`fsrename index`), against a rename of its documents in the store plus a walk of the
+    /// directory, in paired rounds (`--rename-rounds`, default 25) on the embedded store
+    /// (`--embedded`). Prints the medians and whether the index run took no longer.
+    #[arg(long, value_name = "FILES")]
+    reindex_move: Option<usize>,
     /// Runs only K concurrent renames on `remote` (`--rtt` a call), with tree locks and with
     /// none, and prints where a rename's time goes, phase by phase (the profile of
     /// `docs/profile.md`).
@@ -93,6 +102,14 @@ async fn main() -> anyhow::Result<()> {
         println!(
             "renamed {docs} documents in {seconds:.3} s (median of 4; {:.0} documents/s)",
             docs as f64 / seconds
+        );
+        return Ok(());
+    }
+    if let Some(files) = args.reindex_move {
+        let rounds = args.rename_rounds.map_or(25, |r| r as usize);
+        println!(
+            "{}",
+            reindex::moved_dir(files, rounds.max(1), args.embedded).await?
         );
         return Ok(());
     }

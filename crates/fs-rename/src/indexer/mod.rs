@@ -3,7 +3,8 @@
 //! A run has four steps:
 //!
 //! 1. the walk (`walk.rs`: walkdir on the blocking pool, never following symbolic links),
-//!    which records each entry's identity on disk (device and inode);
+//!    which records each entry's identity on disk (device and inode), and goes on while
+//!    step 2 takes its lock and reads the store;
 //! 2. under the tree lock on the target (no rename can move it, or anything above it,
 //!    meanwhile), one read of what the store holds there: an identity found at a new path
 //!    whose old path is gone was moved on disk (`moves.rs`). Documents are matched by path,
@@ -16,8 +17,9 @@
 //! 4. documents with no counterpart on disk are reported, and with `prune` deleted, a
 //!    journaled `rm -r` of each topmost one under its own tree locks (`prune.rs`).
 //!
-//! A directory moved, and nothing else changed, is thus one read of the target and one
-//! rename: the run costs the walk and the read more than the rename alone.
+//! A directory moved, and nothing else changed, is thus one read of the target, made while
+//! the walk runs, and one rename that does not read the subtree again (on the embedded
+//! store: see `known_subtrees`).
 //!
 //! `docs/indexing.md` describes what is and is not detected.
 
@@ -43,7 +45,7 @@ use crate::tree::{Entry, FsTree};
 use content::Plan;
 pub use content::DEFAULT_CONTENT_MAX;
 pub use moves::Move;
-use walk::Walked;
+use walk::{Walk, Walked};
 pub use watch::{watch_dir, WatchBatch, WatchEvent, WatchOptions, WatchReport, WatchSink};
 
 /// How [`index_dir`] works.
@@ -221,16 +223,14 @@ async fn index_unpruned(
         at: at.to_string(),
         ..IndexReport::default()
     };
-    let (root, at_walk) = (dir.to_owned(), at.clone());
-    let walked = tokio::task::spawn_blocking(move || walk::walk_all(&root, &at_walk))
-        .await
-        .map_err(|e| local(dir, &format!("the walk failed: {e}")))?;
+    // The walk goes on while the tree lock is taken and the store read.
+    let mut walk = Walk::start(dir, at);
 
     // Step 2 and 3 at once, under the tree lock on the target: one read of what the store
     // holds finds the moves, and brings up to date everything the moves do not carry.
     let locked = locked_pass(
         tree,
-        &walked,
+        &mut walk,
         (dir, at),
         options,
         progress,
@@ -258,7 +258,7 @@ async fn index_unpruned(
         if locked.deferred || failed {
             // What the moves did not bring up to date (entries new or changed inside what
             // moved, a move that failed): a second pass, which reads the target again.
-            stale = second_pass(tree, &walked, (dir, at), options, &mut report).await?;
+            stale = second_pass(tree, &mut walk, (dir, at), options, &mut report).await?;
         }
     }
     report.stale = stale.len() as u64;
@@ -267,16 +267,39 @@ async fn index_unpruned(
     Ok((report, stale))
 }
 
-/// The documents under `at`, by path, as the store has them now.
-async fn existing_under(tree: &FsTree, at: &FsPath) -> Result<HashMap<FsPath, Entry>> {
+/// The documents under `at` as the store has them now, in the order read (by path, on the
+/// stores that scan in that order), with where each path is among them.
+async fn existing_under(tree: &FsTree, at: &FsPath) -> Result<Existing> {
     tree.refresh().await?;
-    let mut existing: HashMap<FsPath, Entry> = HashMap::new();
+    let mut existing = Existing::default();
     tree.for_each_page(at, 1_000, |page| {
-        existing.extend(page.into_iter().map(|e| (e.doc.path.clone(), e)));
+        for entry in page {
+            existing
+                .slot
+                .insert(entry.doc.path.clone(), existing.read.len());
+            existing.read.push(Some(entry));
+        }
         Ok(())
     })
     .await?;
     Ok(existing)
+}
+
+/// What [`existing_under`] read: the entries, each taken out when it is written or found
+/// stale; `slot` holds each path not yet matched (the moves' documents are matched by the
+/// path they will have, in `locked_index`).
+#[derive(Default)]
+struct Existing {
+    read: Vec<Option<Entry>>,
+    slot: HashMap<FsPath, usize>,
+}
+
+impl Existing {
+    /// Takes out the entry at `path`, if it is there and not matched yet.
+    fn take(&mut self, path: &FsPath) -> Option<Entry> {
+        let i = self.slot.remove(path)?;
+        self.read.get_mut(i)?.take()
+    }
 }
 
 fn local(path: &Path, message: &str) -> RenameError {
@@ -289,7 +312,7 @@ fn local(path: &Path, message: &str) -> RenameError {
 /// [`locked_index`] under the tree lock on `at`, released after it.
 async fn locked_pass(
     tree: &FsTree,
-    walked: &[Walked],
+    walk: &mut Walk,
     (dir, at): (&Path, &FsPath),
     options: &IndexOptions,
     progress: Option<IndexProgressSink>,
@@ -300,15 +323,7 @@ async fn locked_pass(
         .locks
         .client(tree, format!("index {} as {at}", dir.display()));
     let guard = client.lock_tree(at).await?;
-    let work = locked_index(
-        tree,
-        walked,
-        (dir, at),
-        options,
-        progress,
-        report,
-        find_moves,
-    );
+    let work = locked_index(tree, walk, (dir, at), options, progress, report, find_moves);
     under_write_lock(tree, guard, work).await
 }
 
@@ -334,16 +349,17 @@ struct Locked {
 /// with the text of the files that need it read (see `content.rs`).
 async fn locked_index(
     tree: &FsTree,
-    walked: &[Walked],
+    walk: &mut Walk,
     (dir, at): (&Path, &FsPath),
     options: &IndexOptions,
     progress: Option<IndexProgressSink>,
     report: &mut IndexReport,
     find_moves: bool,
 ) -> Result<Locked> {
-    let mut existing = existing_under(tree, at).await?;
+    let (existing, walked) = tokio::join!(existing_under(tree, at), walk.entries());
+    let (mut existing, walked) = (existing?, walked?);
     let planned = if find_moves {
-        moves::find_moves((dir, at), &existing, walked)
+        moves::find_moves((dir, at), existing.read.iter().flatten(), walked)
     } else {
         Vec::new()
     };
@@ -353,22 +369,19 @@ async fn locked_index(
             .iter()
             .any(|m| p.is_inside(&m.from) || p.is_inside(&m.to))
     };
-    // The documents the moves carry, by the path they will have, as read (at their old
-    // path), each with whether the walk found it there.
-    let mut carried: HashMap<FsPath, (Entry, bool)> = HashMap::new();
+    // The documents the moves carry, by the path they will have: where they are in what was
+    // read (at their old path), and whether the walk found them there.
+    let mut carried: HashMap<FsPath, (usize, bool)> = HashMap::new();
     if !planned.is_empty() {
-        let moving: Vec<(FsPath, FsPath)> = existing
-            .keys()
-            .filter_map(|p| {
-                let to = moves::after(pairs(), p);
-                (to != *p).then(|| (p.clone(), to))
-            })
-            .collect();
-        for (path, to) in moving {
-            if let Some(entry) = existing.remove(&path) {
-                carried.insert(to, (entry, false));
+        carried.reserve(existing.slot.len());
+        existing.slot.retain(|path, &mut i| {
+            let to = moves::after(pairs(), path);
+            if to == *path {
+                return true;
             }
-        }
+            carried.insert(to, (i, false));
+            false
+        });
     }
     let mut deferred = false;
     let mut present = HashSet::from([at.clone()]);
@@ -398,9 +411,12 @@ async fn locked_index(
                 report.files += 1;
                 report.bytes += doc.size;
             }
-            if let Some((entry, found)) = carried.get_mut(&doc.path) {
+            if let Some((i, found)) = carried.get_mut(&doc.path) {
                 *found = true;
-                if content::up_to_date_once_moved(&entry.doc, doc, options.content) {
+                let as_read = existing.read.get(*i).and_then(Option::as_ref);
+                if as_read
+                    .is_some_and(|e| content::up_to_date_once_moved(&e.doc, doc, options.content))
+                {
                     report.unchanged += 1;
                 } else {
                     deferred = true;
@@ -411,7 +427,7 @@ async fn locked_index(
                 deferred = true;
                 continue;
             }
-            let entry = existing.remove(&doc.path);
+            let entry = existing.take(&doc.path);
             let plan = content::plan(entry.as_ref().map(|e| &e.doc), doc, options.content);
             if plan == Plan::Unchanged {
                 report.unchanged += 1;
@@ -492,17 +508,24 @@ async fn locked_index(
     tree.refresh().await?;
     // Not on disk: what is left of the store's documents, those the moves carry at the path
     // they will have.
-    let mut stale: Vec<Entry> = existing.into_values().collect();
-    let mut carried_as_read = Vec::with_capacity(carried.len());
-    for (to, (entry, found)) in carried {
-        if !found {
+    let Existing { mut read, slot } = existing;
+    let mut stale: Vec<Entry> = slot.into_values().filter_map(|i| read[i].take()).collect();
+    // What the moves carry stays in `read`, in the order read: the rest is taken out.
+    let mut moving = vec![false; read.len()];
+    for (to, (i, found)) in carried {
+        moving[i] = true;
+        if let (false, Some(entry)) = (found, &read[i]) {
             stale.push(Entry {
                 doc: placed(entry.doc.clone(), to),
                 ..entry.clone()
             });
         }
-        carried_as_read.push(entry);
     }
+    let carried_as_read = read
+        .into_iter()
+        .zip(moving)
+        .filter_map(|(entry, moving)| entry.filter(|_| moving))
+        .collect();
     let known = known_subtrees(tree, &planned, carried_as_read);
     Ok(Locked {
         moves: planned,
@@ -537,7 +560,9 @@ fn known_subtrees(
             .iter()
             .all(|e| !touches(&m.from, &e.from) && !touches(&m.from, &e.to));
         if untouched {
-            known[k] = Some(Vec::new());
+            // A directory's move carries nearly all of them, a file's one.
+            let room = if k == 0 { carried.len() } else { 0 };
+            known[k] = Some(Vec::with_capacity(room));
         }
     }
     // Each document goes with the first move whose source holds it: an untouched move's
@@ -550,8 +575,12 @@ fn known_subtrees(
             entries.push(entry);
         }
     }
+    // In path order, as a scan writes them (the index on paths is updated in order): the
+    // order read, on a store that reads in that order.
     for entries in known.iter_mut().flatten() {
-        entries.sort_unstable_by(|a, b| a.doc.path.cmp(&b.doc.path));
+        if !entries.is_sorted_by(|a, b| a.doc.path <= b.doc.path) {
+            entries.sort_unstable_by(|a, b| a.doc.path.cmp(&b.doc.path));
+        }
     }
     known
 }
@@ -577,13 +606,13 @@ const REFUSED: &str = "the store refused it";
 /// unchanged).
 async fn second_pass(
     tree: &FsTree,
-    walked: &[Walked],
+    walk: &mut Walk,
     (dir, at): (&Path, &FsPath),
     options: &IndexOptions,
     report: &mut IndexReport,
 ) -> Result<Vec<Entry>> {
     let mut again = IndexReport::default();
-    let locked = locked_pass(tree, walked, (dir, at), options, None, &mut again, false).await?;
+    let locked = locked_pass(tree, walk, (dir, at), options, None, &mut again, false).await?;
     let first_wrote = report.created + report.updated;
     report.created += again.created;
     report.updated += again.updated;

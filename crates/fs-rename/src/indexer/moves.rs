@@ -92,14 +92,14 @@ fn carried_by(m: &Planned, old: &FsPath, new: &FsPath) -> bool {
         && old.as_str()[m.from.as_str().len()..] == new.as_str()[m.to.as_str().len()..]
 }
 
-/// Finds the moves between `existing` (the store under `at`, by path) and `walked` (the disk,
+/// Finds the moves between `existing` (the store under `at`) and `walked` (the disk,
 /// parents first), in the order they are to be made: a directory before what moved out of it.
-pub(super) fn find_moves(
+pub(super) fn find_moves<'e>(
     (root, at): (&Path, &FsPath),
-    existing: &HashMap<FsPath, Entry>,
+    existing: impl IntoIterator<Item = &'e Entry>,
     walked: &[Walked],
 ) -> Vec<Planned> {
-    let mut on_disk: HashMap<Identity, usize> = HashMap::new();
+    let mut on_disk: HashMap<Identity, usize> = HashMap::with_capacity(walked.len());
     for item in walked {
         if let Walked::Doc(FsDoc {
             identity: Some(identity),
@@ -109,8 +109,8 @@ pub(super) fn find_moves(
             *on_disk.entry(*identity).or_default() += 1;
         }
     }
-    let mut stored: HashMap<Identity, Option<&Entry>> = HashMap::new();
-    for entry in existing.values() {
+    let mut stored: HashMap<Identity, Option<&Entry>> = HashMap::with_capacity(on_disk.len());
+    for entry in existing {
         if let Some(identity) = entry.doc.identity {
             stored
                 .entry(identity)

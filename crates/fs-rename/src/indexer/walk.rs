@@ -3,18 +3,67 @@
 //! (device and inode, on Unix), or a reason why it cannot be one.
 
 use std::fs::Metadata;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
 use fs_model::{FsDoc, FsPath, Identity};
 
 use super::Skipped;
+use crate::error::{RenameError, Result};
 
 /// One entry of the walk.
 pub(super) enum Walked {
     Doc(FsDoc),
     Skipped(Skipped),
     Symlink(Skipped),
+}
+
+/// The walk of a directory, started on the blocking pool and awaited where it is first
+/// needed: the index run takes its lock and reads the store meanwhile.
+pub(super) struct Walk {
+    root: PathBuf,
+    state: WalkState,
+}
+
+enum WalkState {
+    Running(tokio::task::JoinHandle<Vec<Walked>>),
+    Done(Vec<Walked>),
+    /// The walk's task failed (it panicked or was cancelled): the message.
+    Failed(String),
+}
+
+impl Walk {
+    /// Starts walking `root`, to be indexed at `at`.
+    pub(super) fn start(root: &Path, at: &FsPath) -> Walk {
+        let (dir, at) = (root.to_owned(), at.clone());
+        Walk {
+            root: root.to_owned(),
+            state: WalkState::Running(tokio::task::spawn_blocking(move || walk_all(&dir, &at))),
+        }
+    }
+
+    /// The walk's entries, once it has ended.
+    ///
+    /// # Errors
+    /// [`RenameError::Local`] if the walk's task failed.
+    pub(super) async fn entries(&mut self) -> Result<&[Walked]> {
+        if let WalkState::Running(handle) = &mut self.state {
+            self.state = match handle.await {
+                Ok(walked) => WalkState::Done(walked),
+                Err(e) => WalkState::Failed(e.to_string()),
+            };
+        }
+        let message = match &self.state {
+            WalkState::Done(walked) => return Ok(walked),
+            WalkState::Failed(message) => message.as_str(),
+            // Awaited to its end above.
+            WalkState::Running(_) => "it did not end",
+        };
+        Err(RenameError::Local {
+            path: self.root.display().to_string(),
+            message: format!("the walk failed: {message}"),
+        })
+    }
 }
 
 /// Walks `root`, to be indexed at `at`, in full: parents come before their entries. Runs on

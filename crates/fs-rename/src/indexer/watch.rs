@@ -596,7 +596,7 @@ impl Applier<'_> {
             else {
                 continue;
             };
-            let planned = super::moves::find_moves((self.root, self.at), &gone, &walked);
+            let planned = super::moves::find_moves((self.root, self.at), gone.values(), &walked);
             match super::moves::apply_moves(
                 self.tree,
                 (self.root, self.at),

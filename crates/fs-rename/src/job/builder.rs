@@ -34,7 +34,8 @@ pub struct RenamerBuilder {
     pub(super) protocol_memo: ProtocolMemo,
     pub(super) cancel: Option<tokio::sync::watch::Receiver<bool>>,
     /// The source's subtree as the caller read it (see [`RenamerBuilder::known_subtree`]).
-    pub(super) known: Option<Arc<Vec<crate::tree::Entry>>>,
+    /// Taken by the first attempt that uses it.
+    pub(super) known: Option<Arc<std::sync::Mutex<Vec<crate::tree::Entry>>>>,
 }
 
 impl RenamerBuilder {
@@ -119,7 +120,7 @@ impl RenamerBuilder {
     /// fresh read); one added since makes the count differ, and the job reads the subtree as
     /// usual. For the indexer, which has read the subtree already to find the move.
     pub(crate) fn known_subtree(mut self, entries: Vec<crate::tree::Entry>) -> RenamerBuilder {
-        self.known = Some(Arc::new(entries));
+        self.known = Some(Arc::new(std::sync::Mutex::new(entries)));
         self
     }
 

@@ -209,14 +209,19 @@ impl Renamer {
         // writes what the check read (all of it, or its first page) without reading it again.
         let known = match known {
             Some(known) if !checked.whole => {
+                // Taken, not copied: an attempt after this one reads the subtree afresh.
+                let known = std::mem::take(
+                    &mut *known
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner),
+                );
                 let counted = tree.count_under(task.from()).await?;
                 (counted == known.len() as u64).then_some(known)
             }
             _ => None,
         };
-        let read = match task {
-            Task::Rename { .. } if known.is_some() => {
-                let known: Vec<Entry> = known.map(|k| k.to_vec()).unwrap_or_default();
+        let read = match (task, known) {
+            (Task::Rename { .. }, Some(known)) => {
                 let _ = total.set(known.len() as u64);
                 self.emit(RenameEvent::Checked {
                     total: known.len() as u64,
@@ -226,7 +231,7 @@ impl Renamer {
                     first: Vec::new(),
                 }
             }
-            Task::Rename { .. } if checked.whole => Read {
+            (Task::Rename { .. }, None) if checked.whole => Read {
                 known: Some(
                     checked
                         .subtree
@@ -236,11 +241,11 @@ impl Renamer {
                 ),
                 first: Vec::new(),
             },
-            Task::Rename { .. } => Read {
+            (Task::Rename { .. }, None) => Read {
                 known: None,
                 first: checked.subtree,
             },
-            Task::Copy { .. } | Task::Delete { .. } => Read::default(),
+            (Task::Copy { .. } | Task::Delete { .. }, _) => Read::default(),
         };
         // A job paused past its lease (by its own clock, less the allowed skew) stops here,
         // before journaling: a recovery may already be clearing its locks. A pause after this
