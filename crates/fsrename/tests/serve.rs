@@ -530,6 +530,159 @@ async fn shutdown_cancels_late_jobs_and_releases_their_locks(backend: Backend) {
     guard.release().await.expect("release");
 }
 
+/// An open `GET /events` stream, read as a browser's `EventSource` would.
+struct EventStream {
+    answer: reqwest::Response,
+    buffer: String,
+}
+
+impl EventStream {
+    async fn open(service: &Service) -> EventStream {
+        let answer = service
+            .http
+            .get(format!("{}/events", service.base))
+            .send()
+            .await
+            .expect("GET /events");
+        assert_eq!(answer.status().as_u16(), 200);
+        let kind = answer.headers().get("content-type").cloned();
+        assert_eq!(
+            kind.as_ref().and_then(|v| v.to_str().ok()),
+            Some("text/event-stream")
+        );
+        EventStream {
+            answer,
+            buffer: String::new(),
+        }
+    }
+
+    /// The next event (its name and data), skipping keep-alive comments; `None` once the
+    /// stream ended.
+    async fn next(&mut self) -> Option<(String, Value)> {
+        // Keep-alive comments do not count as an event.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            while let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let (mut event, mut data) = (String::from("message"), String::new());
+                for line in block.lines() {
+                    if let Some(name) = line.strip_prefix("event: ") {
+                        event = name.to_owned();
+                    } else if let Some(text) = line.strip_prefix("data: ") {
+                        data.push_str(text);
+                    }
+                }
+                if !data.is_empty() {
+                    return Some((event, serde_json::from_str(&data).expect("JSON data")));
+                }
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.answer.chunk())
+                .await
+                .expect("an event within 30 s")
+                .expect("read the stream")?;
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+
+    /// Reads events until `wanted` says yes to one; returns the events read.
+    async fn until(&mut self, wanted: impl Fn(&str, &Value) -> bool) -> Vec<(String, Value)> {
+        let mut seen = Vec::new();
+        while let Some((event, data)) = self.next().await {
+            let found = wanted(&event, &data);
+            seen.push((event, data));
+            if found {
+                return seen;
+            }
+        }
+        panic!("the stream ended before the event wanted: {seen:?}");
+    }
+}
+
+/// Two pages follow one rename through the feed: the lock it waits for, its state to `done`,
+/// the locks gone; the service counts their streams and shuts down with them open.
+async fn the_event_feed_shows_a_rename_to_every_page(backend: Backend) {
+    let service = Service::start(backend, |_| {}).await;
+    service.build(1, 1, 1).await;
+    let mut pages = [
+        EventStream::open(&service).await,
+        EventStream::open(&service).await,
+    ];
+    for page in &mut pages {
+        let (event, first) = page.next().await.expect("a first event");
+        assert_eq!(event, "snapshot", "{first}");
+    }
+    let lock_index = format!("{}-lock", service.index);
+    let holder = fs_locks::LockClient::builder(Arc::clone(&service.store), lock_index)
+        .holder("the test")
+        .build();
+    let guard = holder
+        .lock_tree(&FsPath::parse("/t000/s0").expect("path"))
+        .await
+        .expect("hold");
+    let id = service.submit("/t000", "/moved").await;
+    for page in &mut pages {
+        // The test's exclusive lock, with its holder, in a lock list.
+        page.until(|event, data| {
+            (event == "locks" || event == "snapshot")
+                && data["locks"].as_array().is_some_and(|locks| {
+                    locks
+                        .iter()
+                        .any(|l| l["path"] == "/t000/s0" && l["lock_type"] == "exclusive")
+                })
+        })
+        .await;
+    }
+    guard.release().await.expect("release");
+    for page in &mut pages {
+        // The job done, and no lock left (the locks go first, in the same sample).
+        let (mut done, mut unlocked) = (None, false);
+        while done.is_none() || !unlocked {
+            let (event, data) = page.next().await.expect("an event");
+            if event == "job" && data["job"]["state"] == "done" {
+                done = Some(data);
+            } else if event == "locks" || event == "snapshot" {
+                unlocked = data["locks"] == json!([]);
+            }
+        }
+        let done = done.unwrap_or_default();
+        assert_eq!(done["job"]["id"], id.as_str(), "{done}");
+        assert!(done["at"].as_i64().is_some_and(|at| at > 0), "{done}");
+    }
+    let metrics = |service: &Service| {
+        let (http, url) = (service.http.clone(), format!("{}/metrics", service.base));
+        async move {
+            let text = http.get(url).send().await.expect("metrics");
+            text.text().await.expect("text")
+        }
+    };
+    let streams = |n: usize| {
+        format!(
+            "fsrename_event_streams{{instance=\"{}\"}} {n}",
+            service.instance
+        )
+    };
+    assert!(metrics(&service).await.contains(&streams(2)));
+    let [first, mut second] = pages;
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !metrics(&service).await.contains(&streams(1)) {
+        assert!(Instant::now() < deadline, "a closed page still counted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Shutdown ends the open stream instead of waiting for it.
+    let started = Instant::now();
+    service.stop().await;
+    assert!(
+        second.next().await.is_none(),
+        "the stream outlived the service"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 /// Many clients submit renames at once, on their own subtrees and on shared ones, ten each:
 /// 200 clients and 2 000 renames on the embedded store; 40 clients and 400 renames on osmem,
 /// where each job costs far more inside this test binary than in the release service (see
@@ -901,4 +1054,5 @@ on_every_backend!(
     the_token_is_required_when_set,
     shutdown_cancels_late_jobs_and_releases_their_locks,
     many_clients_many_renames,
+    the_event_feed_shows_a_rename_to_every_page,
 );

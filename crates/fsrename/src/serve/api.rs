@@ -16,6 +16,7 @@ use fs_rename::{FsTree, JobKind, Strategy};
 use fs_store::Scope;
 use serde_json::{json, Map, Value};
 
+use super::events::Feed;
 use super::job::Work;
 use super::jobs::{Jobs, Refusal};
 
@@ -57,8 +58,9 @@ impl IntoResponse for ApiError {
     }
 }
 
-pub fn routes(jobs: Jobs) -> Router {
+pub fn routes(jobs: Jobs, feed: Feed) -> Router {
     Router::new()
+        .route("/events", get(Feed::route).with_state(feed))
         .route("/renames", get(list_renames).post(submit_rename))
         .route("/renames/{id}", get(get_rename))
         .route("/copies", get(list_copies).post(submit_copy))

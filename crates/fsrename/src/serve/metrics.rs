@@ -17,6 +17,8 @@ pub struct Metrics {
     pub retries: AtomicU64,
     pub documents: AtomicU64,
     pub adopted: AtomicU64,
+    /// Open `GET /events` streams (a gauge).
+    pub event_streams: AtomicU64,
 }
 
 impl Metrics {
@@ -79,6 +81,11 @@ impl Metrics {
             "fsrename_jobs_adopted_total",
             "Jobs taken over from an instance that died.",
             get(&self.adopted),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP fsrename_event_streams Open event streams (live pages).\n# TYPE fsrename_event_streams gauge\nfsrename_event_streams{{instance=\"{label}\"}} {}",
+            get(&self.event_streams)
         );
         let _ = writeln!(
             out,

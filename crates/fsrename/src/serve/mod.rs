@@ -14,6 +14,7 @@
 mod adopt;
 mod api;
 mod config;
+mod events;
 mod job;
 mod jobs;
 mod metrics;
@@ -96,7 +97,15 @@ impl Server {
         // Stopped after the last job ended: the heartbeat covers every job to its end.
         let (stop_beating, beating) = tokio::sync::watch::channel(false);
         let heart = tokio::spawn(adopt::run(jobs.clone(), addr, beating));
-        let app = api::routes(jobs.clone())
+        // The event streams end as shutdown begins: the graceful shutdown waits for every
+        // connection to close.
+        let (stop_feed, feed_stopped) = tokio::sync::watch::channel(false);
+        let feed = events::Feed::start(jobs.clone(), feed_stopped);
+        let shutdown = async move {
+            shutdown.await;
+            stop_feed.send_replace(true);
+        };
+        let app = api::routes(jobs.clone(), feed)
             .layer(DefaultBodyLimit::max(body_limit))
             .layer(axum::middleware::from_fn_with_state(
                 token,

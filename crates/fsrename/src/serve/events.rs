@@ -1,0 +1,349 @@
+//! `GET /events`: one live feed (Server-Sent Events) of what the live page shows, the locks
+//! and this instance's jobs, shared by every open page.
+//!
+//! One task, the sampler, reads the state every [`SAMPLE_EVERY`] while at least one client
+//! listens: the locks with one listing of the lock index, the jobs from this instance's table
+//! (no store call). What changed since the last sample goes out to every client on one
+//! bounded broadcast channel, so the store sees one reader however many pages are open, and
+//! none when no page is.
+//!
+//! What a client receives, each an SSE event whose data is one JSON object:
+//!
+//! - `snapshot` `{at, locks, jobs}`: the whole state, first on connecting, again whenever
+//!   the client fell behind (see below);
+//! - `locks` `{at, locks}`: the lock list, when it changed;
+//! - `job` `{at, job}`: one job, when its state, progress or lock wait changed;
+//! - `error` `{at, error}`: the locks could not be read (the last list still stands).
+//!
+//! `at` is the server's clock (epoch ms) when the sample was taken, for the page to count a
+//! lease down (`expires_at - at`) without trusting the browser's clock.
+//!
+//! A slow client is never waited for: each holds at most [`BUFFER`] updates, and one that
+//! falls further behind skips them and gets a fresh snapshot instead. A client that goes
+//! away drops its receiver with its stream.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::IntoResponse;
+use fs_locks::{LeaseClock, LockClient};
+use futures::{Stream, StreamExt};
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, watch, Notify};
+
+use super::jobs::Jobs;
+
+/// How often the sampler reads the state while a client listens.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+
+/// Updates held for each client; one further behind gets a snapshot instead.
+pub const BUFFER: usize = 256;
+
+/// The jobs the feed shows: the most recent.
+const JOBS_SHOWN: usize = 100;
+
+/// One thing a client is sent: the SSE event's name and its JSON data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Out {
+    pub event: &'static str,
+    pub data: Value,
+}
+
+/// The feed. Cheap to clone.
+#[derive(Clone)]
+pub struct Feed {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    jobs: Jobs,
+    locks: LockClient,
+    updates: broadcast::Sender<Arc<Out>>,
+    last: Mutex<Sampled>,
+    /// Woken when a client connects: an idle feed reads nothing.
+    listening: Notify,
+    /// True once the service shuts down: the streams end (a graceful shutdown waits for
+    /// every connection to close, and an event stream would never close by itself).
+    closing: watch::Receiver<bool>,
+}
+
+/// The state as last sampled.
+#[derive(Default)]
+struct Sampled {
+    at: i64,
+    locks: Value,
+    /// The locks as compared: without what moves with the clock (waiting times, expiry).
+    locks_key: Option<Value>,
+    jobs: Vec<Value>,
+    job_keys: HashMap<String, Value>,
+}
+
+impl Sampled {
+    fn snapshot(&self) -> Out {
+        Out {
+            event: "snapshot",
+            data: json!({ "at": self.at, "locks": self.locks, "jobs": self.jobs }),
+        }
+    }
+}
+
+impl Feed {
+    /// A feed of `jobs`' locks and jobs; its sampler runs until `closing` turns true.
+    pub fn start(jobs: Jobs, mut closing: watch::Receiver<bool>) -> Feed {
+        let lock_index = fs_model::lock_index_name(&jobs.config().index);
+        let locks = LockClient::builder(Arc::clone(jobs.store()), lock_index).build();
+        let feed = Feed {
+            inner: Arc::new(Inner {
+                jobs,
+                locks,
+                updates: broadcast::channel(BUFFER).0,
+                last: Mutex::new(Sampled {
+                    locks: json!([]),
+                    ..Sampled::default()
+                }),
+                listening: Notify::new(),
+                closing: closing.clone(),
+            }),
+        };
+        let sampler = feed.clone();
+        tokio::spawn(async move {
+            loop {
+                if *closing.borrow() {
+                    return;
+                }
+                if sampler.listeners() == 0 {
+                    tokio::select! {
+                        () = sampler.inner.listening.notified() => {}
+                        _ = closing.changed() => return,
+                    }
+                    // Clients that connected while the feed was idle hold an old snapshot.
+                    sampler.sample(true).await;
+                } else {
+                    sampler.sample(false).await;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(SAMPLE_EVERY) => {}
+                    _ = closing.changed() => return,
+                }
+            }
+        });
+        feed
+    }
+
+    /// How many clients listen now.
+    pub fn listeners(&self) -> usize {
+        self.inner.updates.receiver_count()
+    }
+
+    fn last(&self) -> std::sync::MutexGuard<'_, Sampled> {
+        self.inner.last.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reads the state and sends what changed (all of it as a snapshot, with `whole`).
+    async fn sample(&self, whole: bool) {
+        let listed = self.inner.locks.list_locks().await;
+        let at = LeaseClock::new().now_ms();
+        let jobs: Vec<Value> = self
+            .inner
+            .jobs
+            .recent(None, JOBS_SHOWN)
+            .iter()
+            .filter_map(|job| serde_json::to_value(job).ok())
+            .collect();
+        let mut out = Vec::new();
+        {
+            let mut last = self.last();
+            last.at = at;
+            match listed {
+                Ok(locks) => {
+                    let key = Value::Array(locks.iter().map(|l| l.to_json(0)).collect());
+                    let now = Value::Array(locks.iter().map(|l| l.to_json(at)).collect());
+                    if last.locks_key.as_ref() != Some(&key) {
+                        out.push(Out {
+                            event: "locks",
+                            data: json!({ "at": at, "locks": now }),
+                        });
+                        last.locks_key = Some(key);
+                    }
+                    last.locks = now;
+                }
+                Err(e) => out.push(Out {
+                    event: "error",
+                    data: json!({ "at": at, "error": format!("reading the locks: {e}") }),
+                }),
+            }
+            let mut keys = HashMap::with_capacity(jobs.len());
+            for job in &jobs {
+                let id = job["id"].as_str().unwrap_or_default().to_owned();
+                let key = json!([
+                    job["state"],
+                    job["progress"],
+                    job["waiting_for"],
+                    job["error"]
+                ]);
+                if last.job_keys.get(&id) != Some(&key) {
+                    out.push(Out {
+                        event: "job",
+                        data: json!({ "at": at, "job": job }),
+                    });
+                }
+                keys.insert(id, key);
+            }
+            last.job_keys = keys;
+            last.jobs = jobs;
+            if whole {
+                out = vec![last.snapshot()];
+            }
+        }
+        for update in out {
+            // No receiver: nobody to tell.
+            let _ = self.inner.updates.send(Arc::new(update));
+        }
+    }
+
+    /// A client's stream: the last snapshot, then the updates; a fresh snapshot whenever it
+    /// fell more than [`BUFFER`] updates behind. It ends when the service shuts down.
+    pub fn subscribe(&self) -> impl Stream<Item = Out> + Send + 'static {
+        let rx = self.inner.updates.subscribe();
+        let counted = Counted::new(&self.inner.jobs);
+        self.inner.listening.notify_one();
+        let first = self.last().snapshot();
+        let feed = self.clone();
+        let closing = self.inner.closing.clone();
+        futures::stream::unfold(
+            (Some(first), rx, (feed, counted), closing),
+            |(pending, mut rx, feed, mut closing)| async move {
+                if let Some(out) = pending {
+                    return Some((out, (None, rx, feed, closing)));
+                }
+                let received = tokio::select! {
+                    received = rx.recv() => received,
+                    _ = closing.wait_for(|closing| *closing) => return None,
+                };
+                let out = match received {
+                    Ok(update) => (*update).clone(),
+                    // What it still holds is older than the snapshot: skipped too. Taken
+                    // after the new receiver, the snapshot misses nothing sent since (the
+                    // sampler keeps it before it sends).
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        rx = rx.resubscribe();
+                        feed.0.last().snapshot()
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                };
+                Some((out, (None, rx, feed, closing)))
+            },
+        )
+    }
+
+    /// The route: `GET /events`.
+    pub async fn route(State(feed): State<Feed>) -> impl IntoResponse {
+        let stream = feed.subscribe().map(|out| {
+            Ok::<_, Infallible>(Event::default().event(out.event).data(out.data.to_string()))
+        });
+        Sse::new(stream).keep_alive(KeepAlive::default())
+    }
+
+    /// Sends `out` to every client, as the sampler does (tests).
+    #[cfg(test)]
+    fn publish(&self, out: Out) {
+        let _ = self.inner.updates.send(Arc::new(out));
+    }
+}
+
+/// One open stream, counted in the service's metrics while it lives.
+struct Counted(Jobs);
+
+impl Counted {
+    fn new(jobs: &Jobs) -> Counted {
+        jobs.metrics().event_streams.fetch_add(1, Ordering::Relaxed);
+        Counted(jobs.clone())
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0
+            .metrics()
+            .event_streams
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed() -> (Feed, watch::Sender<bool>) {
+        let store: fs_store::SharedStore =
+            Arc::new(fs_store::SqliteStore::in_memory().expect("store"));
+        let jobs = Jobs::new(store, super::super::ServeConfig::new("fs"));
+        let (close, closing) = watch::channel(false);
+        (Feed::start(jobs, closing), close)
+    }
+
+    fn numbered(n: usize) -> Out {
+        Out {
+            event: "job",
+            data: json!({ "n": n }),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_client_that_falls_behind_gets_a_snapshot_and_then_the_updates() {
+        let (feed, _close) = feed();
+        let mut slow = Box::pin(feed.subscribe());
+        let first = slow.next().await.expect("the first event");
+        assert_eq!(first.event, "snapshot");
+        // Far more than it holds, while it reads nothing: the sender never waits for it.
+        for n in 0..BUFFER * 4 {
+            feed.publish(numbered(n));
+        }
+        let next = slow.next().await.expect("an event");
+        assert_eq!(next.event, "snapshot", "{next:?}");
+        // Caught up: the next update comes as it is sent.
+        feed.publish(numbered(99_999));
+        let mut seen = Vec::new();
+        while let Some(out) = slow.next().await {
+            if out == numbered(99_999) {
+                break;
+            }
+            seen.push(out);
+        }
+        assert!(
+            seen.iter()
+                .all(|o| o.event != "job" || o.data["n"].is_null()),
+            "updates skipped by the snapshot came after it: {seen:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_client_that_goes_away_stops_counting() {
+        let (feed, _close) = feed();
+        let a = feed.subscribe();
+        let b = feed.subscribe();
+        assert_eq!(feed.listeners(), 2);
+        drop(a);
+        assert_eq!(feed.listeners(), 1);
+        drop(b);
+        assert_eq!(feed.listeners(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_feed_ends_its_streams_when_it_closes() {
+        let (feed, close) = feed();
+        let mut stream = Box::pin(feed.subscribe());
+        assert_eq!(stream.next().await.map(|o| o.event), Some("snapshot"));
+        close.send_replace(true);
+        let ended = tokio::time::timeout(Duration::from_secs(5), async {
+            while stream.next().await.is_some() {}
+        })
+        .await;
+        assert!(ended.is_ok(), "the stream did not end");
+    }
+}
