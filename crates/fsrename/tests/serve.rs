@@ -749,6 +749,55 @@ async fn two_hundred_open_pages_do_not_add_to_the_store_load() {
     println!("store requests for 200 renames: {alone} with no page open, {watched} with 200 ({ratio:.3})");
 }
 
+/// A page of another site cannot make the user's browser change anything here: a post with
+/// a foreign `Origin` (a `text/plain` one needs no CORS preflight), a `null` one, or one the
+/// browser marks cross-site is refused, and no job is accepted; the service's own origin and
+/// clients that send none (curl, scripts) pass.
+async fn posts_from_another_site_are_refused(backend: Backend) {
+    let service = Service::start(backend, |_| {}).await;
+    service.build(1, 1, 1).await;
+    let host = service.base.trim_start_matches("http://").to_owned();
+    let body = json!({ "from": "/t000", "to": "/stolen" }).to_string();
+    let post = |headers: Vec<(&'static str, String)>| {
+        let mut request = service
+            .http
+            .post(format!("{}/renames", service.base))
+            .header("content-type", "text/plain")
+            .body(body.clone());
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        async move {
+            let answer = request.send().await.expect("POST");
+            let status = answer.status().as_u16();
+            (status, answer.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    for headers in [
+        vec![("origin", "http://evil.example".to_owned())],
+        vec![("origin", format!("http://{host}.evil.example"))],
+        vec![("origin", "null".to_owned())],
+        vec![("sec-fetch-site", "cross-site".to_owned())],
+    ] {
+        let shown = format!("{headers:?}");
+        let (status, answer) = post(headers).await;
+        assert_eq!(status, 403, "{shown}: {answer}");
+        assert!(
+            answer["error"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("cross-site request refused")),
+            "{answer}"
+        );
+    }
+    let (_, jobs) = service.get("/jobs").await;
+    assert_eq!(jobs["jobs"], json!([]), "a refused post made a job");
+    let (status, answer) = post(vec![("origin", format!("http://{host}"))]).await;
+    assert_eq!(status, 202, "the service's own origin: {answer}");
+    let id = answer["id"].as_str().expect("id").to_owned();
+    assert_eq!(service.finished(&id).await["state"], "done");
+    service.stop().await;
+}
+
 /// Many clients submit renames at once, on their own subtrees and on shared ones, ten each:
 /// 200 clients and 2 000 renames on the embedded store; 40 clients and 400 renames on osmem,
 /// where each job costs far more inside this test binary than in the release service (see
@@ -1121,4 +1170,5 @@ on_every_backend!(
     shutdown_cancels_late_jobs_and_releases_their_locks,
     many_clients_many_renames,
     the_event_feed_shows_a_rename_to_every_page,
+    posts_from_another_site_are_refused,
 );

@@ -111,6 +111,7 @@ impl Server {
                 token,
                 middleware::bearer,
             ))
+            .layer(axum::middleware::from_fn(middleware::same_origin))
             .layer(axum::middleware::from_fn(middleware::request_log));
         tracing::info!(%addr, instance = %jobs.instance(), "serving");
         let done = tokio::spawn(async move {
