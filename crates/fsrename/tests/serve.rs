@@ -798,6 +798,50 @@ async fn posts_from_another_site_are_refused(backend: Backend) {
     service.stop().await;
 }
 
+/// The live page comes from the binary itself: its HTML names only its own script and
+/// style, which are served with it, and every piece forbids scripts from elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_is_served_from_the_binary() {
+    let service = Service::start(Backend::Embedded, |_| {}).await;
+    for (path, kind, needle) in [
+        ("/", "text/html", "<script src=\"/page.js\" defer></script>"),
+        (
+            "/page.js",
+            "text/javascript",
+            "new EventSource(\"/events\")",
+        ),
+        ("/page.css", "text/css", "@media (max-width: 760px)"),
+    ] {
+        let answer = service
+            .http
+            .get(format!("{}{path}", service.base))
+            .send()
+            .await
+            .expect("GET");
+        assert_eq!(answer.status().as_u16(), 200, "{path}");
+        let header = |name: &str| {
+            answer
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert!(header("content-type").starts_with(kind), "{path}");
+        assert!(
+            header("content-security-policy").contains("script-src 'self'"),
+            "{path}"
+        );
+        let body = answer.text().await.expect("body");
+        assert!(body.contains(needle), "{path}: {needle} missing");
+        assert!(
+            !body.contains("http://") && !body.contains("https://"),
+            "{path} loads from elsewhere"
+        );
+    }
+    service.stop().await;
+}
+
 /// Many clients submit renames at once, on their own subtrees and on shared ones, ten each:
 /// 200 clients and 2 000 renames on the embedded store; 40 clients and 400 renames on osmem,
 /// where each job costs far more inside this test binary than in the release service (see

@@ -74,6 +74,7 @@ pub fn routes(jobs: Jobs, feed: Feed) -> Router {
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .with_state(jobs)
+        .merge(super::page::routes())
 }
 
 /// Reads a request body as a JSON object whose fields are all among `allowed`; `wanted`

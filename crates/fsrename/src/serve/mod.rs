@@ -7,6 +7,10 @@
 //! their first rewrite, leave them with their journal entry for recovery), and exits.
 //! Recovery (`fs_rename::Recovery`) runs at start and every `recover_every`.
 //!
+//! A live page (`page.rs`, at `/`) shows the tree, its locks and the jobs, fed by one event
+//! stream (`events.rs`, `GET /events`) that every open page shares. A browser on another site
+//! cannot post to the service (`middleware::same_origin`).
+//!
 //! Several instances may serve one store (behind a load balancer): they share the jobs
 //! index (`records.rs`), so that any of them answers for any job, and each takes over the
 //! jobs of an instance that died (`adopt.rs`).
@@ -19,6 +23,7 @@ mod job;
 mod jobs;
 mod metrics;
 mod middleware;
+mod page;
 mod records;
 mod recovered;
 

@@ -1,0 +1,262 @@
+// The live page: the tree (a level at a time), a badge on every locked path, the locks and
+// the jobs as `GET /events` tells them, and a form to submit a rename. Plain DOM, no library.
+"use strict";
+
+const PAGE = 200; // children shown at a time under one directory
+
+const state = {
+  locks: new Map(), // path -> lock, as `GET /locks` shows it
+  jobs: new Map(), // id -> job
+  offset: 0, // the server's clock minus ours, from each event's `at`
+  open: new Set(), // the directories expanded, kept open when the tree is listed again
+};
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (name === "class") node.className = value;
+    else node.setAttribute(name, value);
+  }
+  for (const child of children) {
+    if (child !== null && child !== undefined) node.append(child);
+  }
+  return node;
+}
+
+function serverNow() {
+  return Date.now() + state.offset;
+}
+
+function leaseLeft(lock) {
+  let expires = lock.expires_at;
+  for (const grant of lock.grants || []) {
+    if (grant.expires_at && (!expires || grant.expires_at < expires)) expires = grant.expires_at;
+  }
+  if (!expires) return "no lease";
+  const left = Math.max(0, expires - serverNow());
+  return (left / 1000).toFixed(1) + " s";
+}
+
+function holders(lock) {
+  const names = (lock.grants || []).map((g) => `${g.mode} ${g.holder || g.process_id}`);
+  return names.length ? names.join("; ") : lock.holders || "";
+}
+
+// The holders' names only (the badge shows the lock's mode beside them).
+function holderNames(lock) {
+  const names = (lock.grants || []).map((g) => g.holder || g.process_id);
+  return names.length ? names.join(", ") : lock.holders || "";
+}
+
+// ---- the tree ----
+
+async function loadChildren(path, list) {
+  list.replaceChildren(el("li", { class: "hint" }, "loading…"));
+  let answer;
+  try {
+    const response = await fetch(`/tree?path=${encodeURIComponent(path)}&depth=1`);
+    answer = await response.json();
+    if (!response.ok) throw new Error(answer.error || response.statusText);
+  } catch (e) {
+    list.replaceChildren(el("li", { class: "error" }, `cannot list ${path}: ${e.message}`));
+    return;
+  }
+  const entries = answer.entries
+    .map((e) => e.doc)
+    .filter((doc) => doc.path !== path)
+    .sort((a, b) => (a.kind === b.kind ? a.name.localeCompare(b.name) : a.kind === "dir" ? -1 : 1));
+  list.replaceChildren();
+  showMore(list, entries, 0, answer.truncated);
+}
+
+function showMore(list, entries, from, truncated) {
+  for (const doc of entries.slice(from, from + PAGE)) list.append(treeItem(doc));
+  if (from + PAGE < entries.length) {
+    const more = el("button", { class: "more", type: "button" },
+      `show ${Math.min(PAGE, entries.length - from - PAGE)} more of ${entries.length - from - PAGE}`);
+    more.addEventListener("click", () => {
+      more.parentElement.remove();
+      showMore(list, entries, from + PAGE, truncated);
+    });
+    list.append(el("li", {}, more));
+  } else if (truncated) {
+    list.append(el("li", { class: "hint" }, "(more entries than the service lists at once)"));
+  }
+}
+
+function treeItem(doc) {
+  const badges = el("span", { class: "badges", "data-path": doc.path });
+  if (doc.kind !== "dir") {
+    const item = el("li", { role: "treeitem" }, el("div", { class: "node file" }, el("span", {}, doc.name), badges));
+    renderBadges(badges);
+    return item;
+  }
+  const group = el("ul", { role: "group", hidden: "" });
+  const toggle = el("button", { type: "button", "aria-expanded": "false", "data-path": doc.path }, `▸ ${doc.name}/`);
+  const item = el("li", { role: "treeitem" }, el("div", { class: "node" }, toggle, badges), group);
+  const show = (open) => {
+    toggle.setAttribute("aria-expanded", String(open));
+    toggle.textContent = `${open ? "▾" : "▸"} ${doc.name}/`;
+    group.hidden = !open;
+    if (open) {
+      state.open.add(doc.path);
+      loadChildren(doc.path, group);
+    } else {
+      state.open.delete(doc.path);
+    }
+  };
+  toggle.addEventListener("click", () => show(toggle.getAttribute("aria-expanded") !== "true"));
+  if (state.open.has(doc.path)) show(true);
+  renderBadges(badges);
+  return item;
+}
+
+// Lists the tree again after a job changed it; what was expanded and is still there stays
+// expanded.
+function reloadOpenDirectories() {
+  loadChildren("/", $("tree"));
+}
+
+function renderBadges(container) {
+  const lock = state.locks.get(container.dataset.path);
+  container.replaceChildren();
+  if (!lock) return;
+  container.append(el("span", {
+    class: `badge ${lock.mode}`,
+    title: `${lock.lock_type} lock (${lock.mode}) held by ${holders(lock)}`,
+  }, `${lock.mode} · ${holderNames(lock)} · ${leaseLeft(lock)}`));
+  const waiters = lock.waiters || [];
+  if (waiters.length) {
+    // Who, in order: in the title here, and in the locks table.
+    container.append(el("span", {
+      class: "badge wait",
+      title: waiters.map((w, i) => `${i + 1}. ${w.mode} ${w.holder}`).join("\n"),
+    }, `${waiters.length} waiting (first: ${waiters[0].mode})`));
+  }
+}
+
+function renderAllBadges() {
+  for (const container of document.querySelectorAll(".badges")) renderBadges(container);
+}
+
+// ---- locks and jobs ----
+
+function renderLocks() {
+  const rows = [...state.locks.values()]
+    .sort((a, b) => a.path.localeCompare(b.path))
+    .map((lock) => el("tr", {},
+      el("td", {}, lock.path),
+      el("td", {}, `${lock.mode} (${lock.lock_type})`),
+      el("td", {}, holders(lock)),
+      el("td", {}, leaseLeft(lock)),
+      el("td", {}, (lock.waiters || []).map((w, i) => `${i + 1}. ${w.mode} ${w.holder}`).join("; "))));
+  $("locks").replaceChildren(...rows);
+  $("no-locks").hidden = rows.length > 0;
+}
+
+function describe(job) {
+  if (job.kind === "delete") return `rm${job.recursive ? " -r" : ""} ${job.path}`;
+  return `${job.kind === "copy" ? "cp" : "mv"} ${job.from} → ${job.to}`;
+}
+
+function renderJobs() {
+  const jobs = [...state.jobs.values()].sort((a, b) => b.submitted_at - a.submitted_at);
+  $("jobs").replaceChildren(...jobs.map((job) => {
+    const progress = job.progress || { done: 0, total: 0 };
+    const bar = el("progress", { max: String(Math.max(progress.total, 1)), value: String(progress.done),
+      "aria-label": `${describe(job)}: ${progress.done} of ${progress.total} documents` });
+    return el("li", { "data-job": job.id, "data-state": job.state },
+      el("div", {}, describe(job), " ", el("span", { class: `state ${job.state}` }, job.state)),
+      bar,
+      job.waiting_for ? el("div", { class: "hint" }, `waiting for ${job.waiting_for}`) : null,
+      job.error ? el("div", { class: "error" }, job.error) : null,
+      job.report ? el("div", { class: "hint" }, `${progress.done} documents written`) : null);
+  }));
+}
+
+function setLocks(locks) {
+  state.locks = new Map(locks.map((lock) => [lock.path, lock]));
+  renderLocks();
+  renderAllBadges();
+}
+
+function setJob(job) {
+  const before = state.jobs.get(job.id);
+  state.jobs.set(job.id, job);
+  if (job.state === "done" && (!before || before.state !== "done")) reloadOpenDirectories();
+}
+
+function connect() {
+  const events = new EventSource("/events");
+  const heard = (data) => {
+    state.offset = data.at - Date.now();
+    $("status").textContent = "live";
+  };
+  events.addEventListener("snapshot", (e) => {
+    const data = JSON.parse(e.data);
+    heard(data);
+    state.jobs = new Map();
+    for (const job of data.jobs) state.jobs.set(job.id, job);
+    setLocks(data.locks);
+    renderJobs();
+  });
+  events.addEventListener("locks", (e) => {
+    const data = JSON.parse(e.data);
+    heard(data);
+    setLocks(data.locks);
+  });
+  events.addEventListener("job", (e) => {
+    const data = JSON.parse(e.data);
+    heard(data);
+    setJob(data.job);
+    renderJobs();
+  });
+  events.addEventListener("error", (e) => {
+    if (e.data) {
+      const data = JSON.parse(e.data);
+      $("status").textContent = `the service could not read the locks: ${data.error}`;
+    } else {
+      $("status").textContent = "connection lost; reconnecting…";
+    }
+  });
+}
+
+// ---- the form ----
+
+function showError(field, message) {
+  const input = $(field);
+  if (input) input.setAttribute("aria-invalid", message ? "true" : "false");
+  $(`${input ? field : "form"}-error`).textContent = message || "";
+}
+
+async function submitRename(event) {
+  event.preventDefault();
+  for (const field of ["from", "to", "form"]) showError(field, "");
+  const body = JSON.stringify({ from: $("from").value, to: $("to").value });
+  let response, answer;
+  try {
+    response = await fetch("/renames", { method: "POST", headers: { "content-type": "application/json" }, body });
+    answer = await response.json();
+  } catch (e) {
+    showError("form", `the service did not answer: ${e.message}`);
+    return;
+  }
+  if (response.ok) {
+    $("form-error").textContent = "";
+    $("rename-form").reset();
+    return;
+  }
+  const field = answer.field === "from" || answer.field === "to" ? answer.field : "form";
+  showError(field, answer.error || response.statusText);
+  if (field !== "form") $(field).focus();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("rename-form").addEventListener("submit", submitRename);
+  loadChildren("/", $("tree"));
+  connect();
+  // Leases count down between events.
+  setInterval(() => { renderAllBadges(); renderLocks(); }, 1000);
+});
