@@ -44,6 +44,11 @@ function holders(lock) {
   return names.length ? names.join("; ") : lock.holders || "";
 }
 
+// `text` cut to fit a badge (the whole of it is in the badge's title and the locks table).
+function short(text) {
+  return text.length > 40 ? `${text.slice(0, 39)}…` : text;
+}
+
 // The holders' names only (the badge shows the lock's mode beside them).
 function holderNames(lock) {
   const names = (lock.grants || []).map((g) => g.holder || g.process_id);
@@ -126,7 +131,7 @@ function renderBadges(container) {
   container.append(el("span", {
     class: `badge ${lock.mode}`,
     title: `${lock.lock_type} lock (${lock.mode}) held by ${holders(lock)}`,
-  }, `${lock.mode} · ${holderNames(lock)} · ${leaseLeft(lock)}`));
+  }, `${lock.mode} · ${short(holderNames(lock))} · ${leaseLeft(lock)}`));
   const waiters = lock.waiters || [];
   if (waiters.length) {
     // Who, in order: in the title here, and in the locks table.

@@ -1,0 +1,289 @@
+//! The live page in a real browser: Debian's headless Chromium, driven through chromedriver
+//! (WebDriver) with fantoccini. `.ci/run` installs both; the binaries are found on `PATH`, or
+//! through `FSRENAME_CHROMEDRIVER`. Screenshots go to `target/page-tests/`.
+//!
+//! On the embedded store, behind a store that answers every call 100 ms late, so that a rename
+//! lasts long enough to be watched:
+//!
+//! - a rename submitted through the page's form shows its exclusive lock and its ancestors'
+//!   shares, then they go, and the job reaches `done`;
+//! - a rename with a bad path shows the service's error next to the field;
+//! - two pages see the same live updates.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use fs_model::{FsDoc, FsPath};
+use fs_rename::FsTree;
+use fs_store::SharedStore;
+use fsrename::serve::{ServeConfig, Server};
+use serde_json::json;
+use tokio::sync::oneshot;
+
+/// chromedriver on a free loopback port, stopped with the test.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Driver {
+    fn start() -> Driver {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let binary =
+            std::env::var("FSRENAME_CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".to_owned());
+        let child = Command::new(&binary)
+            .arg(format!("--port={port}"))
+            .arg("--allowed-ips=127.0.0.1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start `{binary}` ({e}): install Debian's chromium and chromium-driver (.ci/run does)")
+            });
+        Driver {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// A new headless browser window.
+    async fn browser(&self, width: u32, height: u32) -> Client {
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert(
+            "goog:chromeOptions".to_owned(),
+            json!({ "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                format!("--window-size={width},{height}"),
+            ] }),
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+            match ClientBuilder::new(connector)
+                .capabilities(capabilities.clone())
+                .connect(&self.url)
+                .await
+            {
+                Ok(client) => return client,
+                // chromedriver may not listen yet.
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("no browser session from chromedriver: {e}"),
+            }
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The service on the embedded store behind 100 ms of latency, with a tree to rename.
+struct Service {
+    base: String,
+    store: SharedStore,
+    index: String,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<Server>,
+}
+
+impl Service {
+    async fn start() -> Service {
+        let inner = fs_testkit::Backend::Embedded.store();
+        let index = fs_testkit::unique_name("fs");
+        let tree = FsTree::new(Arc::clone(&inner), index.clone());
+        tree.ensure_indices().await.expect("indices");
+        let mut docs = vec![
+            FsDoc::dir(FsPath::parse("/clinton").expect("path"), 0),
+            FsDoc::dir(FsPath::parse("/clinton/projects").expect("path"), 0),
+        ];
+        let top = FsPath::parse("/clinton/projects/elasticsearch").expect("path");
+        docs.push(FsDoc::dir(top.clone(), 0));
+        for f in 0..3_000 {
+            docs.push(FsDoc::file(top.join(&format!("f{f}")).expect("join"), 1, 0));
+        }
+        tree.insert_all(docs).await.expect("insert");
+        tree.refresh().await.expect("refresh");
+        let store: SharedStore = Arc::new(fs_testkit::LatencyStore::new(
+            inner,
+            Duration::from_millis(100),
+        ));
+        let mut config = ServeConfig::new(index.clone());
+        config.listen = "127.0.0.1:0".parse().expect("addr");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = Server::start(config, Arc::clone(&store), async {
+            let _ = stopped.await;
+        })
+        .await
+        .expect("start the service");
+        Service {
+            base: format!("http://{}", server.addr()),
+            store,
+            index,
+            stop: Some(stop),
+            server: Some(server),
+        }
+    }
+
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.wait().await.expect("clean shutdown");
+        }
+    }
+}
+
+/// Waits until `check` finds what it looks for in the page (it answers `Some`), polling;
+/// panics with `what` and a screenshot after 30 s.
+async fn see<T>(page: &Client, what: &str, check: impl AsyncFn(&Client) -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(found) = check(page).await {
+            return found;
+        }
+        if Instant::now() > deadline {
+            screenshot(page, "failed").await;
+            let source = page.source().await.unwrap_or_default();
+            panic!("never saw {what} in the page:\n{source}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The text of every element `css` selects.
+async fn texts(page: &Client, css: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for element in page.find_all(Locator::Css(css)).await.unwrap_or_default() {
+        out.push(element.text().await.unwrap_or_default());
+    }
+    out
+}
+
+/// The locks table's rows, as text.
+async fn lock_rows(page: &Client) -> Vec<String> {
+    texts(page, "#locks tr").await
+}
+
+async fn screenshot(page: &Client, name: &str) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/page-tests");
+    if std::fs::create_dir_all(&dir).is_ok() {
+        if let Ok(png) = page.screenshot().await {
+            let _ = std::fs::write(dir.join(format!("{name}.png")), png);
+        }
+    }
+}
+
+async fn open(driver: &Driver, service: &Service, width: u32, height: u32) -> Client {
+    let page = driver.browser(width, height).await;
+    page.goto(&format!("{}/", service.base))
+        .await
+        .expect("open the page");
+    see(&page, "the live status", async |p: &Client| {
+        (texts(p, "#status").await.first()? == "live").then_some(())
+    })
+    .await;
+    page
+}
+
+async fn fill(page: &Client, id: &str, text: &str) {
+    let field = page
+        .find(Locator::Id(id))
+        .await
+        .unwrap_or_else(|e| panic!("no #{id}: {e}"));
+    field.clear().await.expect("clear");
+    field.send_keys(text).await.expect("type");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_follows_a_rename_and_shows_errors_next_to_fields() {
+    let driver = Driver::start();
+    let service = Service::start().await;
+    let page = open(&driver, &service, 1280, 800).await;
+    let other = open(&driver, &service, 390, 844).await;
+    see(&page, "the tree's top", async |p: &Client| {
+        texts(p, "#tree button")
+            .await
+            .iter()
+            .any(|t| t.contains("clinton/"))
+            .then_some(())
+    })
+    .await;
+
+    // A bad path: the service's message next to the field it names, nothing submitted.
+    fill(&page, "from", "clinton/projects").await;
+    fill(&page, "to", "/archive").await;
+    page.find(Locator::Css("#rename-form button[type=submit]"))
+        .await
+        .expect("the submit button")
+        .click()
+        .await
+        .expect("submit");
+    let error = see(&page, "the error next to `from`", async |p: &Client| {
+        texts(p, "#from-error")
+            .await
+            .into_iter()
+            .find(|t| !t.is_empty())
+    })
+    .await;
+    assert!(error.contains("not absolute"), "{error}");
+    screenshot(&page, "bad-path").await;
+
+    // A rename through the form: its exclusive lock and the shares above it, in both pages.
+    fill(&page, "from", "/clinton/projects/elasticsearch").await;
+    fill(&page, "to", "/clinton/projects/opensearch").await;
+    page.find(Locator::Css("#rename-form button[type=submit]"))
+        .await
+        .expect("the submit button")
+        .click()
+        .await
+        .expect("submit");
+    for (name, p) in [("page", &page), ("other", &other)] {
+        see(p, "the rename's locks", async |p: &Client| {
+            let rows = lock_rows(p).await;
+            let exclusive = rows.iter().any(|r| {
+                r.contains("/clinton/projects/elasticsearch") && r.contains("X (exclusive)")
+            });
+            let shared = rows
+                .iter()
+                .any(|r| r.split_whitespace().next() == Some("/clinton") && r.contains("(shared)"));
+            (exclusive && shared).then_some(())
+        })
+        .await;
+        screenshot(p, &format!("locked-{name}")).await;
+    }
+    for (name, p) in [("page", &page), ("other", &other)] {
+        see(p, "the job done and no lock left", async |p: &Client| {
+            let done = !texts(p, "#jobs li[data-state=done]").await.is_empty();
+            (done && lock_rows(p).await.is_empty()).then_some(())
+        })
+        .await;
+        screenshot(p, &format!("done-{name}")).await;
+    }
+    assert!(
+        error.contains("clinton/projects"),
+        "the error names the bad path: {error}"
+    );
+
+    let tree = FsTree::new(Arc::clone(&service.store), service.index.clone());
+    tree.refresh().await.expect("refresh");
+    let moved = tree
+        .count_under(&FsPath::parse("/clinton/projects/opensearch").expect("path"))
+        .await
+        .expect("count");
+    assert_eq!(moved, 3_001);
+    page.close().await.expect("close");
+    other.close().await.expect("close");
+    service.stop().await;
+}
