@@ -98,7 +98,7 @@ struct Service {
 }
 
 impl Service {
-    async fn start() -> Service {
+    async fn start(token: Option<&str>) -> Service {
         let inner = fs_testkit::Backend::Embedded.store();
         let index = fs_testkit::unique_name("fs");
         let tree = FsTree::new(Arc::clone(&inner), index.clone());
@@ -120,6 +120,7 @@ impl Service {
         ));
         let mut config = ServeConfig::new(index.clone());
         config.listen = "127.0.0.1:0".parse().expect("addr");
+        config.token = token.map(str::to_owned);
         let (stop, stopped) = oneshot::channel::<()>();
         let server = Server::start(config, Arc::clone(&store), async {
             let _ = stopped.await;
@@ -190,11 +191,15 @@ async fn open(driver: &Driver, service: &Service, width: u32, height: u32) -> Cl
     page.goto(&format!("{}/", service.base))
         .await
         .expect("open the page");
-    see(&page, "the live status", async |p: &Client| {
+    live(&page).await;
+    page
+}
+
+async fn live(page: &Client) {
+    see(page, "the live status", async |p: &Client| {
         (texts(p, "#status").await.first()? == "live").then_some(())
     })
     .await;
-    page
 }
 
 async fn fill(page: &Client, id: &str, text: &str) {
@@ -209,7 +214,7 @@ async fn fill(page: &Client, id: &str, text: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_follows_a_rename_and_shows_errors_next_to_fields() {
     let driver = Driver::start();
-    let service = Service::start().await;
+    let service = Service::start(None).await;
     let page = open(&driver, &service, 1280, 800).await;
     let other = open(&driver, &service, 390, 844).await;
     see(&page, "the tree's top", async |p: &Client| {
@@ -285,5 +290,64 @@ async fn the_page_follows_a_rename_and_shows_errors_next_to_fields() {
     assert_eq!(moved, 3_001);
     page.close().await.expect("close");
     other.close().await.expect("close");
+    service.stop().await;
+}
+
+/// Behind a token: the page asks for it, says so next to the field when it is wrong, and
+/// goes live with the right one; the token never appears in the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_token_the_page_asks_for_it_and_never_shows_it() {
+    const TOKEN: &str = "page-s3cret";
+    let driver = Driver::start();
+    let service = Service::start(Some(TOKEN)).await;
+    let page = driver.browser(1280, 800).await;
+    page.goto(&format!("{}/", service.base))
+        .await
+        .expect("open the page");
+    see(&page, "the token form", async |p: &Client| {
+        let form = p.find(Locator::Id("token-form")).await.ok()?;
+        form.is_displayed().await.ok()?.then_some(())
+    })
+    .await;
+    for (attempt, token) in [("wrong", "guess"), ("right", TOKEN)] {
+        fill(&page, "token", token).await;
+        page.find(Locator::Css("#token-form button"))
+            .await
+            .expect("the token button")
+            .click()
+            .await
+            .expect("submit");
+        if attempt == "wrong" {
+            let error = see(&page, "the wrong token's error", async |p: &Client| {
+                texts(p, "#token-error")
+                    .await
+                    .into_iter()
+                    .find(|t| !t.is_empty())
+            })
+            .await;
+            assert_eq!(error, "wrong token");
+        }
+    }
+    live(&page).await;
+    see(&page, "the tree's top", async |p: &Client| {
+        texts(p, "#tree button")
+            .await
+            .iter()
+            .any(|t| t.contains("clinton/"))
+            .then_some(())
+    })
+    .await;
+    screenshot(&page, "token").await;
+    let source = page.source().await.expect("the page's source");
+    assert!(!source.contains(TOKEN), "the token is in the page");
+    let typed = page
+        .find(Locator::Id("token"))
+        .await
+        .expect("the token field")
+        .prop("value")
+        .await
+        .expect("its value");
+    assert_eq!(typed.as_deref(), Some(""), "the token stays in its field");
+    page.close().await.expect("close");
     service.stop().await;
 }

@@ -486,6 +486,58 @@ async fn the_token_is_required_when_set(backend: Backend) {
         .await
         .expect("GET");
     assert_eq!(wrong.status().as_u16(), 401);
+
+    // The page is public (it asks for the token); it gets a session cookie for the token,
+    // which the service takes in place of the header (an EventSource cannot send one).
+    for path in ["/", "/page.js", "/page.css"] {
+        let (status, _) = service.get(path).await;
+        assert_eq!(status, 200, "{path}");
+    }
+    let session = |token: &str| {
+        service
+            .http
+            .post(format!("{}/session", service.base))
+            .body(json!({ "token": token }).to_string())
+            .send()
+    };
+    let refused = session("guess").await.expect("POST /session");
+    assert_eq!(refused.status().as_u16(), 401);
+    assert!(refused.headers().get("set-cookie").is_none());
+    let body: Value = refused.json().await.expect("JSON");
+    assert_eq!(body["field"], "token", "{body}");
+    let given = session("s3cret").await.expect("POST /session");
+    assert_eq!(given.status().as_u16(), 200);
+    let cookie = given
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .expect("a cookie")
+        .to_owned();
+    assert!(
+        cookie.contains("HttpOnly")
+            && cookie.contains("SameSite=Strict")
+            && !cookie.contains("s3cret"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().expect("name=value").to_owned();
+    for path in ["/healthz", "/events"] {
+        let with_cookie = service
+            .http
+            .get(format!("{}{path}", service.base))
+            .header("cookie", &pair)
+            .send()
+            .await
+            .expect("GET");
+        assert_eq!(with_cookie.status().as_u16(), 200, "{path} with {pair}");
+    }
+    let forged = service
+        .http
+        .get(format!("{}/healthz", service.base))
+        .header("cookie", "fsrename_token=6775657373")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(forged.status().as_u16(), 401);
     service.stop().await;
 }
 

@@ -35,7 +35,25 @@ pub async fn request_log(mut request: Request, next: Next) -> Response {
     response
 }
 
-/// Refuses requests without `Authorization: Bearer <token>` when a token is configured.
+/// The cookie a browser keeps once its page was given the token (`POST /session`).
+const SESSION_COOKIE: &str = "fsrename_token";
+
+/// What needs no token: the live page itself (it holds no secret, and asks for the token
+/// when the service wants one) and the request that hands the token over.
+fn is_public(request: &Request) -> bool {
+    use axum::http::Method;
+    let path = request.uri().path();
+    match *request.method() {
+        Method::GET | Method::HEAD => matches!(path, "/" | "/page.css" | "/page.js"),
+        Method::POST => path == "/session",
+        _ => false,
+    }
+}
+
+/// Refuses requests without the token when one is configured: `Authorization: Bearer
+/// <token>`, or the session cookie a browser got from `POST /session {"token": ...}` (an
+/// `EventSource` cannot send headers). The cookie is `HttpOnly` (the page's script never
+/// sees the token) and `SameSite=Strict`; it holds the token hex-encoded.
 pub async fn bearer(
     State(token): State<Option<Arc<str>>>,
     request: Request,
@@ -44,22 +62,84 @@ pub async fn bearer(
     let Some(token) = token else {
         return next.run(request).await;
     };
-    let given = request
-        .headers()
+    let headers = request.headers();
+    let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        Some(given) if constant_time_eq(given.as_bytes(), token.as_bytes()) => {
-            next.run(request).await
-        }
-        _ => (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            Json(json!({ "error": "missing or wrong bearer token" })),
-        )
-            .into_response(),
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|given| constant_time_eq(given.as_bytes(), token.as_bytes()));
+    let cookie = session_cookie(headers)
+        .is_some_and(|given| constant_time_eq(given.as_bytes(), hex(&token).as_bytes()));
+    if bearer || cookie || is_public(&request) {
+        next.run(request).await
+    } else {
+        unauthorized("missing or wrong bearer token")
     }
+}
+
+fn unauthorized(message: &str) -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+        Json(json!({ "error": message })),
+    )
+        .into_response()
+}
+
+/// `POST /session {"token": "..."}`: the right token sets the session cookie. Without a
+/// configured token it answers `{"token_required": false}`.
+pub async fn session(State(token): State<Option<Arc<str>>>, body: axum::body::Bytes) -> Response {
+    let Some(token) = token else {
+        return Json(json!({ "token_required": false })).into_response();
+    };
+    let given = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("token").and_then(|t| t.as_str()).map(str::to_owned));
+    let Some(given) = given else {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({ "error": "expected a JSON object with `token`", "field": "token" })),
+        )
+            .into_response();
+    };
+    if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({ "error": "wrong token", "field": "token" })),
+        )
+            .into_response();
+    }
+    let cookie = format!(
+        "{SESSION_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
+        hex(&token)
+    );
+    let mut answer = Json(json!({ "token_required": true })).into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        answer.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    answer
+}
+
+/// The session cookie's value, if the request carries one.
+fn session_cookie(headers: &axum::http::HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| {
+            let (name, value) = pair.trim().split_once('=')?;
+            (name == SESSION_COOKIE).then(|| value.to_owned())
+        })
+}
+
+/// `text`'s bytes in hexadecimal (a cookie value may not hold every character a token may).
+fn hex(text: &str) -> String {
+    use std::fmt::Write as _;
+    text.bytes().fold(String::new(), |mut out, b| {
+        let _ = write!(out, "{b:02x}");
+        out
+    })
 }
 
 /// Compares without returning early, so timing does not reveal how much of a guess was right.

@@ -111,6 +111,10 @@ impl Server {
             stop_feed.send_replace(true);
         };
         let app = api::routes(jobs.clone(), feed)
+            .route(
+                "/session",
+                axum::routing::post(middleware::session).with_state(token.clone()),
+            )
             .layer(DefaultBodyLimit::max(body_limit))
             .layer(axum::middleware::from_fn_with_state(
                 token,

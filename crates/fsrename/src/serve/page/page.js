@@ -57,16 +57,21 @@ function holderNames(lock) {
 
 // ---- the tree ----
 
+// Lists `path`'s entries into `list`; false if the service wants its token first.
 async function loadChildren(path, list) {
   list.replaceChildren(el("li", { class: "hint" }, "loading…"));
   let answer;
   try {
     const response = await fetch(`/tree?path=${encodeURIComponent(path)}&depth=1`);
+    if (response.status === 401) {
+      list.replaceChildren();
+      return false;
+    }
     answer = await response.json();
     if (!response.ok) throw new Error(answer.error || response.statusText);
   } catch (e) {
     list.replaceChildren(el("li", { class: "error" }, `cannot list ${path}: ${e.message}`));
-    return;
+    return true;
   }
   const entries = answer.entries
     .map((e) => e.doc)
@@ -74,6 +79,7 @@ async function loadChildren(path, list) {
     .sort((a, b) => (a.kind === b.kind ? a.name.localeCompare(b.name) : a.kind === "dir" ? -1 : 1));
   list.replaceChildren();
   showMore(list, entries, 0, answer.truncated);
+  return true;
 }
 
 function showMore(list, entries, from, truncated) {
@@ -258,10 +264,47 @@ async function submitRename(event) {
   if (field !== "form") $(field).focus();
 }
 
+// ---- the token, when the service wants one ----
+
+async function start() {
+  if (!(await loadChildren("/", $("tree")))) {
+    $("status").textContent = "the service wants its token";
+    $("token-form").hidden = false;
+    $("token").focus();
+    return;
+  }
+  $("token-form").hidden = true;
+  connect();
+}
+
+async function submitToken(event) {
+  event.preventDefault();
+  const input = $("token");
+  const body = JSON.stringify({ token: input.value });
+  input.value = ""; // never kept, never shown
+  let response, answer;
+  try {
+    response = await fetch("/session", { method: "POST", headers: { "content-type": "application/json" }, body });
+    answer = await response.json();
+  } catch (e) {
+    $("token-error").textContent = `the service did not answer: ${e.message}`;
+    return;
+  }
+  if (!response.ok) {
+    input.setAttribute("aria-invalid", "true");
+    $("token-error").textContent = answer.error || response.statusText;
+    input.focus();
+    return;
+  }
+  input.setAttribute("aria-invalid", "false");
+  $("token-error").textContent = "";
+  start();
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   $("rename-form").addEventListener("submit", submitRename);
-  loadChildren("/", $("tree"));
-  connect();
+  $("token-form").addEventListener("submit", submitToken);
+  start();
   // Leases count down between events.
   setInterval(() => { renderAllBadges(); renderLocks(); }, 1000);
 });
