@@ -281,6 +281,44 @@ async fn the_page_follows_a_rename_and_shows_errors_next_to_fields() {
         "the error names the bad path: {error}"
     );
 
+    // A delete of `/` is refused next to its path field; a copy through the same form runs.
+    let submit = async |page: &Client| {
+        page.find(Locator::Css("#rename-form button[type=submit]"))
+            .await
+            .expect("the submit button")
+            .click()
+            .await
+            .expect("submit");
+    };
+    let kind = page.find(Locator::Id("kind")).await.expect("the kind");
+    kind.select_by_value("delete").await.expect("choose delete");
+    fill(&page, "from", "/").await;
+    submit(&page).await;
+    let refused = see(
+        &page,
+        "the error next to the delete's path",
+        async |p: &Client| {
+            texts(p, "#from-error")
+                .await
+                .into_iter()
+                .find(|t| !t.is_empty())
+        },
+    )
+    .await;
+    assert!(refused.contains('/'), "{refused}");
+    kind.select_by_value("copy").await.expect("choose copy");
+    fill(&page, "from", "/clinton/projects/opensearch").await;
+    fill(&page, "to", "/clinton/copy").await;
+    submit(&page).await;
+    see(&other, "the copy done", async |p: &Client| {
+        let done = texts(p, "#jobs li[data-state=done]").await;
+        done.iter()
+            .any(|t| t.starts_with("cp /clinton/projects/opensearch"))
+            .then_some(())
+    })
+    .await;
+    screenshot(&other, "copied-other").await;
+
     let tree = FsTree::new(Arc::clone(&service.store), service.index.clone());
     tree.refresh().await.expect("refresh");
     let moved = tree
@@ -288,6 +326,11 @@ async fn the_page_follows_a_rename_and_shows_errors_next_to_fields() {
         .await
         .expect("count");
     assert_eq!(moved, 3_001);
+    let copied = tree
+        .count_under(&FsPath::parse("/clinton/copy").expect("path"))
+        .await
+        .expect("count");
+    assert_eq!(copied, 3_001);
     page.close().await.expect("close");
     other.close().await.expect("close");
     service.stop().await;

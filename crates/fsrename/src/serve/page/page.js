@@ -242,13 +242,26 @@ function showError(field, message) {
   $(`${input ? field : "form"}-error`).textContent = message || "";
 }
 
-async function submitRename(event) {
+// The form for the kind chosen: a delete has a path and `recursive` instead of two paths.
+function showKind() {
+  const kind = $("kind").value;
+  const remove = kind === "delete";
+  $("from-label").textContent = remove ? "Path" : "From";
+  $("to-part").hidden = remove;
+  $("recursive-part").hidden = !remove;
+  $("submit").textContent = { rename: "Rename", copy: "Copy", delete: "Delete" }[kind];
+}
+
+async function submitJob(event) {
   event.preventDefault();
   for (const field of ["from", "to", "form"]) showError(field, "");
-  const body = JSON.stringify({ from: $("from").value, to: $("to").value });
+  const kind = $("kind").value;
+  const [route, body] = kind === "delete"
+    ? ["/deletes", { path: $("from").value, recursive: $("recursive").checked }]
+    : [kind === "copy" ? "/copies" : "/renames", { from: $("from").value, to: $("to").value }];
   let response, answer;
   try {
-    response = await fetch("/renames", { method: "POST", headers: { "content-type": "application/json" }, body });
+    response = await fetch(route, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
     answer = await response.json();
   } catch (e) {
     showError("form", `the service did not answer: ${e.message}`);
@@ -256,12 +269,15 @@ async function submitRename(event) {
   }
   if (response.ok) {
     $("form-error").textContent = "";
-    $("rename-form").reset();
+    $("from").value = "";
+    $("to").value = "";
     return;
   }
-  const field = answer.field === "from" || answer.field === "to" ? answer.field : "form";
+  // A delete's `path` is in the first field.
+  const named = { from: "from", path: "from", to: "to" }[answer.field];
+  const field = named || "form";
   showError(field, answer.error || response.statusText);
-  if (field !== "form") $(field).focus();
+  if (named) $(field).focus();
 }
 
 // ---- the token, when the service wants one ----
@@ -302,7 +318,9 @@ async function submitToken(event) {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
-  $("rename-form").addEventListener("submit", submitRename);
+  $("rename-form").addEventListener("submit", submitJob);
+  $("kind").addEventListener("change", showKind);
+  showKind();
   $("token-form").addEventListener("submit", submitToken);
   start();
   // Leases count down between events.
