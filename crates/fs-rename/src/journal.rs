@@ -634,57 +634,43 @@ mod tests {
         let plain: SharedStore = Arc::new(fs_store::SqliteStore::in_memory().expect("store"));
         let journal = Journal::new(Arc::clone(&plain), "fs");
         let opened = journal.open(&entry("p1")).await.expect("open");
+        // A journal on `plain` through a store that fails every call as `plan` says.
+        let through = |plan: fs_testkit::FaultPlan| {
+            Journal::new(fs_testkit::faulty(Arc::clone(&plain), plan, 1), "fs")
+        };
+        let lossy = fs_testkit::FaultPlan {
+            lost_reply: 1.0,
+            ..Default::default()
+        };
+        let failing = fs_testkit::FaultPlan {
+            transient: 1.0,
+            ..Default::default()
+        };
+        let cause_of = |err: &RenameError| match err {
+            RenameError::Store { cause, .. } => Some(cause.clone()),
+            _ => None,
+        };
 
         // Every write lands and loses its answer.
-        let lossy = fs_testkit::faulty(
-            Arc::clone(&plain),
-            fs_testkit::FaultPlan {
-                lost_reply: 1.0,
-                ..Default::default()
-            },
-            1,
-        );
-        let claimed = Journal::new(lossy, "fs")
+        let claimed = through(lossy)
             .claim(&entry("r1"), opened)
             .await
             .expect("a claim that landed stands");
         assert!(journal.is_still("j1", claimed).await.expect("read"));
 
         // Every call fails before it is carried out: a transient failure, the entry as it was.
-        let failing = fs_testkit::faulty(
-            Arc::clone(&plain),
-            fs_testkit::FaultPlan {
-                transient: 1.0,
-                ..Default::default()
-            },
-            1,
-        );
-        let err = Journal::new(failing, "fs")
+        let err = through(failing)
             .claim(&entry("r2"), claimed)
             .await
             .expect_err("no claim lands");
-        assert!(
-            matches!(&err, RenameError::Store { cause, .. } if cause.is_retryable()),
-            "{err}"
-        );
+        assert!(cause_of(&err).is_some_and(|c| c.is_retryable()), "{err}");
         assert!(journal.is_still("j1", claimed).await.expect("read"));
 
         // Another recoverer's claim made since: a conflict, whatever the answer said.
-        let lossy = fs_testkit::faulty(
-            Arc::clone(&plain),
-            fs_testkit::FaultPlan {
-                lost_reply: 1.0,
-                ..Default::default()
-            },
-            1,
-        );
-        let err = Journal::new(lossy, "fs")
+        let err = through(lossy)
             .claim(&entry("r3"), opened)
             .await
             .expect_err("r1 claimed it first");
-        assert!(
-            matches!(&err, RenameError::Store { cause, .. } if cause.is_conflict()),
-            "{err}"
-        );
+        assert!(cause_of(&err).is_some_and(|c| c.is_conflict()), "{err}");
     }
 }

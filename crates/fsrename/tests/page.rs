@@ -202,6 +202,41 @@ async fn live(page: &Client) {
     .await;
 }
 
+async fn click(page: &Client, css: &str) {
+    page.find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no {css}: {e}"))
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("cannot click {css}: {e}"));
+}
+
+/// Submits the job form.
+async fn submit(page: &Client) {
+    click(page, "#rename-form button[type=submit]").await;
+}
+
+/// The message that appears in `#{id}`.
+async fn message_in(page: &Client, id: &str) -> String {
+    let css = format!("#{id}");
+    see(page, &format!("a message in {css}"), async |p: &Client| {
+        texts(p, &css).await.into_iter().find(|t| !t.is_empty())
+    })
+    .await
+}
+
+/// Waits for the top of the tree, `/clinton`.
+async fn tree_top(page: &Client) {
+    see(page, "the tree's top", async |p: &Client| {
+        texts(p, "#tree button")
+            .await
+            .iter()
+            .any(|t| t.contains("clinton/"))
+            .then_some(())
+    })
+    .await;
+}
+
 async fn fill(page: &Client, id: &str, text: &str) {
     let field = page
         .find(Locator::Id(id))
@@ -217,43 +252,20 @@ async fn the_page_follows_a_rename_and_shows_errors_next_to_fields() {
     let service = Service::start(None).await;
     let page = open(&driver, &service, 1280, 800).await;
     let other = open(&driver, &service, 390, 844).await;
-    see(&page, "the tree's top", async |p: &Client| {
-        texts(p, "#tree button")
-            .await
-            .iter()
-            .any(|t| t.contains("clinton/"))
-            .then_some(())
-    })
-    .await;
+    tree_top(&page).await;
 
     // A bad path: the service's message next to the field it names, nothing submitted.
     fill(&page, "from", "clinton/projects").await;
     fill(&page, "to", "/archive").await;
-    page.find(Locator::Css("#rename-form button[type=submit]"))
-        .await
-        .expect("the submit button")
-        .click()
-        .await
-        .expect("submit");
-    let error = see(&page, "the error next to `from`", async |p: &Client| {
-        texts(p, "#from-error")
-            .await
-            .into_iter()
-            .find(|t| !t.is_empty())
-    })
-    .await;
+    submit(&page).await;
+    let error = message_in(&page, "from-error").await;
     assert!(error.contains("not absolute"), "{error}");
     screenshot(&page, "bad-path").await;
 
     // A rename through the form: its exclusive lock and the shares above it, in both pages.
     fill(&page, "from", "/clinton/projects/elasticsearch").await;
     fill(&page, "to", "/clinton/projects/opensearch").await;
-    page.find(Locator::Css("#rename-form button[type=submit]"))
-        .await
-        .expect("the submit button")
-        .click()
-        .await
-        .expect("submit");
+    submit(&page).await;
     for (name, p) in [("page", &page), ("other", &other)] {
         see(p, "the rename's locks", async |p: &Client| {
             let rows = lock_rows(p).await;
@@ -282,29 +294,11 @@ async fn the_page_follows_a_rename_and_shows_errors_next_to_fields() {
     );
 
     // A delete of `/` is refused next to its path field; a copy through the same form runs.
-    let submit = async |page: &Client| {
-        page.find(Locator::Css("#rename-form button[type=submit]"))
-            .await
-            .expect("the submit button")
-            .click()
-            .await
-            .expect("submit");
-    };
     let kind = page.find(Locator::Id("kind")).await.expect("the kind");
     kind.select_by_value("delete").await.expect("choose delete");
     fill(&page, "from", "/").await;
     submit(&page).await;
-    let refused = see(
-        &page,
-        "the error next to the delete's path",
-        async |p: &Client| {
-            texts(p, "#from-error")
-                .await
-                .into_iter()
-                .find(|t| !t.is_empty())
-        },
-    )
-    .await;
+    let refused = message_in(&page, "from-error").await;
     assert!(refused.contains('/'), "{refused}");
     kind.select_by_value("copy").await.expect("choose copy");
     fill(&page, "from", "/clinton/projects/opensearch").await;
@@ -354,32 +348,13 @@ async fn behind_a_token_the_page_asks_for_it_and_never_shows_it() {
     .await;
     for (attempt, token) in [("wrong", "guess"), ("right", TOKEN)] {
         fill(&page, "token", token).await;
-        page.find(Locator::Css("#token-form button"))
-            .await
-            .expect("the token button")
-            .click()
-            .await
-            .expect("submit");
+        click(&page, "#token-form button").await;
         if attempt == "wrong" {
-            let error = see(&page, "the wrong token's error", async |p: &Client| {
-                texts(p, "#token-error")
-                    .await
-                    .into_iter()
-                    .find(|t| !t.is_empty())
-            })
-            .await;
-            assert_eq!(error, "wrong token");
+            assert_eq!(message_in(&page, "token-error").await, "wrong token");
         }
     }
     live(&page).await;
-    see(&page, "the tree's top", async |p: &Client| {
-        texts(p, "#tree button")
-            .await
-            .iter()
-            .any(|t| t.contains("clinton/"))
-            .then_some(())
-    })
-    .await;
+    tree_top(&page).await;
     screenshot(&page, "token").await;
     let source = page.source().await.expect("the page's source");
     assert!(!source.contains(TOKEN), "the token is in the page");

@@ -197,3 +197,71 @@ fn cross_site(request: &Request) -> Option<String> {
         Some(format!("Origin `{origin}` is not this service (`{host}`)"))
     }
 }
+
+/// Refuses, on a service that listens on a loopback address, a request whose `Host` is not a
+/// loopback name (`localhost`, `127.0.0.1`, `[::1]`, with any port). A page of another site
+/// can point its own domain name at 127.0.0.1 (DNS rebinding): its requests are then
+/// same-origin to the browser, carry that name as `Host`, and would read and change the tree
+/// of a service that needs no token on loopback.
+pub async fn loopback_host(State(loopback): State<bool>, request: Request, next: Next) -> Response {
+    if !loopback {
+        return next.run(request).await;
+    }
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if is_loopback_name(host) {
+        next.run(request).await
+    } else {
+        (
+            StatusCode::FORBIDDEN,
+            Json(json!({ "error": format!(
+                "Host `{host}` is not a loopback name: this service listens on loopback only (open it as http://127.0.0.1:PORT/ or http://localhost:PORT/)"
+            ) })),
+        )
+            .into_response()
+    }
+}
+
+/// Whether `host` (a `Host` header: a name or address, and maybe a port) names this machine's
+/// loopback.
+fn is_loopback_name(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split_once(']').map_or(rest, |(inside, _)| inside)
+    } else {
+        host.rsplit_once(':').map_or(host, |(name, _)| name)
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_loopback_name;
+
+    #[test]
+    fn loopback_names() {
+        for yes in [
+            "127.0.0.1:7070",
+            "localhost:7070",
+            "LOCALHOST",
+            "[::1]:7070",
+            "127.0.0.2",
+        ] {
+            assert!(is_loopback_name(yes), "{yes}");
+        }
+        for no in [
+            "evil.example:7070",
+            "10.0.0.1:7070",
+            "",
+            "[::2]:1",
+            "localhost.evil.example",
+        ] {
+            assert!(!is_loopback_name(no), "{no}");
+        }
+    }
+}

@@ -121,6 +121,10 @@ impl Server {
                 middleware::bearer,
             ))
             .layer(axum::middleware::from_fn(middleware::same_origin))
+            .layer(axum::middleware::from_fn_with_state(
+                addr.ip().is_loopback(),
+                middleware::loopback_host,
+            ))
             .layer(axum::middleware::from_fn(middleware::request_log));
         tracing::info!(%addr, instance = %jobs.instance(), "serving");
         let done = tokio::spawn(async move {
