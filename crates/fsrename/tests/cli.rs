@@ -641,7 +641,7 @@ fn serve_goes_on_serving_when_its_stderr_reader_goes_away() {
     drop(stderr);
     for _ in 0..3 {
         let mut conn = std::net::TcpStream::connect(&addr).expect("connect");
-        conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: fsrename\r\nConnection: close\r\n\r\n")
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
             .expect("send");
         let mut answer = String::new();
         conn.read_to_string(&mut answer).expect("an answer");
