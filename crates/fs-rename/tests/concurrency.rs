@@ -13,7 +13,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::*;
 use fs_model::{FsDoc, FsPath};
-use fs_rename::clinton::{build_clinton_tree, run_scenario, Scenario, README_ASCIIDOC, README_TXT};
+use fs_rename::clinton::{
+    build_clinton_tree, run_scenario, Narration, Narrator, Scenario, Stage, README_ASCIIDOC,
+    README_TXT,
+};
 use fs_rename::{fsck, FsTree, RenameError, RenameHooks, Renamer};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -278,9 +281,70 @@ async fn random_overlapping_renames_keep_the_tree_whole(env: Env) {
 
 #[tokio::test]
 async fn the_demo_shows_all_four_outcomes() {
-    for scenario in Scenario::ALL {
+    let damage = [
+        "nothing was lost",
+        "nothing was lost",
+        "B's rename was lost: B reported success, yet README is at /gormley/projects/elasticsearch/README.txt",
+        "the tree is broken: ",
+    ];
+    for (scenario, damage) in Scenario::ALL.into_iter().zip(damage) {
         let outcome = run_scenario(scenario, 1_200).await.expect("scenario");
         assert!(outcome.as_expected, "{outcome}");
+        assert!(
+            outcome.damage().starts_with(damage),
+            "{}: {}",
+            scenario.title(),
+            outcome.damage()
+        );
+    }
+}
+
+/// A narrated stage (the live page's demo) tells every line of the timeline as it happens,
+/// and the jobs' progress, on a store it is given and may use again.
+#[tokio::test]
+async fn a_narrated_stage_tells_the_timeline_as_it_goes() {
+    let store: fs_store::SharedStore = Arc::new(
+        fs_store::SqliteStore::in_memory_with(fs_store::SqliteOptions::new().near_real_time(true))
+            .expect("store"),
+    );
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let narrator: Narrator = {
+        let heard = Arc::clone(&heard);
+        Arc::new(move |n| heard.lock().expect("narration").push(n))
+    };
+    let stage = Stage::new(store, "demo").narrator(narrator);
+    for scenario in [Scenario::TreeLocksBFirst, Scenario::VersionsOnly] {
+        heard.lock().expect("narration").clear();
+        // The index is cleared each time: the second run starts from a whole tree again.
+        let outcome = stage.run(scenario, 600).await.expect("scenario");
+        assert!(outcome.as_expected, "{outcome}");
+        let heard = heard.lock().expect("narration").clone();
+        let steps: Vec<_> = heard
+            .iter()
+            .filter_map(|n| match n {
+                Narration::Step(entry) => Some(entry.clone()),
+                Narration::Progress { .. } => None,
+            })
+            .collect();
+        assert_eq!(steps, outcome.timeline, "{}", scenario.title());
+        let a_done = heard.iter().rev().find_map(|n| match n {
+            Narration::Progress {
+                job: 'A',
+                done,
+                total,
+            } => Some((*done, *total)),
+            _ => None,
+        });
+        match scenario {
+            Scenario::TreeLocksBFirst => {
+                let all = outcome.documents.0;
+                assert_eq!(a_done, Some((all, all)), "A moves every document");
+            }
+            _ => assert!(
+                a_done.is_some_and(|(done, total)| done < total),
+                "A stops half-way: {a_done:?}"
+            ),
+        }
     }
 }
 

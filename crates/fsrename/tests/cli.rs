@@ -560,6 +560,40 @@ fn every_printing_verb_ends_quietly_into_a_closed_pipe() {
 }
 
 #[test]
+fn demo_options_are_checked() {
+    for (args, names) in [
+        (
+            &["demo", "--slow", "fast"][..],
+            "`fast` is not a slow-down factor",
+        ),
+        (&["demo", "--slow", "-1"][..], "-1"),
+        (
+            &["demo", "--slow", "1000"][..],
+            "`1000` is not a slow-down factor",
+        ),
+        (&["demo", "--listen", "127.0.0.1:1"][..], "--serve"),
+    ] {
+        let out = fsrename(args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(names), "{args:?}: {stderr}");
+    }
+}
+
+/// A slowed demo still shows all four runs (here at a tenth of the watching pace).
+#[test]
+fn a_slowed_demo_shows_the_same_runs() {
+    let out = fsrename(&["demo", "--files", "300", "--slow", "0.1"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let verdicts = stdout
+        .lines()
+        .filter(|l| l.starts_with("as expected:"))
+        .count();
+    assert_eq!(verdicts, 4, "{stdout}");
+}
+
+#[test]
 fn demo_into_a_closed_pipe_stops_quietly() {
     let (line, out) = first_line_then_close({
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fsrename"));

@@ -8,8 +8,14 @@
 //! - a rename submitted through the page's form shows its exclusive lock and its ancestors'
 //!   shares, then they go, and the job reaches `done`;
 //! - a rename with a bad path shows the service's error next to the field;
-//! - two pages see the same live updates.
+//! - two pages see the same live updates;
+//! - the tree and the form work from the keyboard, and every text on the page is readable
+//!   against its ground (WCAG's contrast ratio: 4.5:1, 3:1 for large text).
+//!
+//! And `fsrename demo --serve`, the binary itself: the page tells the four runs, shows job A
+//! waiting for B's share of `/clinton`, and says what the runs without locks lost.
 
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -246,6 +252,70 @@ async fn fill(page: &Client, id: &str, text: &str) {
     field.send_keys(text).await.expect("type");
 }
 
+/// Finds, in the page as shown, every text whose contrast with its ground is below WCAG's
+/// AA level (4.5:1; 3:1 for large text); returns them, described.
+const LOW_CONTRAST: &str = r#"
+const channel = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+const parts = (c) => (c.match(/[\d.]+/g) || ["0", "0", "0", "0"]).map(Number);
+const luminance = (c) => { const [r, g, b] = parts(c).map(channel); return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+const opaque = (c) => { const p = parts(c); return p.length < 4 || p[3] > 0; };
+const ground = (e) => {
+  for (; e; e = e.parentElement) { const c = getComputedStyle(e).backgroundColor; if (opaque(c)) return c; }
+  return "rgb(255, 255, 255)";
+};
+const low = [];
+for (const e of document.querySelectorAll("body *")) {
+  const own = [...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+  const box = e.getBoundingClientRect();
+  const style = getComputedStyle(e);
+  if (!own || !box.width || !box.height || style.visibility === "hidden") continue;
+  const [a, b] = [luminance(style.color), luminance(ground(e))];
+  const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+  const size = parseFloat(style.fontSize);
+  const large = size >= 24 || (size >= 18.66 && Number(style.fontWeight) >= 700);
+  if (ratio < (large ? 3 : 4.5)) {
+    low.push(`${e.tagName.toLowerCase()}.${e.className} "${e.textContent.trim().slice(0, 30)}": ${ratio.toFixed(2)}:1`);
+  }
+}
+return low;
+"#;
+
+/// Checks that every text shown reads against its ground.
+async fn assert_readable(page: &Client, when: &str) {
+    let low = page
+        .execute(LOW_CONTRAST, Vec::new())
+        .await
+        .expect("the contrast check runs");
+    assert_eq!(low, json!([]), "texts below WCAG AA contrast {when}");
+}
+
+/// WebDriver's keys.
+const TAB: &str = "\u{E004}";
+const ENTER: &str = "\u{E007}";
+
+/// Presses `key` where the keyboard's focus is; returns the focused element's text and its
+/// `aria-expanded`, after.
+async fn press(page: &Client, key: &str) -> (String, Option<String>) {
+    let focused = page.active_element().await.expect("a focused element");
+    focused.send_keys(key).await.expect("a key press");
+    let now = page.active_element().await.expect("a focused element");
+    let text = now.text().await.unwrap_or_default();
+    let expanded = now.attr("aria-expanded").await.unwrap_or_default();
+    (text, expanded)
+}
+
+/// Tabs forward until the focus is on an element whose text contains `text`; panics after
+/// `most` presses.
+async fn tab_to(page: &Client, text: &str, most: usize) -> Option<String> {
+    for _ in 0..most {
+        let (focused, expanded) = press(page, TAB).await;
+        if focused.contains(text) {
+            return expanded;
+        }
+    }
+    panic!("{most} presses of Tab never reached `{text}`");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_follows_a_rename_and_shows_errors_next_to_fields() {
     let driver = Driver::start();
@@ -253,6 +323,36 @@ async fn the_page_follows_a_rename_and_shows_errors_next_to_fields() {
     let page = open(&driver, &service, 1280, 800).await;
     let other = open(&driver, &service, 390, 844).await;
     tree_top(&page).await;
+
+    // The keyboard alone: Tab reaches the tree, Enter opens a directory and closes it, and
+    // Tab goes on into what it opened, then on to the form.
+    assert_eq!(
+        tab_to(&page, "clinton/", 10).await.as_deref(),
+        Some("false")
+    );
+    let (_, opened) = press(&page, ENTER).await;
+    assert_eq!(opened.as_deref(), Some("true"), "Enter opens /clinton");
+    see(&page, "/clinton's entries", async |p: &Client| {
+        texts(p, "#tree button")
+            .await
+            .iter()
+            .any(|t| t.contains("projects/"))
+            .then_some(())
+    })
+    .await;
+    tab_to(&page, "projects/", 1).await;
+    let mut reached_form = false;
+    for _ in 0..10 {
+        press(&page, TAB).await;
+        let focused = page.active_element().await.expect("focus");
+        if focused.attr("id").await.ok().flatten().as_deref() == Some("kind") {
+            reached_form = true;
+            break;
+        }
+    }
+    assert!(reached_form, "Tab never reached the form");
+    assert_readable(&page, "at 1280x800").await;
+    assert_readable(&other, "on a narrow screen").await;
 
     // A bad path: the service's message next to the field it names, nothing submitted.
     fill(&page, "from", "clinton/projects").await;
@@ -279,6 +379,7 @@ async fn the_page_follows_a_rename_and_shows_errors_next_to_fields() {
         })
         .await;
         screenshot(p, &format!("locked-{name}")).await;
+        assert_readable(p, "with locks held").await;
     }
     for (name, p) in [("page", &page), ("other", &other)] {
         see(p, "the job done and no lock left", async |p: &Client| {
@@ -368,4 +469,161 @@ async fn behind_a_token_the_page_asks_for_it_and_never_shows_it() {
     assert_eq!(typed.as_deref(), Some(""), "the token stays in its field");
     page.close().await.expect("close");
     service.stop().await;
+}
+
+/// `fsrename demo --serve`, started as a user would, with the page open in the browser.
+struct Demo {
+    child: Child,
+    base: String,
+}
+
+impl Demo {
+    /// Starts the demo on a free port, slowed by `slow`; waits for the address it prints.
+    fn start(slow: &str) -> Demo {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_fsrename"))
+            .args([
+                "demo",
+                "--serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--files",
+                "600",
+            ])
+            .args(["--slow", slow])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start fsrename demo --serve");
+        let stdout = child.stdout.take().expect("its output");
+        let mut lines = BufReader::new(stdout).lines();
+        let base = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|line| {
+                line.strip_prefix("The live page: ")
+                    .map(|url| url.trim_end_matches('/').to_owned())
+            })
+            .expect("the demo prints the page's address");
+        // The rest of its output, read so that it never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Demo { child, base }
+    }
+
+    /// Stops it as Ctrl-C would; returns its exit code.
+    fn interrupt(mut self) -> Option<i32> {
+        let sent = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success());
+        self.child.wait().expect("the demo ends").code()
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The text of each run's "What was lost", in order.
+async fn damages(page: &Client) -> Vec<String> {
+    texts(page, "#story .damage").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_tells_its_runs_on_the_page() {
+    let driver = Driver::start();
+    let demo = Demo::start("0.8");
+    // The runs start once the page is open.
+    let page = driver.browser(1280, 800).await;
+    page.goto(&format!("{}/", demo.base))
+        .await
+        .expect("open the page");
+    live(&page).await;
+
+    // Run 2: B holds its shares on /clinton's ancestors... and A waits behind B's share of
+    // /clinton; the tree is open down to the locked file.
+    see(
+        &page,
+        "A waiting for B's share of /clinton",
+        async |p: &Client| {
+            let story = texts(p, "#story summary").await;
+            let second = story.last()?.starts_with("2 of 4: tree locks, B first");
+            let rows = lock_rows(p).await;
+            let waiting = rows.iter().any(|r| {
+                r.split_whitespace().next() == Some("/clinton")
+                    && r.contains("shared")
+                    && r.contains("job B")
+                    && r.contains("job A")
+            });
+            let badge = !texts(p, "#tree .badge.wait").await.is_empty();
+            (second && waiting && badge).then_some(())
+        },
+    )
+    .await;
+    screenshot(&page, "demo-waiting").await;
+    let steps = texts(&page, "#story details[open] .steps li").await;
+    assert!(
+        steps
+            .iter()
+            .any(|s| s
+                .contains("job A waits: blocked by the shared lock on `/clinton` held by job B")),
+        "{steps:?}"
+    );
+
+    // The end: all four told, each saying what it lost.
+    let lost = see(&page, "the demo's end", async |p: &Client| {
+        let ended = !texts(p, "#story li.end").await.is_empty();
+        ended.then_some(())?;
+        Some(damages(p).await)
+    })
+    .await;
+    screenshot(&page, "demo-end").await;
+    // Only the last run is open: the others' texts are inside closed <details>.
+    let lost_in_source: Vec<String> = page
+        .execute(
+            "return [...document.querySelectorAll('#story .damage')].map((e) => e.textContent);",
+            Vec::new(),
+        )
+        .await
+        .ok()
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default();
+    assert_eq!(lost_in_source.len(), 4, "{lost_in_source:?}");
+    assert!(
+        lost_in_source[0].ends_with("nothing was lost"),
+        "{lost_in_source:?}"
+    );
+    assert!(
+        lost_in_source[1].ends_with("nothing was lost"),
+        "{lost_in_source:?}"
+    );
+    assert!(
+        lost_in_source[2].contains("B's rename was lost"),
+        "{lost_in_source:?}"
+    );
+    assert!(lost_in_source[3].contains("the tree is broken"), "{lost:?}");
+    let verdicts = texts(&page, "#story summary .verdict").await;
+    assert_eq!(verdicts.len(), 4, "{verdicts:?}");
+    assert_readable(&page, "at the demo's end").await;
+
+    // A page opened late reads the whole story from its snapshot.
+    let narrow = driver.browser(390, 844).await;
+    narrow
+        .goto(&format!("{}/", demo.base))
+        .await
+        .expect("open the page");
+    see(
+        &narrow,
+        "the story in the narrow page",
+        async |p: &Client| (texts(p, "#story summary").await.len() == 4).then_some(()),
+    )
+    .await;
+    screenshot(&narrow, "demo-end-narrow").await;
+    assert_readable(&narrow, "on a narrow screen at the demo's end").await;
+    page.close().await.expect("close");
+    narrow.close().await.expect("close");
+    assert_eq!(demo.interrupt(), Some(0), "every run showed what it should");
 }

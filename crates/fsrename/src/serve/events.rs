@@ -13,7 +13,10 @@
 //!   the client fell behind (see below);
 //! - `locks` `{at, locks}`: the lock list, when it changed;
 //! - `job` `{at, job}`: one job, when its state, progress or lock wait changed;
-//! - `error` `{at, error}`: the locks could not be read (the last list still stands).
+//! - `error` `{at, error}`: the locks could not be read (the last list still stands);
+//! - `note` `{at, kind, ...}`: a line of the story `fsrename demo --serve` tells (see
+//!   [`Story`]). The story so far is in every snapshot (`story`), so a page opened half-way
+//!   reads it from the start.
 //!
 //! `at` is the server's clock (epoch ms) when the sample was taken, for the page to count a
 //! lease down (`expires_at - at`) without trusting the browser's clock.
@@ -46,6 +49,9 @@ pub const BUFFER: usize = 256;
 
 /// The jobs the feed shows: the most recent.
 const JOBS_SHOWN: usize = 100;
+
+/// The story's notes kept for the pages that open later: the most recent.
+const STORY_KEPT: usize = 500;
 
 /// One thing a client is sent: the SSE event's name and its JSON data.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,14 +87,47 @@ struct Sampled {
     locks_key: Option<Value>,
     jobs: Vec<Value>,
     job_keys: HashMap<String, Value>,
+    /// The story told so far (notes that are kept), oldest first.
+    story: std::collections::VecDeque<Value>,
 }
 
 impl Sampled {
     fn snapshot(&self) -> Out {
         Out {
             event: "snapshot",
-            data: json!({ "at": self.at, "locks": self.locks, "jobs": self.jobs }),
+            data: json!({
+                "at": self.at,
+                "locks": self.locks,
+                "jobs": self.jobs,
+                "story": self.story,
+            }),
         }
+    }
+}
+
+/// The story `fsrename demo --serve` tells on the feed, beside the locks: which scenario runs,
+/// what each job does, and what was lost. Cheap to clone.
+#[derive(Clone)]
+pub struct Story {
+    feed: Feed,
+}
+
+impl Story {
+    /// Tells every page `note` (a JSON object; `at` is added), and keeps it for the pages that
+    /// open later.
+    pub fn tell(&self, note: Value) {
+        self.feed.note(note, true);
+    }
+
+    /// Tells every page open now `note`, and keeps nothing: for what the next note replaces
+    /// (a job's progress).
+    pub fn update(&self, note: Value) {
+        self.feed.note(note, false);
+    }
+
+    /// How many pages listen now.
+    pub fn listeners(&self) -> usize {
+        self.feed.listeners()
     }
 }
 
@@ -138,6 +177,32 @@ impl Feed {
     /// How many clients listen now.
     pub fn listeners(&self) -> usize {
         self.inner.updates.receiver_count()
+    }
+
+    /// The story told on this feed.
+    pub fn story(&self) -> Story {
+        Story { feed: self.clone() }
+    }
+
+    /// Sends a `note` at once, not at the next sample; `keep` adds it to the snapshot.
+    fn note(&self, mut note: Value, keep: bool) {
+        let at = LeaseClock::new().now_ms();
+        if let Value::Object(fields) = &mut note {
+            fields.insert("at".to_owned(), json!(at));
+        }
+        let mut last = self.last();
+        if keep {
+            if last.story.len() >= STORY_KEPT {
+                last.story.pop_front();
+            }
+            last.story.push_back(note.clone());
+        }
+        // Sent while the snapshot is held: a client that subscribes meanwhile has it either in
+        // its snapshot or as an update, never both, never neither.
+        let _ = self.inner.updates.send(Arc::new(Out {
+            event: "note",
+            data: note,
+        }));
     }
 
     fn last(&self) -> std::sync::MutexGuard<'_, Sampled> {
@@ -320,6 +385,35 @@ mod tests {
                 .all(|o| o.event != "job" || o.data["n"].is_null()),
             "updates skipped by the snapshot came after it: {seen:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_page_that_opens_late_reads_the_story_from_the_start() {
+        let (feed, _close) = feed();
+        let story = feed.story();
+        let mut early = Box::pin(feed.subscribe());
+        assert_eq!(early.next().await.map(|o| o.event), Some("snapshot"));
+        story.tell(json!({ "kind": "scenario", "title": "one" }));
+        story.update(json!({ "kind": "progress", "done": 1 }));
+        let told = early.next().await.expect("the note");
+        assert_eq!((told.event, &told.data["title"]), ("note", &json!("one")));
+        assert!(
+            told.data["at"].as_i64().is_some_and(|at| at > 0),
+            "{told:?}"
+        );
+        let updated = early.next().await.expect("the progress");
+        assert_eq!(updated.data["kind"], "progress");
+
+        let mut late = Box::pin(feed.subscribe());
+        let snapshot = late.next().await.expect("the snapshot");
+        assert_eq!(snapshot.event, "snapshot");
+        let kinds: Vec<&Value> = snapshot.data["story"]
+            .as_array()
+            .expect("a story")
+            .iter()
+            .map(|n| &n["kind"])
+            .collect();
+        assert_eq!(kinds, [&json!("scenario")], "progress is not kept");
     }
 
     #[tokio::test]

@@ -37,12 +37,14 @@ use fs_rename::FsTree;
 use fs_store::SharedStore;
 
 pub use config::ServeConfig;
+pub use events::Story;
 use jobs::Jobs;
 
 /// A running service.
 pub struct Server {
     addr: SocketAddr,
     instance: String,
+    story: Story,
     done: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
 
@@ -110,6 +112,7 @@ impl Server {
             shutdown.await;
             stop_feed.send_replace(true);
         };
+        let story = feed.story();
         let app = api::routes(jobs.clone(), feed)
             .route(
                 "/session",
@@ -145,6 +148,7 @@ impl Server {
         Ok(Server {
             addr,
             instance,
+            story,
             done,
         })
     }
@@ -157,6 +161,11 @@ impl Server {
     /// Returns this instance's name.
     pub fn instance(&self) -> &str {
         &self.instance
+    }
+
+    /// Returns the story the live page tells beside the locks (`fsrename demo --serve`).
+    pub fn story(&self) -> &Story {
+        &self.story
     }
 
     /// Waits until the service has shut down.

@@ -1,40 +1,100 @@
-//! `fsrename demo`: the book's /clinton scenario, four ways.
+//! `fsrename demo`: the book's /clinton scenario, four ways, on an in-memory store; with
+//! `--serve`, told on the live page as well (`demo_serve.rs`).
 
-use fs_rename::clinton::{run_scenario, Scenario};
+use std::sync::Arc;
+
+use anyhow::Context;
+use fs_rename::clinton::{Pace, Scenario, ScenarioOutcome, Stage, INDEX};
+use fs_store::{SharedStore, SqliteOptions, SqliteStore};
 
 use crate::output::Printer;
 use crate::{EXIT_FAILED, EXIT_OK};
 
+/// Files under /clinton without `--serve`: enough for the mass rename to take a while.
+pub const FILES: usize = 20_000;
+
 /// Runs the four scenarios, printing each outcome as it comes; stops (with the error of the
 /// write) as soon as nobody reads them any more.
-pub async fn run(files: usize) -> anyhow::Result<u8> {
-    let mut out = Printer::stdout();
-    out.line(format_args!(
-        "The book's scenario: job A renames /clinton ({files} files) to /gormley while job B renames\n\
-         /clinton/projects/elasticsearch/README.txt to README.asciidoc. Four ways:\n"
-    ))?;
-    out.flush()?;
-    let mut failed = Vec::new();
+pub async fn run(files: usize, slow: f64) -> anyhow::Result<u8> {
+    let stage = Stage::new(in_memory_store()?, INDEX).pace(Pace::watchable(slow));
+    let mut runs = Runs::start(files)?;
     for scenario in Scenario::ALL {
-        let outcome = run_scenario(scenario, files).await?;
-        out.line(&outcome)?;
-        // Each run takes a while: show it now, and find out now if the reader is gone.
+        runs.record(&stage.run(scenario, files).await?)?;
+    }
+    runs.finish()
+}
+
+/// A fresh in-memory store, near-real-time as Elasticsearch's search is, so that a job that
+/// forgot to refresh shows it.
+pub fn in_memory_store() -> anyhow::Result<SharedStore> {
+    let store = SqliteStore::in_memory_with(SqliteOptions::new().near_real_time(true))
+        .context("opening the in-memory store")?;
+    Ok(Arc::new(store))
+}
+
+/// The runs printed so far, and the ones that did not show what they should.
+pub struct Runs {
+    out: Printer,
+    failed: Vec<&'static str>,
+}
+
+impl Runs {
+    /// Prints what the demo does.
+    pub fn start(files: usize) -> anyhow::Result<Runs> {
+        let mut out = Printer::stdout();
+        out.line(format_args!(
+            "The book's scenario: job A renames /clinton ({files} files) to /gormley while job B renames\n\
+             /clinton/projects/elasticsearch/README.txt to README.asciidoc. Four ways:\n"
+        ))?;
         out.flush()?;
+        Ok(Runs {
+            out,
+            failed: Vec::new(),
+        })
+    }
+
+    /// Prints one run's outcome.
+    pub fn record(&mut self, outcome: &ScenarioOutcome) -> anyhow::Result<()> {
+        self.out.line(outcome)?;
+        // Each run takes a while: show it now, and find out now if the reader is gone.
+        self.out.flush()?;
         if !outcome.as_expected {
-            failed.push(scenario.title());
+            self.failed.push(outcome.scenario.title());
+        }
+        Ok(())
+    }
+
+    /// Whether every run so far showed what it should.
+    pub fn all_as_expected(&self) -> bool {
+        self.failed.is_empty()
+    }
+
+    /// The closing lines, and the exit code.
+    pub fn summary(&self) -> String {
+        if self.failed.is_empty() {
+            "All four runs showed what they should: with tree locks nothing is lost; without them a\n\
+             change is silently lost, and with version numbers alone the mass rename stops half-way."
+                .to_owned()
+        } else {
+            format!("FAILED: not as expected: {}", self.failed.join("; "))
         }
     }
-    let code = if failed.is_empty() {
-        out.line("All four runs showed what they should: with tree locks nothing is lost; without them a")?;
-        out.line("change is silently lost, and with version numbers alone the mass rename stops half-way.")?;
-        EXIT_OK
-    } else {
-        out.line(format_args!(
-            "FAILED: not as expected: {}",
-            failed.join("; ")
-        ))?;
-        EXIT_FAILED
-    };
-    out.flush()?;
-    Ok(code)
+
+    /// Prints the summary; returns the exit code.
+    pub fn finish(mut self) -> anyhow::Result<u8> {
+        let summary = self.summary();
+        self.out.line(summary)?;
+        self.out.flush()?;
+        Ok(if self.all_as_expected() {
+            EXIT_OK
+        } else {
+            EXIT_FAILED
+        })
+    }
+
+    /// Prints a line of its own.
+    pub fn say(&mut self, line: impl std::fmt::Display) -> anyhow::Result<()> {
+        self.out.line(line)?;
+        self.out.flush()
+    }
 }

@@ -2,6 +2,7 @@
 
 mod cp;
 mod demo;
+mod demo_serve;
 mod find;
 mod fsck;
 mod index;
@@ -32,6 +33,15 @@ use crate::{EXIT_FAILED, EXIT_LOCK_TIMEOUT, EXIT_OK};
 pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) -> u8 {
     let result = if let Verb::Serve { .. } = &cli.verb {
         serve::run(&cli, shutdown).await
+    } else if let Verb::Demo {
+        serve: true,
+        files,
+        listen,
+        slow,
+    } = &cli.verb
+    {
+        let files = files.unwrap_or(demo_serve::FILES);
+        demo_serve::run(files, *listen, slow.unwrap_or(1.0), shutdown).await
     } else if let Verb::Index {
         watch: true,
         dir,
@@ -75,7 +85,9 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
 
 async fn run_verb(cli: &Cli) -> anyhow::Result<u8> {
     match &cli.verb {
-        Verb::Demo { files } => demo::run(*files).await,
+        Verb::Demo { files, slow, .. } => {
+            demo::run(files.unwrap_or(demo::FILES), slow.unwrap_or(0.0)).await
+        }
         Verb::Fsck {
             path,
             json,

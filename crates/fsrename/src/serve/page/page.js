@@ -1,5 +1,6 @@
 // The live page: the tree (a level at a time), a badge on every locked path, the locks and
-// the jobs as `GET /events` tells them, and a form to submit a rename. Plain DOM, no library.
+// the jobs as `GET /events` tells them, and a form to submit a rename; under
+// `fsrename demo --serve`, the demo's story as well. Plain DOM, no library.
 "use strict";
 
 const PAGE = 200; // children shown at a time under one directory
@@ -9,6 +10,9 @@ const state = {
   jobs: new Map(), // id -> job
   offset: 0, // the server's clock minus ours, from each event's `at`
   open: new Set(), // the directories expanded, kept open when the tree is listed again
+  story: [], // the demo's runs: {scenario, steps, verdict, open}, oldest first
+  storyEnd: null, // the demo's last note
+  progress: new Map(), // the demo's job letter -> its last progress note
 };
 
 const $ = (id) => document.getElementById(id);
@@ -59,7 +63,10 @@ function holderNames(lock) {
 
 // Lists `path`'s entries into `list`; false if the service wants its token first.
 async function loadChildren(path, list) {
-  list.replaceChildren(el("li", { class: "hint" }, "loading…"));
+  // A list shown already stays until the new one comes (no flicker when the tree is listed
+  // again); only the last of several listings under way is shown.
+  const generation = (list.generation = (list.generation || 0) + 1);
+  if (!list.children.length) list.replaceChildren(el("li", { class: "hint" }, "loading…"));
   let answer;
   try {
     const response = await fetch(`/tree?path=${encodeURIComponent(path)}&depth=1`);
@@ -70,9 +77,12 @@ async function loadChildren(path, list) {
     answer = await response.json();
     if (!response.ok) throw new Error(answer.error || response.statusText);
   } catch (e) {
-    list.replaceChildren(el("li", { class: "error" }, `cannot list ${path}: ${e.message}`));
+    if (list.generation === generation) {
+      list.replaceChildren(el("li", { class: "error" }, `cannot list ${path}: ${e.message}`));
+    }
     return true;
   }
+  if (list.generation !== generation) return true;
   const entries = answer.entries
     .map((e) => e.doc)
     .filter((doc) => doc.path !== path)
@@ -213,6 +223,14 @@ function connect() {
     for (const job of data.jobs) state.jobs.set(job.id, job);
     setLocks(data.locks);
     renderJobs();
+    setStory(data.story);
+    // A page opened half-way through the demo opens the directories of the run under way.
+    if (state.story.length) reloadOpenDirectories();
+  });
+  events.addEventListener("note", (e) => {
+    const data = JSON.parse(e.data);
+    heard(data);
+    takeNote(data, true);
   });
   events.addEventListener("locks", (e) => {
     const data = JSON.parse(e.data);
@@ -233,6 +251,90 @@ function connect() {
       $("status").textContent = "connection lost; reconnecting…";
     }
   });
+}
+
+// ---- the demo's story (`fsrename demo --serve`) ----
+
+// Takes one of the demo's notes; `live` when it comes as it happens (not from a snapshot).
+function takeNote(note, live) {
+  if (note.kind === "progress") {
+    state.progress.set(note.job, note);
+    renderStoryJobs();
+    return;
+  }
+  const run = state.story[state.story.length - 1];
+  if (note.kind === "scenario") {
+    if (run) run.open = false;
+    state.story.push({ scenario: note, steps: [], verdict: null, open: true });
+    state.progress = new Map();
+    // The directories where the jobs' locks are: open, so their badges are in view.
+    for (const path of note.open || []) state.open.add(path);
+  } else if (note.kind === "step" && run) {
+    run.steps.push(note);
+  } else if (note.kind === "verdict" && run) {
+    run.verdict = note;
+  } else if (note.kind === "end") {
+    state.storyEnd = note;
+  }
+  if (live) {
+    renderStory();
+    renderStoryJobs();
+    // A step may have moved the tree; a new run built it again.
+    reloadOpenDirectories();
+  }
+}
+
+function setStory(notes) {
+  state.story = [];
+  state.storyEnd = null;
+  for (const note of notes || []) takeNote(note, false);
+  renderStory();
+  renderStoryJobs();
+}
+
+function seconds(ms) {
+  return `${(ms / 1000).toFixed(1)} s`;
+}
+
+// What a run came to, beside its title: whether it lost anything, and whether that is what
+// the demo meant to show.
+function verdictLabel(verdict) {
+  const kept = verdict.damage === "nothing was lost";
+  const text = `: ${kept ? "nothing lost" : "something lost"}${verdict.ok ? "" : " (NOT what the demo expects)"}`;
+  return el("span", { class: `verdict ${kept && verdict.ok ? "ok" : "bad"}` }, text);
+}
+
+function renderStory() {
+  const shown = state.story.length > 0;
+  $("story-panel").hidden = !shown;
+  document.querySelector("main").classList.toggle("demo", shown);
+  $("story").replaceChildren(...state.story.map((run) => {
+    const { scenario, verdict } = run;
+    const details = el("details", { "data-run": String(scenario.n) },
+      el("summary", {}, `${scenario.n} of ${scenario.of}: ${scenario.title}`,
+        verdict ? verdictLabel(verdict) : null),
+      el("p", { class: "hint" }, `Expected: ${scenario.expectation}.`),
+      el("ol", { class: "steps" }, ...run.steps.map((step) => el("li", {},
+        el("span", { class: "when" }, seconds(step.ms)), " ",
+        el("span", { class: `job job-${step.job}` }, `job ${step.job}`), " ", step.what))),
+      verdict ? el("p", { class: "damage", "data-lost": verdict.damage === "nothing was lost" ? "no" : "yes" },
+        el("strong", {}, "What was lost: "), verdict.damage) : null,
+      verdict ? el("p", { class: "hint" }, `${verdict.verdict}. Documents: ${verdict.documents[0]} before, ${verdict.documents[1]} after.`) : null);
+    details.open = run.open;
+    details.addEventListener("toggle", () => { run.open = details.open; });
+    return el("li", {}, details);
+  }));
+  if (state.storyEnd) {
+    $("story").append(el("li", { class: "end" }, el("p", { class: state.storyEnd.ok ? "" : "error" }, state.storyEnd.summary)));
+  }
+}
+
+function renderStoryJobs() {
+  const run = state.story[state.story.length - 1];
+  const jobs = run && !run.verdict ? [...state.progress.values()].sort((a, b) => a.job.localeCompare(b.job)) : [];
+  $("story-jobs").replaceChildren(...jobs.map((p) => el("div", { class: "story-job" },
+    el("span", {}, `job ${p.job}: ${p.done} of ${p.total} documents moved`),
+    el("progress", { max: String(Math.max(p.total, 1)), value: String(p.done), "aria-label": `job ${p.job}: ${p.done} of ${p.total} documents moved` }))));
 }
 
 // ---- the form ----
