@@ -12,7 +12,7 @@
 //! - [`FsTree`]: the tree index as a set of paths (find, count, insert, scan).
 //! - [`fsck()`]: checks that a tree is well-formed and reports leftover locks.
 //! - [`index_dir`]: indexes a local directory tree (with `content`, the text of small files,
-//!   which [`FsTree::find_matching`] searches with a name pattern); [`mkdir`], [`touch`], [`list`], [`stat`]:
+//!   which [`FsTree::find_matching`] searches with a name pattern); [`mkdir`], [`touch`], [`list`] (and [`list_page`], a page at a time), [`stat`]:
 //!   the small operations of the command line, under the same locks; [`list_consistent`] and
 //!   [`fsck_consistent`] read a subtree under a shared lock, so nothing in it changes while
 //!   they read.
@@ -61,7 +61,7 @@ pub use indexer::{
 pub use job::{RenameOutcome, Renamer, RenamerBuilder, DEFAULT_IN_FLIGHT};
 pub use journal::{FenceOutcome, Journal, JournalEntry, JournalFence, JournalLock, JournalState};
 pub use kind::JobKind;
-pub use ops::{list, mkdir, stat, touch, LockSettings, Made};
+pub use ops::{list, list_page, mkdir, stat, touch, Listed, LockSettings, Made};
 pub use recover::{Recovered, Recovery, RecoveryReport};
 pub use report::{PhaseTimes, ProgressSink, RenameEvent, RenameHooks, RenameReport};
 pub use strategy::Strategy;

@@ -3,6 +3,7 @@
 //! Creating a document at a path takes the exclusive tree lock on that path, since ids are
 //! random and two jobs creating the same path at once would otherwise both succeed.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -281,8 +282,28 @@ where
     } else {
         Scope::Children(dir.clone())
     };
-    let mut scan = Scan::new(Arc::clone(store), index, scope, 1_000);
-    let listed = async {
+    scan_entries(store, index, dir, scope, 1_000, |entry| {
+        if !(recursive && entry.doc.path == *dir) {
+            // A reader that goes away (`ls | head`) stops the listing here.
+            each(&entry)?;
+        }
+        Ok(ControlFlow::Continue(()))
+    })
+    .await
+}
+
+/// Reads `scope` (a listing of `dir`) in pages of `page`, giving `each` every entry until it
+/// breaks; closes the search on every way out.
+async fn scan_entries(
+    store: &SharedStore,
+    index: &str,
+    dir: &FsPath,
+    scope: Scope,
+    page: usize,
+    mut each: impl FnMut(Entry) -> Result<ControlFlow<()>>,
+) -> Result<()> {
+    let mut scan = Scan::new(Arc::clone(store), index, scope, page);
+    let read = async {
         let context = || format!("listing `{dir}`");
         while let Some(hits) = scan
             .next_page()
@@ -290,17 +311,74 @@ where
             .map_err(RenameError::store(context()))?
         {
             for hit in hits {
-                let entry = Entry::from_stored(index, hit)?;
-                if recursive && entry.doc.path == *dir {
-                    continue;
+                if each(Entry::from_stored(index, hit)?)?.is_break() {
+                    return Ok(());
                 }
-                // A reader that goes away (`ls | head`) stops the listing here.
-                each(&entry)?;
             }
         }
         Ok(())
     }
     .await;
     scan.close().await;
-    listed
+    read
+}
+
+/// One page of a listing: the entries found, and whether more follow.
+#[derive(Debug, Clone, Default)]
+pub struct Listed {
+    /// At most the limit asked for, in path order.
+    pub entries: Vec<Entry>,
+    /// More entries follow the last one: ask again with it as `after`.
+    pub more: bool,
+}
+
+/// Returns, in path order, up to `limit` of the entries directly in `dir` (or, `recursive`,
+/// everything under it) that `keep` keeps, from just after the path `after` on: a listing
+/// read a page at a time by a caller that comes back when it likes (the live page's "show
+/// more"). Each page is one fresh search from `after`, with nothing kept open in between, so
+/// a directory of a million entries costs each page only its own entries (recursive listings
+/// read, and skip, what `keep` does not keep). Sees what was refreshed.
+///
+/// # Errors
+/// Store failures.
+pub async fn list_page(
+    store: &SharedStore,
+    index: &str,
+    dir: &FsPath,
+    recursive: bool,
+    after: Option<&FsPath>,
+    limit: usize,
+    keep: impl Fn(&Entry) -> bool,
+) -> Result<Listed> {
+    let scope = match (recursive, after) {
+        (false, None) => Scope::Children(dir.clone()),
+        (false, Some(start)) => Scope::ChildrenFrom {
+            dir: dir.clone(),
+            start: start.clone(),
+        },
+        (true, None) => Scope::Subtree(dir.clone()),
+        (true, Some(start)) => Scope::SubtreeFrom {
+            root: dir.clone(),
+            start: start.clone(),
+        },
+    };
+    // One more than asked for tells whether more follow.
+    let page = limit.saturating_add(1).min(1_000);
+    let mut listed = Listed::default();
+    scan_entries(store, index, dir, scope, page, |entry| {
+        let skipped = (recursive && entry.doc.path == *dir)
+            || Some(&entry.doc.path) == after
+            || !keep(&entry);
+        if skipped {
+            return Ok(ControlFlow::Continue(()));
+        }
+        if listed.entries.len() == limit {
+            listed.more = true;
+            return Ok(ControlFlow::Break(()));
+        }
+        listed.entries.push(entry);
+        Ok(ControlFlow::Continue(()))
+    })
+    .await?;
+    Ok(listed)
 }

@@ -487,6 +487,31 @@ pub async fn search_children(store: SharedStore) {
             "/gormley"
         ]
     );
+    // From a name on: paged like the directory, nothing below it, count agrees.
+    let from = |dir: &str, start: &str| Scope::ChildrenFrom {
+        dir: FsPath::parse(dir).expect("path"),
+        start: FsPath::parse(start).expect("path"),
+    };
+    let rest = from("/", "/clinton0");
+    assert!(rest.sorted_by_path());
+    for size in [1, 2, 100] {
+        assert_eq!(
+            search_all(&*store, &index, rest.clone(), size).await,
+            vec!["/clinton0", "/clintonx", "/gormley"],
+            "pages of {size}"
+        );
+    }
+    assert_eq!(store.count(&index, &rest).await.expect("count"), 3);
+    // A start that is no entry: from the next one on.
+    assert_eq!(
+        search_all(&*store, &index, from("/clinton", "/clinton/b"), 10).await,
+        vec!["/clinton/projects"]
+    );
+    assert!(
+        search_all(&*store, &index, from("/clinton", "/clinton/zz"), 10)
+            .await
+            .is_empty()
+    );
 }
 
 pub async fn search_all_pages_everything(store: SharedStore) {

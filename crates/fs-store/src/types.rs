@@ -103,6 +103,15 @@ pub enum Scope {
     },
     /// Documents whose `parent` field equals the path: the entries of one directory.
     Children(FsPath),
+    /// The documents of `Children(dir)` whose path sorts at or after `start`: a directory's
+    /// entries from a name on, for a reader that pages through a large directory at its own
+    /// pace (the live page's "show more"), with nothing kept open on the server in between.
+    ChildrenFrom {
+        /// The directory.
+        dir: FsPath,
+        /// The first path read (it need not exist).
+        start: FsPath,
+    },
     /// Documents without a `path` field: nothing of the tree, only what holds an id for it (a
     /// copy's claims, see `fs_model::FsDoc::claim`). Sorted by id, like [`Scope::All`].
     Pathless,
@@ -129,7 +138,8 @@ impl Scope {
             Scope::Exact(_)
             | Scope::Subtree(_)
             | Scope::SubtreeFrom { .. }
-            | Scope::Children(_) => true,
+            | Scope::Children(_)
+            | Scope::ChildrenFrom { .. } => true,
         }
     }
 }

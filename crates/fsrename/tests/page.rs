@@ -233,11 +233,16 @@ async fn message_in(page: &Client, id: &str) -> String {
 
 /// Waits for the top of the tree, `/clinton`.
 async fn tree_top(page: &Client) {
-    see(page, "the tree's top", async |p: &Client| {
+    tree_shows(page, "clinton/").await;
+}
+
+/// Waits until the tree shows a directory named `dir` (`projects/`).
+async fn tree_shows(page: &Client, dir: &str) {
+    see(page, &format!("{dir} in the tree"), async |p: &Client| {
         texts(p, "#tree button")
             .await
             .iter()
-            .any(|t| t.contains("clinton/"))
+            .any(|t| t.contains(dir))
             .then_some(())
     })
     .await;
@@ -332,15 +337,42 @@ async fn the_page_follows_a_rename_and_shows_errors_next_to_fields() {
     );
     let (_, opened) = press(&page, ENTER).await;
     assert_eq!(opened.as_deref(), Some("true"), "Enter opens /clinton");
-    see(&page, "/clinton's entries", async |p: &Client| {
-        texts(p, "#tree button")
-            .await
-            .iter()
-            .any(|t| t.contains("projects/"))
-            .then_some(())
-    })
-    .await;
+    tree_shows(&page, "projects/").await;
     tab_to(&page, "projects/", 1).await;
+    press(&page, ENTER).await;
+    tree_shows(&page, "elasticsearch/").await;
+
+    // A directory of 3 000 files, 200 at a time from the service: the button brings the next
+    // page (from the keyboard too), and the focus lands on it again.
+    tab_to(&page, "elasticsearch/", 1).await;
+    press(&page, ENTER).await;
+    let files =
+        |n: usize| async move |p: &Client| (texts(p, "#tree .file").await.len() == n).then_some(());
+    see(&page, "the first 200 files", files(200)).await;
+    let (focused, _) = press(&page, TAB).await;
+    assert_eq!(focused, "show the next 200");
+    press(&page, ENTER).await;
+    see(&page, "the next 200 files", files(400)).await;
+    let files_shown = texts(&page, "#tree .file").await;
+    assert_eq!(
+        files_shown[199..201],
+        ["f1177", "f1178"],
+        "in path order, on from the first page's last"
+    );
+    let focused = page.active_element().await.expect("focus");
+    assert_eq!(
+        focused.text().await.expect("its text"),
+        "show the next 200",
+        "the focus stays on the button for the next page"
+    );
+    // Closed again, so the rename below shows its locks on the directories.
+    let toggle = page
+        .find(Locator::Css(
+            "#tree button[data-path='/clinton/projects/elasticsearch']",
+        ))
+        .await
+        .expect("the toggle");
+    toggle.click().await.expect("close it");
     let mut reached_form = false;
     for _ in 0..10 {
         press(&page, TAB).await;

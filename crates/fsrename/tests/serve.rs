@@ -428,6 +428,66 @@ async fn bad_requests_get_a_clear_4xx_and_change_nothing(backend: Backend) {
     service.stop().await;
 }
 
+/// A large directory, a page at a time: each page is the next names in order, `next` says
+/// where to go on, the last page says it is the last; a bad `limit` or `after` is named.
+async fn the_tree_pages_through_a_large_directory(backend: Backend) {
+    let service = Service::start(backend, |_| {}).await;
+    // /t000 holds 450 subdirectories (each with one file, which depth 1 leaves out).
+    service.build(1, 450, 1).await;
+    let mut seen: Vec<String> = Vec::new();
+    let mut after: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let query = match &after {
+            Some(a) => format!("/tree?path=/t000&limit=200&after={a}"),
+            None => "/tree?path=/t000&limit=200".to_owned(),
+        };
+        let (status, page) = service.get(&query).await;
+        assert_eq!(status, 200, "{page}");
+        pages += 1;
+        let names: Vec<String> = page["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .map(|e| e["doc"]["path"].as_str().expect("a path").to_owned())
+            .collect();
+        assert!(names.len() <= 200, "{}", names.len());
+        seen.extend(names.iter().cloned());
+        match page["next"].as_str() {
+            Some(next) => {
+                assert_eq!(Some(next), names.last().map(String::as_str));
+                assert_eq!(page["truncated"], true);
+                after = Some(next.to_owned());
+            }
+            None => {
+                assert_eq!(page["truncated"], false);
+                break;
+            }
+        }
+        assert!(pages < 10, "paging never ends");
+    }
+    assert_eq!(pages, 3);
+    let mut expected: Vec<String> = (0..450).map(|s| format!("/t000/s{s}")).collect();
+    expected.sort();
+    assert_eq!(seen, expected, "every entry once, in path order");
+    for (query, field) in [
+        ("/tree?path=/t000&limit=0", "limit"),
+        ("/tree?path=/t000&limit=10001", "limit"),
+        ("/tree?path=/t000&limit=many", "limit"),
+        ("/tree?path=/t000&after=/t001/s1", "after"),
+        ("/tree?path=/t000&after=/t000", "after"),
+        ("/tree?path=/t000&after=s1", "after"),
+    ] {
+        let (status, answer) = service.get(query).await;
+        assert_eq!(
+            (status, answer["field"].clone()),
+            (400, json!(field)),
+            "{query}: {answer}"
+        );
+    }
+    service.stop().await;
+}
+
 async fn a_full_queue_answers_429(backend: Backend) {
     let service = Service::start(backend, |c| c.queue = 1).await;
     service.build(1, 1, 1).await;
@@ -1285,4 +1345,5 @@ on_every_backend!(
     many_clients_many_renames,
     the_event_feed_shows_a_rename_to_every_page,
     posts_from_another_site_are_refused,
+    the_tree_pages_through_a_large_directory,
 );

@@ -246,6 +246,10 @@ pub(super) fn scope_query(scope: &Scope) -> Value {
         } }),
         Scope::SubtreeFrom { root, start } => subtree_from_query(root, start),
         Scope::Children(p) => json!({ "term": { "parent": p.as_str() } }),
+        Scope::ChildrenFrom { dir, start } => json!({ "bool": { "filter": [
+            { "term": { "parent": dir.as_str() } },
+            { "range": { "path": { "gte": start.as_str() } } }
+        ] } }),
         Scope::Pathless => json!({ "bool": { "must_not": { "exists": { "field": "path" } } } }),
         // A `bool` with no `should` clause matches everything on some servers: none matches
         // nothing, said so.

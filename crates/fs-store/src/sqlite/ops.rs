@@ -484,6 +484,11 @@ pub(super) fn scope_filter(scope: &Scope, binds: &mut Vec<SqlValue>) -> String {
             binds.push(SqlValue::Text(p.as_str().to_owned()));
             format!(" AND parent = ?{}", binds.len())
         }
+        Scope::ChildrenFrom { dir, start } => {
+            let children = scope_filter(&Scope::Children(dir.clone()), binds);
+            binds.push(SqlValue::Text(start.as_str().to_owned()));
+            format!("{children} AND path >= ?{}", binds.len())
+        }
         Scope::Pathless => " AND path IS NULL".to_owned(),
         Scope::AnyOf(scopes) | Scope::InTurn(scopes) => {
             let either: Vec<String> = scopes

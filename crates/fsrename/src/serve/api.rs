@@ -20,7 +20,7 @@ use super::events::Feed;
 use super::job::Work;
 use super::jobs::{Jobs, Refusal};
 
-/// The most entries `GET /tree` returns.
+/// The most entries `GET /tree` returns in one answer.
 const TREE_LIMIT: usize = 10_000;
 
 /// An error answer: `{"error": "...", "field": "..."}`.
@@ -343,7 +343,10 @@ async fn locks(State(jobs): State<Jobs>) -> Result<Response, ApiError> {
     Ok(Json(json!({ "locks": locks })).into_response())
 }
 
-/// `GET /tree?path=/x&depth=2`: the entries under `path`, `depth` levels down (default 1).
+/// `GET /tree?path=/x&depth=2&limit=200&after=/x/m`: the entries under `path`, `depth` levels
+/// down (default 1), in path order, at most `limit` of them (default and most
+/// [`TREE_LIMIT`]), from just after `after` on. `next` is the path to pass as `after` for the
+/// next page, or `null` at the end (`truncated` says the same, as before paging).
 async fn tree(
     State(jobs): State<Jobs>,
     Query(query): Query<HashMap<String, String>>,
@@ -358,29 +361,64 @@ async fn tree(
             .map_err(|_| ApiError::bad("depth", format!("`{d}` is not a number")))?,
         None => 1,
     };
+    let limit = match query.get("limit") {
+        Some(l) => match l.parse::<usize>() {
+            Ok(n) if (1..=TREE_LIMIT).contains(&n) => n,
+            _ => {
+                return Err(ApiError::bad(
+                    "limit",
+                    format!("`{l}` is not a number of entries from 1 to {TREE_LIMIT}"),
+                ))
+            }
+        },
+        None => TREE_LIMIT,
+    };
+    let after = match query.get("after") {
+        Some(a) => {
+            let after = FsPath::parse(a).map_err(|e| ApiError::bad("after", e.to_string()))?;
+            if !after.is_descendant_of(&path) {
+                return Err(ApiError::bad(
+                    "after",
+                    format!("`{after}` is not under `{path}`: pass the `next` of the page before"),
+                ));
+            }
+            Some(after)
+        }
+        None => None,
+    };
     let tree = FsTree::new(Arc::clone(jobs.store()), jobs.config().index.clone());
     let unavailable =
         |e: fs_rename::RenameError| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
     tree.refresh().await.map_err(unavailable)?;
     let max_depth = path.depth() + depth;
-    let mut entries = Vec::new();
-    let mut truncated = false;
-    fs_rename::list(tree.store(), tree.index(), &path, depth > 1, |e| {
-        if e.doc.depth <= max_depth {
-            if entries.len() >= TREE_LIMIT {
-                truncated = true;
-            } else {
-                entries.push(json!({ "id": e.id, "doc": e.doc }));
-            }
-        }
-        Ok(())
-    })
+    let listed = fs_rename::list_page(
+        tree.store(),
+        tree.index(),
+        &path,
+        depth > 1,
+        after.as_ref(),
+        limit,
+        |e| e.doc.depth <= max_depth,
+    )
     .await
     .map_err(unavailable)?;
-    Ok(
-        Json(json!({ "path": path, "depth": depth, "entries": entries, "truncated": truncated }))
-            .into_response(),
-    )
+    let next = listed
+        .more
+        .then(|| listed.entries.last().map(|e| e.doc.path.clone()))
+        .flatten();
+    let entries: Vec<Value> = listed
+        .entries
+        .iter()
+        .map(|e| json!({ "id": e.id, "doc": e.doc }))
+        .collect();
+    Ok(Json(json!({
+        "path": path,
+        "depth": depth,
+        "entries": entries,
+        "truncated": listed.more,
+        "next": next,
+    }))
+    .into_response())
 }
 
 async fn healthz(State(jobs): State<Jobs>) -> Response {

@@ -61,7 +61,20 @@ function holderNames(lock) {
 
 // ---- the tree ----
 
-// Lists `path`'s entries into `list`; false if the service wants its token first.
+// One page of `path`'s entries from the service, from just after `after` on (`null`: from
+// the start). Answers `null` if the service wants its token first; throws what went wrong.
+async function fetchPage(path, after) {
+  const query = new URLSearchParams({ path, depth: "1", limit: String(PAGE) });
+  if (after) query.set("after", after);
+  const response = await fetch(`/tree?${query}`);
+  if (response.status === 401) return null;
+  const answer = await response.json();
+  if (!response.ok) throw new Error(answer.error || response.statusText);
+  return answer;
+}
+
+// Lists the first page of `path`'s entries into `list`; false if the service wants its token
+// first.
 async function loadChildren(path, list) {
   // A list shown already stays until the new one comes (no flicker when the tree is listed
   // again); only the last of several listings under way is shown.
@@ -69,13 +82,11 @@ async function loadChildren(path, list) {
   if (!list.children.length) list.replaceChildren(el("li", { class: "hint" }, "loading…"));
   let answer;
   try {
-    const response = await fetch(`/tree?path=${encodeURIComponent(path)}&depth=1`);
-    if (response.status === 401) {
+    answer = await fetchPage(path, null);
+    if (answer === null) {
       list.replaceChildren();
       return false;
     }
-    answer = await response.json();
-    if (!response.ok) throw new Error(answer.error || response.statusText);
   } catch (e) {
     if (list.generation === generation) {
       list.replaceChildren(el("li", { class: "error" }, `cannot list ${path}: ${e.message}`));
@@ -83,28 +94,43 @@ async function loadChildren(path, list) {
     return true;
   }
   if (list.generation !== generation) return true;
-  const entries = answer.entries
-    .map((e) => e.doc)
-    .filter((doc) => doc.path !== path)
-    .sort((a, b) => (a.kind === b.kind ? a.name.localeCompare(b.name) : a.kind === "dir" ? -1 : 1));
   list.replaceChildren();
-  showMore(list, entries, 0, answer.truncated);
+  appendPage(list, path, answer);
   return true;
 }
 
-function showMore(list, entries, from, truncated) {
-  for (const doc of entries.slice(from, from + PAGE)) list.append(treeItem(doc));
-  if (from + PAGE < entries.length) {
-    const more = el("button", { class: "more", type: "button" },
-      `show ${Math.min(PAGE, entries.length - from - PAGE)} more of ${entries.length - from - PAGE}`);
-    more.addEventListener("click", () => {
-      more.parentElement.remove();
-      showMore(list, entries, from + PAGE, truncated);
-    });
-    list.append(el("li", {}, more));
-  } else if (truncated) {
-    list.append(el("li", { class: "hint" }, "(more entries than the service lists at once)"));
-  }
+// Appends a page of entries (in path order, as the service lists them) and, if more follow,
+// a button that asks the service for the next page: a directory of any size is read a page
+// at a time, never whole.
+function appendPage(list, path, answer) {
+  const items = answer.entries
+    .map((e) => e.doc)
+    .filter((doc) => doc.path !== path)
+    .map(treeItem);
+  list.append(...items);
+  if (!answer.next) return;
+  const more = el("button", { class: "more", type: "button" }, `show the next ${PAGE}`);
+  const row = el("li", {}, more);
+  more.addEventListener("click", async () => {
+    more.disabled = true;
+    let next;
+    try {
+      next = await fetchPage(path, answer.next);
+    } catch (e) {
+      more.disabled = false;
+      row.append(el("span", { class: "error" }, ` cannot list more of ${path}: ${e.message}`));
+      return;
+    }
+    if (next === null) return;
+    row.remove();
+    const first = list.children.length;
+    appendPage(list, path, next);
+    // The keyboard's focus goes on to what was added, not back to the top of the page.
+    const added = [...list.children].slice(first);
+    const landing = added.map((item) => item.querySelector("button")).find(Boolean);
+    if (landing) landing.focus();
+  });
+  list.append(row);
 }
 
 function treeItem(doc) {
