@@ -8,9 +8,13 @@
 //! of concurrent renames on `remote`, or on another backend)
 //! `cargo run --release -p fs-bench -- --reindex-move 10000 [--rename-rounds 40]` (a directory
 //! moved on disk and indexed again, against a rename of its documents plus a walk)
+//! `cargo run --release -p fs-bench -- --event-streams 200 [--feed-seconds 10] [--rename-rounds 5]`
+//! (the store's request rate while renames run through `fsrename serve`, with and without open
+//! pages on the live feed)
 
 mod book;
 mod fairness;
+mod feed_load;
 mod measure;
 mod peer;
 mod phases;
@@ -57,6 +61,18 @@ struct Args {
     /// (`--embedded`). Prints the medians and whether the index run took no longer.
     #[arg(long, value_name = "FILES")]
     reindex_move: Option<usize>,
+    /// Runs only this: renames through `fsrename serve` (in process, on the embedded store,
+    /// `--embedded`) for --feed-seconds, with no page open and with this many event streams
+    /// open, in paired rounds (`--rename-rounds`, default 5); prints the store's requests a
+    /// second each way and whether they agree within 10 %.
+    #[arg(long, value_name = "STREAMS")]
+    event_streams: Option<usize>,
+    /// With --event-streams: how long each half of a round counts, in seconds.
+    #[arg(long, default_value_t = 10.0, requires = "event_streams")]
+    feed_seconds: f64,
+    /// With --event-streams: clients renaming at once (each its own directory).
+    #[arg(long, default_value_t = 8, requires = "event_streams")]
+    feed_clients: usize,
     /// Runs only K concurrent renames on `remote` (`--rtt` a call), with tree locks and with
     /// none, and prints where a rename's time goes, phase by phase (the profile of
     /// `docs/profile.md`).
@@ -111,6 +127,19 @@ async fn main() -> anyhow::Result<()> {
             "{}",
             reindex::moved_dir(files, rounds.max(1), args.embedded).await?
         );
+        return Ok(());
+    }
+    if let Some(streams) = args.event_streams {
+        let rounds = args.rename_rounds.map_or(5, |r| r as usize);
+        let load = feed_load::feed_load(
+            streams,
+            args.feed_seconds.max(0.1),
+            rounds.max(1),
+            args.feed_clients.max(1),
+            args.embedded,
+        )
+        .await?;
+        println!("{load}");
         return Ok(());
     }
     if let Some(k) = args.profile_concurrency {

@@ -758,8 +758,12 @@ async fn the_event_feed_shows_a_rename_to_every_page(backend: Backend) {
         let (mut done, mut unlocked) = (None, false);
         while done.is_none() || !unlocked {
             let (event, data) = page.next().await.expect("an event");
-            if event == "job" && data["job"]["state"] == "done" {
-                done = Some(data);
+            let finished = data["jobs"]
+                .as_array()
+                .and_then(|jobs| jobs.iter().find(|j| j["state"] == "done"))
+                .cloned();
+            if let (true, Some(job)) = (event == "jobs", finished) {
+                done = Some(json!({ "at": data["at"], "job": job }));
             } else if event == "locks" || event == "snapshot" {
                 unlocked = data["locks"] == json!([]);
             }

@@ -229,10 +229,11 @@ function setLocks(locks) {
   renderAllBadges();
 }
 
+// Keeps `job`; true if it has just finished (the tree may have changed).
 function setJob(job) {
   const before = state.jobs.get(job.id);
   state.jobs.set(job.id, job);
-  if (job.state === "done" && (!before || before.state !== "done")) reloadOpenDirectories();
+  return job.state === "done" && (!before || before.state !== "done");
 }
 
 function connect() {
@@ -263,11 +264,13 @@ function connect() {
     heard(data);
     setLocks(data.locks);
   });
-  events.addEventListener("job", (e) => {
+  events.addEventListener("jobs", (e) => {
     const data = JSON.parse(e.data);
     heard(data);
-    setJob(data.job);
+    // Every job first, then the tree listed again once, however many finished.
+    const finished = data.jobs.map(setJob).some(Boolean);
     renderJobs();
+    if (finished) reloadOpenDirectories();
   });
   events.addEventListener("error", (e) => {
     if (e.data) {

@@ -1,0 +1,278 @@
+//! Issue 19's load target: with 200 pages open on the live feed (`GET /events`) while renames
+//! run, the store's request rate is the same, within 10 %, as with no page open.
+//!
+//! Each round serves `fsrename serve` in process on an embedded store behind a
+//! [`CountingStore`], twice: once with no event stream open, once with `streams` of them (the
+//! order alternating from round to round). Each time, `workers` clients keep renames going
+//! through the HTTP API for `seconds` (each renames its own directory back and forth, and
+//! polls the job until it is done), after a warm-up; what is counted is the store's requests
+//! and the renames finished. The rounds are paired, so that the machine's drift cancels out
+//! in each round's ratio: requests a second with the streams open over requests a second
+//! without.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use fs_model::{FsDoc, FsPath};
+use fs_rename::FsTree;
+use fs_store::{CountingStore, SharedStore};
+use fsrename::serve::{ServeConfig, Server};
+use serde_json::{json, Value};
+
+use crate::measure::{embedded, Embedded};
+
+/// Files in each renamed directory.
+const FILES: usize = 20;
+
+/// Before counting: the streams connected, the first renames done.
+const WARM_UP: Duration = Duration::from_secs(1);
+
+/// What one run (one half of a round) measured.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    requests: u64,
+    renames: u64,
+    seconds: f64,
+    /// Streams that were sent at least one event after their first snapshot.
+    heard: usize,
+}
+
+impl Run {
+    fn rate(self) -> f64 {
+        self.requests as f64 / self.seconds
+    }
+}
+
+/// What [`feed_load`] measured.
+pub struct FeedLoad {
+    streams: usize,
+    seconds: f64,
+    workers: usize,
+    /// Each round: (no stream, `streams` streams).
+    rounds: Vec<(Run, Run)>,
+}
+
+impl FeedLoad {
+    /// Each round's ratio of request rates, sorted.
+    fn ratios(&self) -> Vec<f64> {
+        let mut ratios: Vec<f64> = self
+            .rounds
+            .iter()
+            .map(|(alone, watched)| watched.rate() / alone.rate())
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        ratios
+    }
+
+    /// The median ratio: the target wants it within 0.9 to 1.1.
+    pub fn median_ratio(&self) -> f64 {
+        let ratios = self.ratios();
+        ratios.get(ratios.len() / 2).copied().unwrap_or(f64::NAN)
+    }
+}
+
+impl std::fmt::Display for FeedLoad {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "store requests a second while {} clients rename for {:.0} s, with no page open and with {} event streams open:",
+            self.workers, self.seconds, self.streams
+        )?;
+        writeln!(
+            f,
+            "  round  requests/s alone  with streams  ratio  renames/s alone  with streams  requests/rename alone  with streams"
+        )?;
+        for (i, (alone, watched)) in self.rounds.iter().enumerate() {
+            let per = |r: &Run| r.requests as f64 / r.renames.max(1) as f64;
+            writeln!(
+                f,
+                "  {:>5}  {:>16.0}  {:>12.0}  {:>5.3}  {:>15.1}  {:>12.1}  {:>21.2}  {:>12.2}",
+                i + 1,
+                alone.rate(),
+                watched.rate(),
+                watched.rate() / alone.rate(),
+                alone.renames as f64 / alone.seconds,
+                watched.renames as f64 / watched.seconds,
+                per(alone),
+                per(watched),
+            )?;
+        }
+        let heard: Vec<usize> = self.rounds.iter().map(|(_, w)| w.heard).collect();
+        writeln!(f, "  streams that heard the renames, each round: {heard:?}")?;
+        let median = self.median_ratio();
+        let met = (0.9..=1.1).contains(&median);
+        write!(
+            f,
+            "median ratio {median:.3}: target (within 10 %) {}",
+            if met { "met" } else { "MISSED" }
+        )
+    }
+}
+
+/// Runs `rounds` paired rounds of `seconds` each.
+///
+/// # Errors
+/// If the service cannot start or a request fails.
+pub async fn feed_load(
+    streams: usize,
+    seconds: f64,
+    rounds: usize,
+    workers: usize,
+    kind: Embedded,
+) -> anyhow::Result<FeedLoad> {
+    let mut measured = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        // Alternating which half goes first cancels what the first run of a pair pays.
+        let (alone, watched) = if round % 2 == 0 {
+            let alone = run(0, seconds, workers, kind).await?;
+            (alone, run(streams, seconds, workers, kind).await?)
+        } else {
+            let watched = run(streams, seconds, workers, kind).await?;
+            (run(0, seconds, workers, kind).await?, watched)
+        };
+        eprintln!(
+            "round {}: {:.0} requests/s alone, {:.0} with {streams} streams",
+            round + 1,
+            alone.rate(),
+            watched.rate()
+        );
+        measured.push((alone, watched));
+    }
+    Ok(FeedLoad {
+        streams,
+        seconds,
+        workers,
+        rounds: measured,
+    })
+}
+
+/// One service, `streams` streams, `workers` renaming clients for `seconds` after the warm-up.
+async fn run(streams: usize, seconds: f64, workers: usize, kind: Embedded) -> anyhow::Result<Run> {
+    let (inner, _dir) = embedded(kind)?;
+    let counting = CountingStore::new(inner);
+    let store: SharedStore = Arc::new(counting.clone());
+    let index = "bench-feed";
+    let tree = FsTree::new(Arc::clone(&store), index);
+    tree.ensure_indices().await?;
+    let mut docs = Vec::new();
+    for w in 0..workers {
+        let dir = FsPath::parse(&format!("/a{w}"))?;
+        docs.push(FsDoc::dir(dir.clone(), 0));
+        for f in 0..FILES {
+            docs.push(FsDoc::file(dir.join(&format!("f{f}"))?, 1, 0));
+        }
+    }
+    tree.insert_all(docs).await?;
+    tree.refresh().await?;
+
+    let mut config = ServeConfig::new(index);
+    config.listen = "127.0.0.1:0".parse()?;
+    config.max_jobs = workers;
+    config.recover_every = None;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = Server::start(config, Arc::clone(&store), async {
+        let _ = stopped.await;
+    })
+    .await?;
+    let base = format!("http://{}", server.addr());
+    let http = reqwest::Client::new();
+
+    let mut pages = Vec::with_capacity(streams);
+    for _ in 0..streams {
+        let mut answer = http
+            .get(format!("{base}/events"))
+            .send()
+            .await
+            .context("GET /events")?;
+        pages.push(tokio::spawn(async move {
+            // Chunks after the first (the snapshot): what the page heard of the renames.
+            let mut chunks = 0u64;
+            while let Ok(Some(_)) = answer.chunk().await {
+                chunks += 1;
+            }
+            chunks > 1
+        }));
+    }
+
+    let counting_on = Arc::new(AtomicBool::new(false));
+    let finished = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::with_capacity(workers);
+    for w in 0..workers {
+        let (http, base) = (http.clone(), base.clone());
+        let (counting_on, finished, done) = (
+            Arc::clone(&counting_on),
+            Arc::clone(&finished),
+            Arc::clone(&done),
+        );
+        clients.push(tokio::spawn(async move {
+            let names = [format!("/a{w}"), format!("/b{w}")];
+            let mut turn = 0;
+            while !done.load(Ordering::Relaxed) {
+                let (from, to) = (&names[turn % 2], &names[(turn + 1) % 2]);
+                rename(&http, &base, from, to).await?;
+                if counting_on.load(Ordering::Relaxed) {
+                    finished.fetch_add(1, Ordering::Relaxed);
+                }
+                turn += 1;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    tokio::time::sleep(WARM_UP).await;
+    let before = counting.round_trips();
+    counting_on.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+    let requests = counting.round_trips() - before;
+    let elapsed = started.elapsed().as_secs_f64();
+    counting_on.store(false, Ordering::Relaxed);
+    let renames = finished.load(Ordering::Relaxed);
+    done.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.await.context("a renaming client")??;
+    }
+    let _ = stop.send(());
+    server.wait().await?;
+    let mut heard = 0;
+    for page in pages {
+        heard += usize::from(page.await.unwrap_or(false));
+    }
+    Ok(Run {
+        requests,
+        renames,
+        seconds: elapsed,
+        heard,
+    })
+}
+
+/// Renames `from` to `to` through the API and polls the job until it is done.
+async fn rename(http: &reqwest::Client, base: &str, from: &str, to: &str) -> anyhow::Result<()> {
+    let answer: Value = http
+        .post(format!("{base}/renames"))
+        .json(&json!({ "from": from, "to": to }))
+        .send()
+        .await
+        .context("POST /renames")?
+        .json()
+        .await?;
+    let id = answer["id"]
+        .as_str()
+        .with_context(|| format!("no job id in {answer}"))?
+        .to_owned();
+    loop {
+        let job: Value = http
+            .get(format!("{base}/renames/{id}"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        match job["state"].as_str() {
+            Some("done") => return Ok(()),
+            Some("failed") => anyhow::bail!("rename {from} → {to} failed: {job}"),
+            _ => tokio::time::sleep(Duration::from_millis(2)).await,
+        }
+    }
+}
