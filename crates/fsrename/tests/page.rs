@@ -60,13 +60,18 @@ impl Driver {
     /// A new headless browser window.
     async fn browser(&self, width: u32, height: u32) -> Client {
         let mut capabilities = serde_json::Map::new();
-        capabilities.insert(
-            "goog:chromeOptions".to_owned(),
-            json!({ "args": [
-                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                format!("--window-size={width},{height}"),
-            ] }),
-        );
+        let mut options = json!({ "args": [
+            "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            format!("--window-size={width},{height}"),
+        ] });
+        // Chromium's windows are at least 500 pixels wide: a phone's width needs its
+        // emulation.
+        if width < 500 {
+            options["mobileEmulation"] = json!({ "deviceMetrics": {
+                "width": width, "height": height, "pixelRatio": 1.0, "touch": false,
+            } });
+        }
+        capabilities.insert("goog:chromeOptions".to_owned(), options);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let connector = hyper_util::client::legacy::connect::HttpConnector::new();
@@ -327,6 +332,11 @@ async fn the_page_follows_a_rename_and_shows_errors_next_to_fields() {
     let service = Service::start(None).await;
     let page = open(&driver, &service, 1280, 800).await;
     let other = open(&driver, &service, 390, 844).await;
+    let width = other
+        .execute("return window.innerWidth;", Vec::new())
+        .await
+        .expect("the width");
+    assert_eq!(width, json!(390), "a phone's width");
     tree_top(&page).await;
 
     // The keyboard alone: Tab reaches the tree, Enter opens a directory and closes it, and

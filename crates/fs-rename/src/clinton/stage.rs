@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fs_locks::TreeLockRequest;
 use fs_model::FsPath;
 use fs_store::SharedStore;
 use tokio::sync::Notify;
@@ -151,8 +152,9 @@ impl Stage {
             _ => ('A', 'B'),
         };
         let pages = usize::try_from(before).unwrap_or(usize::MAX) / PAGE_SIZE + 1;
-        let renamer = |job: char| {
+        let renamer = |job: char, from: &FsPath, to: &FsPath| {
             let (events, cue) = (timeline.clone(), Arc::clone(&cues));
+            let plan = LockPlan::of(scenario, from, to);
             Renamer::builder(Arc::clone(store), index)
                 .strategy(scenario.strategy())
                 .versioned(scenario.versioned())
@@ -164,7 +166,7 @@ impl Stage {
                     {
                         cue.other_waiting.notify_one();
                     }
-                    events.heard(job, &event);
+                    events.heard(job, &event, &plan);
                 }))
                 .hooks(Arc::new(JobHooks {
                     scenario,
@@ -180,7 +182,8 @@ impl Stage {
         let (clinton, gormley) = (FsPath::parse(CLINTON)?, FsPath::parse(GORMLEY)?);
         let asciidoc = FsPath::parse(README_ASCIIDOC)?;
         let run = |job: char, from: FsPath, to: FsPath| {
-            let (renamer, timeline, cues) = (renamer(job), timeline.clone(), Arc::clone(&cues));
+            let renamer = renamer(job, &from, &to);
+            let (timeline, cues) = (timeline.clone(), Arc::clone(&cues));
             tokio::spawn(async move {
                 if job == follower {
                     cues.start_other.notified().await;
@@ -263,7 +266,7 @@ impl Timeline {
     }
 
     /// Writes down what a job reported, if the timeline shows it.
-    fn heard(&self, job: char, event: &RenameEvent) {
+    fn heard(&self, job: char, event: &RenameEvent, plan: &LockPlan) {
         if let (Some(narrator), RenameEvent::Progress { done, total }) = (&self.narrator, event) {
             narrator(Narration::Progress {
                 job,
@@ -271,7 +274,7 @@ impl Timeline {
                 total: *total,
             });
         }
-        if let Some(what) = describe_event(event) {
+        if let Some(what) = describe_event(event, plan) {
             self.push(job, what);
         }
     }
@@ -335,7 +338,40 @@ impl RenameHooks for JobHooks {
     }
 }
 
-fn describe_event(event: &RenameEvent) -> Option<String> {
+/// The locks a job of the scenario takes, in the order it takes them, for the timeline.
+struct LockPlan {
+    /// `IX /clinton`, ..., `X /clinton/projects/elasticsearch/README.txt`: intention locks
+    /// root first, then the targets.
+    taken: Vec<String>,
+}
+
+impl LockPlan {
+    fn of(scenario: Scenario, from: &FsPath, to: &FsPath) -> LockPlan {
+        let items = match scenario.strategy() {
+            Strategy::Tree => TreeLockRequest::rename(from, to)
+                .and_then(|request| request.items())
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        LockPlan {
+            taken: items
+                .iter()
+                .map(|item| format!("{} {}", item.mode, item.label()))
+                .collect(),
+        }
+    }
+
+    /// The locks as taken, or, `released`, as given back (the reverse: deepest first).
+    fn list(&self, released: bool) -> String {
+        let mut locks: Vec<&str> = self.taken.iter().map(String::as_str).collect();
+        if released {
+            locks.reverse();
+        }
+        locks.join(", ")
+    }
+}
+
+fn describe_event(event: &RenameEvent, plan: &LockPlan) -> Option<String> {
     match event {
         RenameEvent::Waiting { blocker, attempts } if *attempts == 1 => {
             Some(format!("waits: blocked by the {blocker}"))
@@ -345,7 +381,9 @@ fn describe_event(event: &RenameEvent) -> Option<String> {
             round_trips,
             waited,
         } if *round_trips > 0 => Some(format!(
-            "holds its locks ({round_trips} round trips, waited {:.1} ms)",
+            "holds its locks, taken root first: {} ({round_trips} round trip{}, waited {:.1} ms)",
+            plan.list(false),
+            if *round_trips == 1 { "" } else { "s" },
             waited.as_secs_f64() * 1e3
         )),
         RenameEvent::Locked { .. } => Some("takes no locks".to_owned()),
@@ -354,7 +392,10 @@ fn describe_event(event: &RenameEvent) -> Option<String> {
         | RenameEvent::Retrying { .. }
         | RenameEvent::Journaled { .. }
         | RenameEvent::Closed { .. } => None,
-        RenameEvent::Released => Some("releases its locks, deepest first".to_owned()),
+        RenameEvent::Released => Some(format!(
+            "releases its locks, deepest first: {}",
+            plan.list(true)
+        )),
     }
 }
 
