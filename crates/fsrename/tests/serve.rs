@@ -598,6 +598,41 @@ async fn the_token_is_required_when_set(backend: Backend) {
         .await
         .expect("GET");
     assert_eq!(forged.status().as_u16(), 401);
+
+    // Guessing is slow: three wrong tokens so far; seven more, and this address is refused
+    // (429) before its token is compared, the right one too, until Retry-After has passed.
+    for _ in 0..7 {
+        let refused = session("guess").await.expect("POST /session");
+        assert_eq!(refused.status().as_u16(), 401);
+    }
+    let with_token = |token: &'static str| {
+        service
+            .http
+            .get(format!("{}/healthz", service.base))
+            .bearer_auth(token)
+            .send()
+    };
+    for attempt in [
+        session("guess").await,
+        session("s3cret").await,
+        with_token("s3cret").await,
+    ] {
+        let answer = attempt.expect("an answer");
+        assert_eq!(answer.status().as_u16(), 429);
+        let wait: u64 = answer
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .expect("Retry-After in seconds");
+        assert!((1..=2).contains(&wait), "{wait}");
+    }
+    // A request without a token guesses nothing: still 401, the page still public.
+    assert_eq!(service.get("/healthz").await.0, 401);
+    assert_eq!(service.get("/").await.0, 200);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let again = with_token("s3cret").await.expect("GET");
+    assert_eq!(again.status().as_u16(), 200, "after Retry-After");
     service.stop().await;
 }
 

@@ -1,15 +1,18 @@
-//! Request ids, structured request logs, the bearer token, and the refusal of requests that
-//! change something from another site.
+//! Request ids, structured request logs, the bearer token (and how fast it may be guessed,
+//! `guesses.rs`), and the refusal of requests that change something from another site.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
+
+use super::guesses::Guesses;
 
 /// Gives every request an id (`x-request-id`, kept if the client sent one) and logs it with
 /// its method, path, status and duration.
@@ -50,30 +53,53 @@ fn is_public(request: &Request) -> bool {
     }
 }
 
+/// What checks the token: the token, if one is configured, and the wrong guesses so far.
+#[derive(Clone, Default)]
+pub struct Auth {
+    pub token: Option<Arc<str>>,
+    pub guesses: Arc<Guesses>,
+}
+
+/// The address the request came from (unspecified if the server did not record it).
+fn client_of(request: &Request) -> IpAddr {
+    request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip())
+}
+
 /// Refuses requests without the token when one is configured: `Authorization: Bearer
 /// <token>`, or the session cookie a browser got from `POST /session {"token": ...}` (an
 /// `EventSource` cannot send headers). The cookie is `HttpOnly` (the page's script never
-/// sees the token) and `SameSite=Strict`; it holds the token hex-encoded.
-pub async fn bearer(
-    State(token): State<Option<Arc<str>>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let Some(token) = token else {
+/// sees the token) and `SameSite=Strict`; it holds the token hex-encoded. A client that sent
+/// too many wrong tokens gets 429 instead, whatever it sends (`guesses.rs`).
+pub async fn bearer(State(auth): State<Auth>, request: Request, next: Next) -> Response {
+    let Some(token) = auth.token.as_deref() else {
         return next.run(request).await;
     };
+    if is_public(&request) {
+        return next.run(request).await;
+    }
     let headers = request.headers();
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|given| constant_time_eq(given.as_bytes(), token.as_bytes()));
-    let cookie = session_cookie(headers)
-        .is_some_and(|given| constant_time_eq(given.as_bytes(), hex(&token).as_bytes()));
-    if bearer || cookie || is_public(&request) {
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let cookie = session_cookie(headers);
+    if bearer.is_none() && cookie.is_none() {
+        return unauthorized("missing bearer token");
+    }
+    let client = client_of(&request);
+    if let Err(wait) = auth.guesses.check(client) {
+        return too_many_guesses(wait);
+    }
+    let right = bearer.is_some_and(|given| constant_time_eq(given.as_bytes(), token.as_bytes()))
+        || cookie.is_some_and(|given| constant_time_eq(given.as_bytes(), hex(token).as_bytes()));
+    if right {
         next.run(request).await
     } else {
-        unauthorized("missing or wrong bearer token")
+        auth.guesses.wrong(client);
+        unauthorized("wrong bearer token")
     }
 }
 
@@ -86,10 +112,28 @@ fn unauthorized(message: &str) -> Response {
         .into_response()
 }
 
+/// 429, with the seconds to wait in `Retry-After`.
+fn too_many_guesses(wait: Duration) -> Response {
+    let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, seconds.to_string())],
+        Json(json!({ "error": format!(
+            "too many wrong tokens from this address: try again in {seconds} s"
+        ) })),
+    )
+        .into_response()
+}
+
 /// `POST /session {"token": "..."}`: the right token sets the session cookie. Without a
-/// configured token it answers `{"token_required": false}`.
-pub async fn session(State(token): State<Option<Arc<str>>>, body: axum::body::Bytes) -> Response {
-    let Some(token) = token else {
+/// configured token it answers `{"token_required": false}`. Wrong tokens count against the
+/// client's budget, as the header's do.
+pub async fn session(
+    State(auth): State<Auth>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    body: axum::body::Bytes,
+) -> Response {
+    let Some(token) = auth.token.as_deref() else {
         return Json(json!({ "token_required": false })).into_response();
     };
     let given = serde_json::from_slice::<serde_json::Value>(&body)
@@ -102,7 +146,11 @@ pub async fn session(State(token): State<Option<Arc<str>>>, body: axum::body::By
         )
             .into_response();
     };
+    if let Err(wait) = auth.guesses.check(peer.ip()) {
+        return too_many_guesses(wait);
+    }
     if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
+        auth.guesses.wrong(peer.ip());
         return (
             StatusCode::UNAUTHORIZED,
             Json(json!({ "error": "wrong token", "field": "token" })),
@@ -111,7 +159,7 @@ pub async fn session(State(token): State<Option<Arc<str>>>, body: axum::body::By
     }
     let cookie = format!(
         "{SESSION_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
-        hex(&token)
+        hex(token)
     );
     let mut answer = Json(json!({ "token_required": true })).into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {

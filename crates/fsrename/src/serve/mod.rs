@@ -19,6 +19,7 @@ mod adopt;
 mod api;
 mod config;
 mod events;
+mod guesses;
 mod job;
 mod jobs;
 mod metrics;
@@ -113,14 +114,18 @@ impl Server {
             stop_feed.send_replace(true);
         };
         let story = feed.story();
+        let auth = middleware::Auth {
+            token,
+            guesses: Arc::default(),
+        };
         let app = api::routes(jobs.clone(), feed)
             .route(
                 "/session",
-                axum::routing::post(middleware::session).with_state(token.clone()),
+                axum::routing::post(middleware::session).with_state(auth.clone()),
             )
             .layer(DefaultBodyLimit::max(body_limit))
             .layer(axum::middleware::from_fn_with_state(
-                token,
+                auth,
                 middleware::bearer,
             ))
             .layer(axum::middleware::from_fn(middleware::same_origin))
@@ -131,6 +136,8 @@ impl Server {
             .layer(axum::middleware::from_fn(middleware::request_log));
         tracing::info!(%addr, instance = %jobs.instance(), "serving");
         let done = tokio::spawn(async move {
+            // With each client's address: the token's guesses are counted by address.
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
             axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown)
                 .await
