@@ -91,26 +91,28 @@ impl fmt::Display for ScenarioOutcome {
 }
 
 impl ScenarioOutcome {
-    /// What the run lost or broke, in a sentence for someone watching: with tree locks,
-    /// nothing.
-    pub fn damage(&self) -> String {
+    /// What the run lost or broke, in a sentence for someone watching; `None` if nothing (as
+    /// with tree locks).
+    pub fn damage(&self) -> Option<String> {
         let readme = self.readme_at.as_deref().unwrap_or("<gone>");
         let half_moved = self.a.report.rewritten > 0 && self.left_under_clinton > 0;
         if half_moved || self.fsck.problem_count > 0 {
-            format!(
+            Some(format!(
                 "the tree is broken: {} documents moved to /gormley, {} left under /clinton; \
                  fsck finds {} problem(s)",
                 self.a.report.rewritten, self.left_under_clinton, self.fsck.problem_count
-            )
+            ))
         } else if self.b.result.is_ok() && !readme.ends_with("/README.asciidoc") {
-            format!("B's rename was lost: B reported success, yet README is at {readme}")
+            Some(format!(
+                "B's rename was lost: B reported success, yet README is at {readme}"
+            ))
         } else if self.documents.0 != self.documents.1 {
-            format!(
+            Some(format!(
                 "documents were lost: {} before, {} after",
                 self.documents.0, self.documents.1
-            )
+            ))
         } else {
-            "nothing was lost".to_owned()
+            None
         }
     }
 }

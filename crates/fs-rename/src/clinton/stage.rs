@@ -60,6 +60,11 @@ impl Pace {
 /// What a narrated run tells as it goes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Narration {
+    /// The tree is built afresh, with this many documents; the jobs start next.
+    Ready {
+        /// Documents in the tree.
+        documents: u64,
+    },
     /// A line of the timeline, as it is written.
     Step(TimelineEntry),
     /// A job's documents written so far.
@@ -140,6 +145,9 @@ impl Stage {
                     path: readme.clone(),
                 })?;
 
+        if let Some(narrator) = &self.narrator {
+            narrator(Narration::Ready { documents: before });
+        }
         let timeline = Timeline {
             started: Instant::now(),
             entries: Arc::default(),

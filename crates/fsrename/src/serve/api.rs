@@ -356,9 +356,15 @@ async fn tree(
         None => FsPath::root(),
     };
     let depth: usize = match query.get("depth") {
-        Some(d) => d
-            .parse()
-            .map_err(|_| ApiError::bad("depth", format!("`{d}` is not a number")))?,
+        Some(d) => match d.parse() {
+            Ok(n) if n >= 1 => n,
+            _ => {
+                return Err(ApiError::bad(
+                    "depth",
+                    format!("`{d}` is not a depth (a whole number of levels, at least 1)"),
+                ))
+            }
+        },
         None => 1,
     };
     let limit = match query.get("limit") {
@@ -390,7 +396,7 @@ async fn tree(
     let unavailable =
         |e: fs_rename::RenameError| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
     tree.refresh().await.map_err(unavailable)?;
-    let max_depth = path.depth() + depth;
+    let max_depth = path.depth().saturating_add(depth);
     let listed = fs_rename::list_page(
         tree.store(),
         tree.index(),

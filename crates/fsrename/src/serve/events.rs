@@ -213,8 +213,7 @@ impl Feed {
             }
             last.story.push_back(note.clone());
         }
-        // Sent while the snapshot is held: a client that subscribes meanwhile has it either in
-        // its snapshot or as an update, never both, never neither.
+        // Sent while the state is held (see `sample`).
         let _ = self.inner.updates.send(Arc::new(Out::new("note", note)));
     }
 
@@ -277,20 +276,28 @@ impl Feed {
             if whole {
                 out = vec![last.snapshot()];
             }
-        }
-        for update in out {
-            // No receiver: nobody to tell.
-            let _ = self.inner.updates.send(Arc::new(update));
+            // Sent while the state is held, as every update is: a client subscribing takes
+            // the state to make its snapshot, so it has each update either in its snapshot
+            // or on its receiver, never both, never neither (a story note told meanwhile
+            // would otherwise arrive before a snapshot that lacks it).
+            for update in out {
+                // No receiver: nobody to tell.
+                let _ = self.inner.updates.send(Arc::new(update));
+            }
         }
     }
 
     /// A client's stream: the last snapshot, then the updates; a fresh snapshot whenever it
     /// fell more than [`BUFFER`] updates behind. It ends when the service shuts down.
     pub fn subscribe(&self) -> impl Stream<Item = Arc<Out>> + Send + 'static {
-        let rx = self.inner.updates.subscribe();
+        let (rx, first) = {
+            // Updates are sent while the state is held: under it, the receiver and the
+            // snapshot agree.
+            let last = self.last();
+            (self.inner.updates.subscribe(), Arc::new(last.snapshot()))
+        };
         let counted = Counted::new(&self.inner.jobs);
         self.inner.listening.notify_one();
-        let first = Arc::new(self.last().snapshot());
         let feed = self.clone();
         let closing = self.inner.closing.clone();
         futures::stream::unfold(
@@ -305,12 +312,12 @@ impl Feed {
                 };
                 let out = match received {
                     Ok(update) => update,
-                    // What it still holds is older than the snapshot: skipped too. Taken
-                    // after the new receiver, the snapshot misses nothing sent since (the
-                    // sampler keeps it before it sends).
+                    // What it still holds is older than the snapshot: skipped too. The new
+                    // receiver and the snapshot are taken under the state, as in `subscribe`.
                     Err(broadcast::error::RecvError::Lagged(_)) => {
+                        let last = feed.0.last();
                         rx = rx.resubscribe();
-                        Arc::new(feed.0.last().snapshot())
+                        Arc::new(last.snapshot())
                     }
                     Err(broadcast::error::RecvError::Closed) => return None,
                 };

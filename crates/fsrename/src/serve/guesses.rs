@@ -5,8 +5,8 @@
 //! right; this keeps the guessing itself slow (a 16-character random token takes, at one
 //! guess a second, longer than the universe has existed).
 //!
-//! Clients are told apart by address: behind a proxy they share one budget, which only slows
-//! them while someone guesses. A client that sends no token at all guesses nothing and is not
+//! Clients are told apart by address (an IPv6 one by its /64, which one host commonly holds
+//! whole): behind a proxy they share one budget, which only slows them while someone guesses. A client that sends no token at all guesses nothing and is not
 //! counted.
 
 use std::collections::HashMap;
@@ -46,29 +46,33 @@ impl Spent {
 }
 
 impl Guesses {
-    /// `Err(wait)` if `client` has used its budget: it may try again after `wait`.
-    pub fn check(&self, client: IpAddr) -> Result<(), Duration> {
-        self.check_at(client, Instant::now())
+    /// Counts a guess from `client` before its token is compared (so that concurrent
+    /// requests cannot all pass on one budget), or `Err(wait)` if it has used its budget: it
+    /// may try again after `wait`. A right token gives the guess back ([`Guesses::right`]).
+    pub fn guess(&self, client: IpAddr) -> Result<(), Duration> {
+        self.guess_at(client, Instant::now())
     }
 
-    /// Counts a wrong token from `client`.
-    pub fn wrong(&self, client: IpAddr) {
-        self.wrong_at(client, Instant::now());
-    }
-
-    fn check_at(&self, client: IpAddr, now: Instant) -> Result<(), Duration> {
-        let clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
-        let spent = clients.get(&client).map_or(0.0, |s| s.now(now));
-        let over = spent - (f64::from(BURST) - 1.0);
-        if over > 0.0 {
-            Err(EVERY.mul_f64(over))
-        } else {
-            Ok(())
+    /// Gives back the guess of a client whose token was right.
+    pub fn right(&self, client: IpAddr) {
+        let now = Instant::now();
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(spent) = clients.get_mut(&key(client)) {
+            *spent = Spent {
+                count: (spent.now(now) - 1.0).max(0.0),
+                at: now,
+            };
         }
     }
 
-    fn wrong_at(&self, client: IpAddr, now: Instant) {
+    fn guess_at(&self, client: IpAddr, now: Instant) -> Result<(), Duration> {
+        let client = key(client);
         let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        let spent = clients.get(&client).map_or(0.0, |s| s.now(now));
+        let over = spent - (f64::from(BURST) - 1.0);
+        if over > 0.0 {
+            return Err(EVERY.mul_f64(over));
+        }
         if clients.len() >= 2 * REMEMBERED && !clients.contains_key(&client) {
             // Once in a while (every few thousand new addresses), not at every guess.
             clients.retain(|_, s| s.now(now) > 0.0);
@@ -82,7 +86,6 @@ impl Guesses {
                 }
             }
         }
-        let spent = clients.get(&client).map_or(0.0, |s| s.now(now));
         clients.insert(
             client,
             Spent {
@@ -90,6 +93,19 @@ impl Guesses {
                 at: now,
             },
         );
+        Ok(())
+    }
+}
+
+/// The client a budget belongs to: its address, or for IPv6 its /64 (one host commonly
+/// holds a whole /64, and would otherwise have 2^64 budgets).
+fn key(client: IpAddr) -> IpAddr {
+    match client {
+        IpAddr::V4(_) => client,
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(bits.into())
+        }
     }
 }
 
@@ -106,21 +122,43 @@ mod tests {
         );
         let start = Instant::now();
         for _ in 0..BURST {
-            assert_eq!(guesses.check_at(one, start), Ok(()));
-            guesses.wrong_at(one, start);
+            assert_eq!(guesses.guess_at(one, start), Ok(()));
         }
-        let wait = guesses.check_at(one, start).expect_err("over budget");
+        let wait = guesses.guess_at(one, start).expect_err("over budget");
         assert!(wait > Duration::ZERO && wait <= EVERY, "{wait:?}");
         // Another address has its own budget.
-        assert_eq!(guesses.check_at(other, start), Ok(()));
+        assert_eq!(guesses.guess_at(other, start), Ok(()));
         // A second later, one more guess; not two.
         let later = start + EVERY;
-        assert_eq!(guesses.check_at(one, later), Ok(()));
-        guesses.wrong_at(one, later);
-        assert!(guesses.check_at(one, later).is_err());
+        assert_eq!(guesses.guess_at(one, later), Ok(()));
+        assert!(guesses.guess_at(one, later).is_err());
         // After a quiet while, the whole burst again.
         let much_later = later + EVERY * BURST;
-        assert_eq!(guesses.check_at(one, much_later), Ok(()));
+        assert_eq!(guesses.guess_at(one, much_later), Ok(()));
+    }
+
+    #[test]
+    fn a_right_token_gives_its_guess_back() {
+        let guesses = Guesses::default();
+        let client: IpAddr = "10.0.0.1".parse().expect("ip");
+        for _ in 0..BURST * 3 {
+            assert_eq!(guesses.guess(client), Ok(()));
+            guesses.right(client);
+        }
+    }
+
+    #[test]
+    fn an_ipv6_host_has_one_budget_for_its_64() {
+        let guesses = Guesses::default();
+        let start = Instant::now();
+        for n in 0..BURST {
+            let address: IpAddr = format!("2001:db8::{n:x}").parse().expect("ip");
+            assert_eq!(guesses.guess_at(address, start), Ok(()));
+        }
+        let next: IpAddr = "2001:db8::ffff:1".parse().expect("ip");
+        assert!(guesses.guess_at(next, start).is_err());
+        let elsewhere: IpAddr = "2001:db8:0:1::1".parse().expect("ip");
+        assert_eq!(guesses.guess_at(elsewhere, start), Ok(()));
     }
 
     #[test]
@@ -128,7 +166,7 @@ mod tests {
         let guesses = Guesses::default();
         let start = Instant::now();
         for n in 0..(3 * REMEMBERED as u32) {
-            guesses.wrong_at(IpAddr::from(n.to_be_bytes()), start);
+            let _ = guesses.guess_at(IpAddr::from(n.to_be_bytes()), start);
         }
         let kept = guesses.clients.lock().expect("table").len();
         assert!(kept <= 2 * REMEMBERED, "{kept}");

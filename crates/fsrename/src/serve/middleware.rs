@@ -90,15 +90,15 @@ pub async fn bearer(State(auth): State<Auth>, request: Request, next: Next) -> R
         return unauthorized("missing bearer token");
     }
     let client = client_of(&request);
-    if let Err(wait) = auth.guesses.check(client) {
+    if let Err(wait) = auth.guesses.guess(client) {
         return too_many_guesses(wait);
     }
     let right = bearer.is_some_and(|given| constant_time_eq(given.as_bytes(), token.as_bytes()))
         || cookie.is_some_and(|given| constant_time_eq(given.as_bytes(), hex(token).as_bytes()));
     if right {
+        auth.guesses.right(client);
         next.run(request).await
     } else {
-        auth.guesses.wrong(client);
         unauthorized("wrong bearer token")
     }
 }
@@ -146,17 +146,17 @@ pub async fn session(
         )
             .into_response();
     };
-    if let Err(wait) = auth.guesses.check(peer.ip()) {
+    if let Err(wait) = auth.guesses.guess(peer.ip()) {
         return too_many_guesses(wait);
     }
     if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
-        auth.guesses.wrong(peer.ip());
         return (
             StatusCode::UNAUTHORIZED,
             Json(json!({ "error": "wrong token", "field": "token" })),
         )
             .into_response();
     }
+    auth.guesses.right(peer.ip());
     let cookie = format!(
         "{SESSION_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
         hex(token)

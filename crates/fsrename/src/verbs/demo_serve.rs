@@ -126,6 +126,10 @@ async fn tell(
 /// Tells the page each step as a kept note, and each job's progress as a passing one.
 fn narrator(story: Story) -> Narrator {
     Arc::new(move |narration| match narration {
+        Narration::Ready { documents } => story.tell(json!({
+            "kind": "ready",
+            "documents": documents,
+        })),
         Narration::Step(entry) => story.tell(json!({
             "kind": "step",
             "job": entry.job.to_string(),
@@ -148,7 +152,8 @@ fn verdict(n: usize, outcome: &ScenarioOutcome) -> serde_json::Value {
         "title": outcome.scenario.title(),
         "ok": outcome.as_expected,
         "verdict": outcome.verdict,
-        "damage": outcome.damage(),
+        "lost": outcome.damage().is_some(),
+        "damage": outcome.damage().unwrap_or_else(|| "nothing was lost".to_owned()),
         "documents": [outcome.documents.0, outcome.documents.1],
         "fsck_problems": outcome.fsck.problem_count,
     })

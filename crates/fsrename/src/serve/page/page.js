@@ -67,8 +67,13 @@ async function fetchPage(path, after) {
   const query = new URLSearchParams({ path, depth: "1", limit: String(PAGE) });
   if (after) query.set("after", after);
   const response = await fetch(`/tree?${query}`);
-  if (response.status === 401) return null;
   const answer = await response.json();
+  // A wrong token (a cookie from an earlier run of the service, say), or too many of them.
+  if (response.status === 401 || response.status === 429) {
+    state.refused = answer.error || response.statusText;
+    state.refusedStatus = response.status;
+    return null;
+  }
   if (!response.ok) throw new Error(answer.error || response.statusText);
   return answer;
 }
@@ -113,21 +118,24 @@ function appendPage(list, path, answer) {
   const row = el("li", {}, more);
   more.addEventListener("click", async () => {
     more.disabled = true;
+    const generation = list.generation;
     let next;
     try {
       next = await fetchPage(path, answer.next);
+      if (next === null) throw new Error(state.refused);
     } catch (e) {
       more.disabled = false;
       row.append(el("span", { class: "error" }, ` cannot list more of ${path}: ${e.message}`));
       return;
     }
-    if (next === null) return;
+    // Listed again meanwhile: this page follows a list that is no longer shown.
+    if (list.generation !== generation) return;
     row.remove();
     const first = list.children.length;
     appendPage(list, path, next);
     // The keyboard's focus goes on to what was added, not back to the top of the page.
-    const added = [...list.children].slice(first);
-    const landing = added.map((item) => item.querySelector("button")).find(Boolean);
+    const added = list.children[first];
+    const landing = added && added.querySelector("button, [tabindex]");
     if (landing) landing.focus();
   });
   list.append(row);
@@ -136,7 +144,8 @@ function appendPage(list, path, answer) {
 function treeItem(doc) {
   const badges = el("span", { class: "badges", "data-path": doc.path });
   if (doc.kind !== "dir") {
-    const item = el("li", { role: "treeitem" }, el("div", { class: "node file" }, el("span", {}, doc.name), badges));
+    // Focusable by the page (after "show the next"), not in the Tab order.
+    const item = el("li", { role: "treeitem" }, el("div", { class: "node file", tabindex: "-1" }, el("span", {}, doc.name), badges));
     renderBadges(badges);
     return item;
   }
@@ -156,6 +165,8 @@ function treeItem(doc) {
   };
   toggle.addEventListener("click", () => show(toggle.getAttribute("aria-expanded") !== "true"));
   if (state.open.has(doc.path)) show(true);
+  // Listed again while the keyboard was on this directory: it stays there.
+  if (state.focused === doc.path) queueMicrotask(() => toggle.focus());
   renderBadges(badges);
   return item;
 }
@@ -163,6 +174,8 @@ function treeItem(doc) {
 // Lists the tree again after a job changed it; what was expanded and is still there stays
 // expanded.
 function reloadOpenDirectories() {
+  const focused = document.activeElement;
+  state.focused = focused && focused.closest("#tree") ? focused.dataset.path : null;
   loadChildren("/", $("tree"));
 }
 
@@ -298,6 +311,8 @@ function takeNote(note, live) {
     state.progress = new Map();
     // The directories where the jobs' locks are: open, so their badges are in view.
     for (const path of note.open || []) state.open.add(path);
+  } else if (note.kind === "ready") {
+    // Nothing to show but the tree itself.
   } else if (note.kind === "step" && run) {
     run.steps.push(note);
   } else if (note.kind === "verdict" && run) {
@@ -308,8 +323,8 @@ function takeNote(note, live) {
   if (live) {
     renderStory();
     renderStoryJobs();
-    // A step may have moved the tree; a new run built it again.
-    reloadOpenDirectories();
+    // The tree built afresh for a run; a verdict comes once both jobs are over.
+    if (note.kind === "ready" || note.kind === "verdict") reloadOpenDirectories();
   }
 }
 
@@ -328,12 +343,15 @@ function seconds(ms) {
 // What a run came to, beside its title: whether it lost anything, and whether that is what
 // the demo meant to show.
 function verdictLabel(verdict) {
-  const kept = verdict.damage === "nothing was lost";
+  const kept = !verdict.lost;
   const text = `: ${kept ? "nothing lost" : "something lost"}${verdict.ok ? "" : " (NOT what the demo expects)"}`;
   return el("span", { class: `verdict ${kept && verdict.ok ? "ok" : "bad"}` }, text);
 }
 
 function renderStory() {
+  // The keyboard's place in the story, kept across the rebuild.
+  const focused = document.activeElement;
+  const focusedRun = focused && focused.closest("#story details") ? focused.closest("#story details").dataset.run : null;
   const shown = state.story.length > 0;
   $("story-panel").hidden = !shown;
   document.querySelector("main").classList.toggle("demo", shown);
@@ -346,7 +364,7 @@ function renderStory() {
       el("ol", { class: "steps" }, ...run.steps.map((step) => el("li", {},
         el("span", { class: "when" }, seconds(step.ms)), " ",
         el("span", { class: `job job-${step.job}` }, `job ${step.job}`), " ", step.what))),
-      verdict ? el("p", { class: "damage", "data-lost": verdict.damage === "nothing was lost" ? "no" : "yes" },
+      verdict ? el("p", { class: "damage", "data-lost": verdict.lost ? "yes" : "no" },
         el("strong", {}, "What was lost: "), verdict.damage) : null,
       verdict ? el("p", { class: "hint" }, `${verdict.verdict}. Documents: ${verdict.documents[0]} before, ${verdict.documents[1]} after.`) : null);
     details.open = run.open;
@@ -355,6 +373,10 @@ function renderStory() {
   }));
   if (state.storyEnd) {
     $("story").append(el("li", { class: "end" }, el("p", { class: state.storyEnd.ok ? "" : "error" }, state.storyEnd.summary)));
+  }
+  if (focusedRun) {
+    const summary = document.querySelector(`#story details[data-run="${focusedRun}"] summary`);
+    if (summary) summary.focus();
   }
 }
 
@@ -417,6 +439,8 @@ async function submitJob(event) {
 async function start() {
   if (!(await loadChildren("/", $("tree")))) {
     $("status").textContent = "the service wants its token";
+    // Too many wrong tokens from here: say for how long (the service's message).
+    $("token-error").textContent = state.refusedStatus === 429 ? state.refused : "";
     $("token-form").hidden = false;
     $("token").focus();
     return;
