@@ -69,6 +69,13 @@ impl ServeConfig {
         }
     }
 
+    /// Returns the token the environment gives (`FSRENAME_TOKEN`; empty means none).
+    pub fn token_from_env() -> Option<String> {
+        std::env::var("FSRENAME_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty())
+    }
+
     /// Checks the settings: a non-loopback address needs a token.
     ///
     /// # Errors

@@ -42,9 +42,7 @@ pub async fn run(
     let store = in_memory_store()?;
     let mut config = ServeConfig::new(INDEX);
     config.listen = listen;
-    config.token = std::env::var("FSRENAME_TOKEN")
-        .ok()
-        .filter(|t| !t.is_empty());
+    config.token = ServeConfig::token_from_env();
     // Nothing outlives the process on an in-memory store: nothing to recover but at start.
     config.recover_every = None;
     config.validate()?;

@@ -28,9 +28,7 @@ pub async fn run(
     };
     let mut config = ServeConfig::new(cli.index.clone());
     config.listen = *listen;
-    config.token = std::env::var("FSRENAME_TOKEN")
-        .ok()
-        .filter(|t| !t.is_empty());
+    config.token = ServeConfig::token_from_env();
     config.max_jobs = *max_jobs;
     config.queue = *queue;
     config.history = *history;
