@@ -115,11 +115,6 @@ impl Stage {
         self
     }
 
-    /// Returns the store.
-    pub fn store(&self) -> &SharedStore {
-        &self.store
-    }
-
     /// Deletes the index, builds the tree afresh with `files` files under `/clinton`, and runs
     /// `scenario` on it.
     ///

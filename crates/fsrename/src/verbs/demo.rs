@@ -80,16 +80,21 @@ impl Runs {
         }
     }
 
+    /// The exit code: 0 only if every run showed what it should.
+    pub fn code(&self) -> u8 {
+        if self.all_as_expected() {
+            EXIT_OK
+        } else {
+            EXIT_FAILED
+        }
+    }
+
     /// Prints the summary; returns the exit code.
     pub fn finish(mut self) -> anyhow::Result<u8> {
         let summary = self.summary();
         self.out.line(summary)?;
         self.out.flush()?;
-        Ok(if self.all_as_expected() {
-            EXIT_OK
-        } else {
-            EXIT_FAILED
-        })
+        Ok(self.code())
     }
 
     /// Prints a line of its own.

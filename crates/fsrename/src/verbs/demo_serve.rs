@@ -114,11 +114,7 @@ async fn tell(
         "ok": runs.all_as_expected(),
         "summary": runs.summary(),
     }));
-    Ok(if runs.all_as_expected() {
-        crate::EXIT_OK
-    } else {
-        crate::EXIT_FAILED
-    })
+    Ok(runs.code())
 }
 
 /// Tells the page each step as a kept note, and each job's progress as a passing one.
