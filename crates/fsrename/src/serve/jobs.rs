@@ -354,7 +354,7 @@ impl Jobs {
             (Some(_), Err(e)) => Some(format!("{e}; recovery finishes it")),
             _ => None,
         };
-        self.update(&id, |j| {
+        let change = |j: &mut Job| {
             j.state = state;
             j.error = error;
             // After the warnings of a takeover, if any.
@@ -365,21 +365,35 @@ impl Jobs {
             if state.finished() {
                 j.finished_at = Some(now_ms());
             }
-        });
+        };
+        match &follow {
+            None => self.finish(&id, change),
+            Some(_) => self.update(&id, change),
+        }
         self.persist(&id).await;
         match follow {
             Some(journal_id) => {
                 let jobs = self.clone();
                 self.spawn(recovered::until_recovered(jobs, id, journal_id));
             }
-            None => self.finished(),
+            None => self.forget_old(),
         }
     }
 
-    /// Counts a job of the table as finished, and forgets the oldest finished ones.
-    pub fn finished(&self) {
+    /// Applies `change`, which ends job `id`, and counts the job out of the queue in the same
+    /// step: a client that reads the job finished may submit the next one at once, even
+    /// while the finished job is still being written to the jobs index.
+    pub fn finish(&self, id: &str, change: impl FnOnce(&mut Job)) {
         let mut table = self.table();
+        if let Some(job) = table.jobs.get_mut(id) {
+            change(job);
+        }
         table.unfinished = table.unfinished.saturating_sub(1);
+    }
+
+    /// Forgets the oldest finished jobs beyond the history kept.
+    pub fn forget_old(&self) {
+        let mut table = self.table();
         forget_old(&mut table, self.inner.config.history);
     }
 

@@ -52,13 +52,13 @@ pub async fn until_recovered(jobs: Jobs, id: String, journal_id: String) {
             JobState::Done => Metrics::add(&m.done, 1),
             _ => Metrics::add(&m.failed, 1),
         }
-        jobs.update(&id, |j| {
+        jobs.finish(&id, |j| {
             j.state = outcome.0;
             j.error = outcome.1;
             j.finished_at = Some(now_ms());
         });
         jobs.persist(&id).await;
-        jobs.finished();
+        jobs.forget_old();
         return;
     }
 }
