@@ -62,6 +62,7 @@ mod protocol;
 mod script_params;
 mod scripted;
 
+pub use backoff::Backoff;
 pub use builder::LockClientBuilder;
 pub use client::LockClient;
 pub use clock::{AnchoredThread, LeaseClock};

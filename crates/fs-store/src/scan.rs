@@ -1,9 +1,14 @@
 //! [`Scan`]: a paged search read page by page, which closes what the store keeps open for it
 //! on every way out.
 
+use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::error::Result;
+use fs_model::FsPath;
+use serde_json::Value;
+
+use crate::error::{Result, StoreError};
 use crate::store::SharedStore;
 use crate::types::{Cursor, Scope, SearchRequest, StoredDoc};
 
@@ -47,6 +52,23 @@ pub struct Scan {
     open: Option<Cursor>,
     /// The last page was read, or a page failed, or the scan was closed.
     done: bool,
+    /// Where the scan had got to, for a scope read in path order: it starts again from there
+    /// when its search context is lost.
+    reached: Option<Reached>,
+    /// Continuations that failed in a row, each followed by a fresh start from `reached`.
+    restarts: u32,
+}
+
+/// How many failed continuations in a row a scan starts again after; the next failure is
+/// returned.
+const MAX_RESTARTS: u32 = 10;
+
+/// The last path a scan returned, and the ids it returned at that path: a fresh start from
+/// that path (inclusive) leaves those out.
+#[derive(Debug, Clone)]
+struct Reached {
+    path: FsPath,
+    ids: HashSet<String>,
 }
 
 impl Scan {
@@ -79,6 +101,8 @@ impl Scan {
             request,
             open: None,
             done: false,
+            reached: None,
+            restarts: 0,
         }
     }
 
@@ -88,31 +112,121 @@ impl Scan {
     /// Cancel-safe: dropped before it returns, it leaves the scan's cursor in place, so that
     /// [`Scan::close`] (or the drop of the scan) still closes what the store keeps open.
     ///
+    /// A continuation that fails (its point in time or scroll died with the node that held
+    /// it, its answer was lost, or some shards did not answer) does not end a scan of a scope
+    /// read in path order: it starts again with a fresh search from the last path it
+    /// returned, leaving out the documents it returned at that path, up to [`MAX_RESTARTS`]
+    /// times in a row. Nothing is returned twice and nothing is skipped, provided the
+    /// documents from that path on did not change meanwhile (a scan under the locks of its
+    /// subtree, whose holder writes only what the scan has returned).
+    ///
     /// # Errors
     /// The store's: [`StoreError::Transient`](crate::StoreError::Transient) and backend
     /// failures, [`StoreError::IndexNotFound`](crate::StoreError::IndexNotFound). After an
     /// error the scan is over.
     pub async fn next_page(&mut self) -> Result<Option<Vec<StoredDoc>>> {
-        if self.done {
-            return Ok(None);
-        }
-        let mut request = self.request.clone();
-        // The cursor stays in the scan until the page is read: a read dropped half-way (the
-        // task cancelled, or a pipeline that stopped) leaves it for `close` to close.
-        request.after = self.open.clone();
-        match self.store.search(&self.index, request).await {
-            Ok(page) => {
-                self.open = page.next;
-                if self.open.is_none() || page.docs.is_empty() || self.request.single_page {
-                    self.close().await;
-                }
-                Ok((!page.docs.is_empty()).then_some(page.docs))
+        loop {
+            if self.done {
+                return Ok(None);
             }
-            Err(e) => {
-                // A store closes what a failed page was paging with, but the failure may have
-                // come from a wrapper before the store saw the request: close it here too.
-                self.close().await;
-                Err(e)
+            let mut request = self.request.clone();
+            // The cursor stays in the scan until the page is read: a read dropped half-way (the
+            // task cancelled, or a pipeline that stopped) leaves it for `close` to close.
+            request.after = self.open.clone();
+            let continuation = request.after.is_some();
+            match self.store.search(&self.index, request).await {
+                Ok(page) => {
+                    self.restarts = 0;
+                    self.open = page.next;
+                    if self.open.is_none() || page.docs.is_empty() || self.request.single_page {
+                        self.close().await;
+                    }
+                    let docs = self.leave_out_returned(page.docs);
+                    if docs.is_empty() && !self.done {
+                        // A fresh start's first page held only what was returned before it.
+                        continue;
+                    }
+                    self.note_reached(&docs);
+                    return Ok((!docs.is_empty()).then_some(docs));
+                }
+                Err(e) => {
+                    // A store closes what a failed page was paging with, but the failure may
+                    // have come from a wrapper before the store saw the request: close it here
+                    // too.
+                    self.close().await;
+                    let restart = self.restarted_scope(continuation, &e);
+                    let Some(scope) = restart else {
+                        return Err(e);
+                    };
+                    self.restarts += 1;
+                    tracing::debug!(index = %self.index, error = %e, restarts = self.restarts,
+                        "a paged search lost its context; starting again where it had got to");
+                    tokio::time::sleep(Duration::from_millis(50 << self.restarts.min(5))).await;
+                    self.request = SearchRequest::first(scope, self.request.size);
+                    self.done = false;
+                }
+            }
+        }
+    }
+
+    /// The scope to start again from after failure `e`, if this scan may: from where it had
+    /// got to, or from its start if it had returned nothing yet (the first page of a point in
+    /// time is its first continuation). A transient failure of a first page was retried by
+    /// the store already, and a request the server refuses stays refused.
+    fn restarted_scope(&self, continuation: bool, e: &StoreError) -> Option<Scope> {
+        let lasting = matches!(
+            e,
+            StoreError::IndexNotFound { .. }
+                | StoreError::Rejected {
+                    status: Some(400),
+                    ..
+                }
+        ) || (!continuation && e.is_retryable());
+        if lasting || self.restarts >= MAX_RESTARTS || self.request.single_page {
+            return None;
+        }
+        match &self.reached {
+            Some(reached) => self.request.scope.from_path(&reached.path),
+            None => self
+                .request
+                .scope
+                .from_path(&FsPath::root())
+                .map(|_| self.request.scope.clone()),
+        }
+    }
+
+    /// `docs` without those this scan returned already: the documents at the path a fresh
+    /// start began from.
+    fn leave_out_returned(&self, mut docs: Vec<StoredDoc>) -> Vec<StoredDoc> {
+        if let Some(reached) = &self.reached {
+            docs.retain(|d| !reached.ids.contains(&d.id));
+        }
+        docs
+    }
+
+    /// Notes the last path of `docs` (in path order) and the ids returned at it.
+    fn note_reached(&mut self, docs: &[StoredDoc]) {
+        // Only a scope that can start again from a path needs to know where it got to.
+        if self.request.scope.from_path(&FsPath::root()).is_none() {
+            return;
+        }
+        for doc in docs {
+            let Some(path) = doc.source.get("path").and_then(Value::as_str) else {
+                continue;
+            };
+            match &mut self.reached {
+                Some(reached) if reached.path.as_str() == path => {
+                    reached.ids.insert(doc.id.clone());
+                }
+                _ => {
+                    let Ok(path) = FsPath::parse(path) else {
+                        continue;
+                    };
+                    self.reached = Some(Reached {
+                        path,
+                        ids: HashSet::from([doc.id.clone()]),
+                    });
+                }
             }
         }
     }

@@ -129,6 +129,23 @@ pub enum Scope {
 }
 
 impl Scope {
+    /// Returns the documents of this scope whose path sorts at or after `start`, for a scan
+    /// that starts again where it had got to (its search context was lost with the node that
+    /// held it); `None` for a scope that is not read in path order from a path on.
+    pub fn from_path(&self, start: &FsPath) -> Option<Scope> {
+        match self {
+            Scope::Subtree(root) | Scope::SubtreeFrom { root, .. } => Some(Scope::SubtreeFrom {
+                root: root.clone(),
+                start: start.clone(),
+            }),
+            Scope::Children(dir) | Scope::ChildrenFrom { dir, .. } => Some(Scope::ChildrenFrom {
+                dir: dir.clone(),
+                start: start.clone(),
+            }),
+            _ => None,
+        }
+    }
+
     /// Returns true if a search of this scope is sorted by path (then id); the others are
     /// sorted by id, or not at all ([`Scope::InTurn`] by scope first).
     pub fn sorted_by_path(&self) -> bool {

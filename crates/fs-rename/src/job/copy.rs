@@ -129,11 +129,11 @@ impl Renamer {
             })
             .collect();
         let mut claimed: Vec<(usize, Version)> = Vec::new();
-        let mut taken: Vec<usize> = Vec::new();
+        let mut taken: Vec<(usize, StoreError)> = Vec::new();
         for answer in self.send_page(tree, claims, &context, report).await? {
             match answer.result {
                 Ok(version) => claimed.push((answer.index, version)),
-                Err(e) if e.is_conflict() => taken.push(answer.index),
+                Err(e) if e.is_conflict() => taken.push((answer.index, e)),
                 Err(e) => {
                     failure.get_or_insert((answer.index, e));
                 }
@@ -169,18 +169,18 @@ impl Renamer {
                 if_version: Some(version),
             })
             .collect();
-        let mut changed: Vec<usize> = Vec::new();
+        let mut changed: Vec<(usize, StoreError)> = Vec::new();
         for answer in self.send_page(tree, writes, &context, report).await? {
             let i = claimed[answer.index].0;
             match answer.result {
                 Ok(_) => report.rewritten += 1,
-                Err(e) if e.is_conflict() => changed.push(i),
+                Err(e) if e.is_conflict() => changed.push((i, e)),
                 Err(e) => {
                     failure.get_or_insert((i, e));
                 }
             }
         }
-        // A conflict after a resend may be the first send having landed.
+        // A conflict may be the first send having landed (`read_back` says how).
         for (i, found) in self.read_copies(tree, &copies, &changed).await? {
             match found {
                 Found::Copy => report.rewritten += 1,
@@ -195,30 +195,26 @@ impl Renamer {
         }
     }
 
-    /// Reads the documents at the ids of `copies[i]` for each `i` of `which` in one request
-    /// (none for none); returns, by `i`, what each holds.
+    /// Reads the documents at the ids of `copies[i]` for each `(i, conflict)` of `which` in one
+    /// request (none for none; again for those a lagging copy answered); returns, by `i`, what
+    /// each holds.
     async fn read_copies(
         &self,
         tree: &FsTree,
         copies: &[Copy],
-        which: &[usize],
+        which: &[(usize, StoreError)],
     ) -> Result<Vec<(usize, Found)>> {
         if which.is_empty() {
             return Ok(Vec::new());
         }
-        let ids: Vec<String> = which.iter().map(|&i| copies[i].id.clone()).collect();
-        let found = tree
-            .store()
-            .mget(tree.index(), &ids)
-            .await
-            .map_err(RenameError::store(format!(
-                "re-reading {} copies already there",
-                ids.len()
-            )))?;
+        let ids: Vec<String> = which.iter().map(|(i, _)| copies[*i].id.clone()).collect();
+        let conflicts: Vec<&StoreError> = which.iter().map(|(_, e)| e).collect();
+        let found = super::read_back::read_back(tree, &ids, &conflicts).await?;
         Ok(which
             .iter()
+            .map(|(i, _)| *i)
             .zip(found)
-            .map(|(&i, doc)| {
+            .map(|(i, doc)| {
                 let found = match doc {
                     Some(d) if d.source == copies[i].source => Found::Copy,
                     Some(d) if FsDoc::claim_job(&d.source).is_some() => Found::Claim(d.version),

@@ -56,6 +56,7 @@ mod copy;
 mod delete;
 mod document_locks;
 mod journaling;
+mod read_back;
 mod release;
 mod rewrite;
 mod run;

@@ -281,14 +281,16 @@ impl Renamer {
             // a bulk request are written whatever happens to one of them.
             let mut again = Vec::new();
             let mut failure = None;
-            // After a resend, a conflict may be our own earlier write having landed (its answer
-            // lost on the way): those are read back together, below.
+            // A conflict may be our own earlier write having landed: a resend after a lost
+            // answer, or, on a cluster, the coordinating node sending the items again to a
+            // promoted replica, which answers 409 to the very first send (`read_back`). Those
+            // are read back together, below; under the locks nobody else writes here.
             let mut ours = Vec::new();
             for (i, result) in pending.into_iter().zip(results) {
                 match result {
                     Ok(_) => written.rewritten += 1,
                     Err(e) if e.is_retryable() && attempt < ITEM_RETRIES => again.push(i),
-                    Err(e) if e.is_conflict() && attempt > 0 => ours.push((i, e)),
+                    Err(e) if e.is_conflict() => ours.push((i, e)),
                     Err(e) => {
                         failure.get_or_insert((i, e));
                     }
@@ -299,7 +301,8 @@ impl Renamer {
                     .iter()
                     .map(|(i, _)| op_for(*i))
                     .collect::<Result<Vec<BulkOp>>>()?;
-                let landed = self.landed(tree, &ops).await?;
+                let conflicts: Vec<&StoreError> = ours.iter().map(|(_, e)| e).collect();
+                let landed = self.landed(tree, &ops, &conflicts).await?;
                 for ((i, e), landed) in ours.into_iter().zip(landed) {
                     if landed {
                         written.rewritten += 1;
@@ -348,8 +351,14 @@ impl Renamer {
     }
 
     /// Returns, for each of `ops`, whether its document already holds exactly what it would
-    /// write: one `mget` for them all.
-    async fn landed(&self, tree: &FsTree, ops: &[BulkOp]) -> Result<Vec<bool>> {
+    /// write: one `mget` for them all (again for those a lagging copy answered, whose
+    /// `conflicts` said the primary had more).
+    async fn landed(
+        &self,
+        tree: &FsTree,
+        ops: &[BulkOp],
+        conflicts: &[&StoreError],
+    ) -> Result<Vec<bool>> {
         let ids: Vec<String> = ops
             .iter()
             .map(|op| match op {
@@ -358,14 +367,7 @@ impl Renamer {
                 | BulkOp::Delete { id, .. } => id.clone(),
             })
             .collect();
-        let current = tree
-            .store()
-            .mget(tree.index(), &ids)
-            .await
-            .map_err(RenameError::store(format!(
-                "re-reading {} documents whose write may have landed",
-                ids.len()
-            )))?;
+        let current = super::read_back::read_back(tree, &ids, conflicts).await?;
         Ok(ops
             .iter()
             .zip(current)

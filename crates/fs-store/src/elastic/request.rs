@@ -65,7 +65,12 @@ impl ElasticStore {
                                     ),
                                 })?
                             };
-                            return Ok((status, body));
+                            match failed_shards(&body) {
+                                // A search or count some shards did not answer (a node died
+                                // holding their copies) is a short answer, not the answer.
+                                Some(failed) => (retry == Retry::Always, failed),
+                                None => return Ok((status, body)),
+                            }
                         }
                         Ok(text) => (true, format!("HTTP {status}: {}", cut(&text))),
                         Err(e) => (
@@ -116,6 +121,24 @@ impl ElasticStore {
             Err(error_of(context, index, id, status, &body))
         }
     }
+}
+
+/// For a search or count answer that some shards failed (`_shards.failed`), what failed: its
+/// hits or count are partial, and a page taken as whole would skip documents.
+fn failed_shards(body: &Value) -> Option<String> {
+    let shards = &body["_shards"];
+    let failed = shards["failed"].as_u64().filter(|&n| n > 0)?;
+    if !body["hits"].is_object() && body.get("count").is_none() {
+        return None;
+    }
+    let reason = shards["failures"][0]["reason"]["reason"]
+        .as_str()
+        .or(shards["failures"][0]["reason"]["type"].as_str())
+        .unwrap_or("no reason given");
+    Some(format!(
+        "{failed} of {} shards failed ({reason}): a partial answer",
+        shards["total"].as_u64().unwrap_or(0)
+    ))
 }
 
 /// The first pause before a retry.

@@ -149,8 +149,11 @@ impl ElasticStore {
         let answer = match &cursor.context {
             Context::Scroll { id } => {
                 let body = json!({ "scroll": keep_alive, "scroll_id": id });
+                // Not a read to send again blindly: a scroll moves on with every page it
+                // serves, so a resend after a lost answer would skip that page. A failure goes
+                // back to the scan, which starts again from the last path it returned.
                 let answer = self
-                    .ok(context, index, "", Retry::Always, || {
+                    .ok(context, index, "", Retry::IfNotCarriedOut, || {
                         client.scroll(ScrollParts::None).body(body.clone()).send()
                     })
                     .await?;

@@ -160,7 +160,7 @@ pub(crate) async fn route(
                 .or_else(|| body["scroll_id"].as_str().map(str::to_owned))
                 .or_else(|| r.param("scroll_id"))
                 .unwrap_or_default();
-            if !proxy.contexts.knows(&id) {
+            if !proxy.contexts.knows(&id) || lost(proxy, &id) {
                 return Ok(Some(missing_context(&id)));
             }
             let keep_alive = body["scroll"]
@@ -200,7 +200,7 @@ pub(crate) async fn route(
         ["_search"] if r.json_body()["pit"].is_object() => {
             let body = r.json_body();
             let id = body["pit"]["id"].as_str().unwrap_or_default().to_owned();
-            if !proxy.contexts.knows(&id) {
+            if !proxy.contexts.knows(&id) || lost(proxy, &id) {
                 return Ok(Some(missing_context(&id)));
             }
             let keep_alive = body["pit"]["keep_alive"]
@@ -259,6 +259,18 @@ fn refuse_if_full(proxy: &Proxy, index: &str) -> Option<Response> {
                 "reason": {"type": "exception", "reason": reason}}]},
             "status": 500}),
     ))
+}
+
+/// Whether the fault schedule makes context `id` die now, with the node that held it; if it
+/// does, it is forgotten (the server behind keeps it until its keep-alive runs out, as the
+/// proxy's count does not).
+fn lost(proxy: &Proxy, id: &str) -> bool {
+    if !proxy.faults.lose_context() {
+        return false;
+    }
+    proxy.contexts.remove(&[id.to_owned()]);
+    Counters::add(&proxy.counters.contexts_lost, 1);
+    true
 }
 
 fn missing_context(id: &str) -> Response {

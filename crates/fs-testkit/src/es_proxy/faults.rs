@@ -48,6 +48,20 @@ pub struct NetFaults {
     /// Items of a bulk request answered 429 on their own, not carried out (the other items
     /// are): a busy node's write queue.
     pub bulk_items_too_many: f64,
+    /// Bulk requests carried out twice, the first answer dropped: what a coordinating node does
+    /// when the primary it sent a shard's items to dies after applying (and replicating) them
+    /// but before answering. It sends them again to the promoted replica, and since
+    /// Elasticsearch 7.0 every conditional item the first run applied comes back as a version
+    /// conflict, on a connection that never broke: nothing at the HTTP level says the
+    /// request was ambiguous.
+    pub failover_replay: f64,
+    /// After a replayed bulk request, how many reads by id (`GET _doc`, `_mget`) of each of its
+    /// documents are answered as the document was before the request: a copy that has not
+    /// applied the write yet (a realtime read is served by any copy of the shard).
+    pub lagging_reads: u32,
+    /// Continuations of a scroll or a point in time answered 404 `search_context_missing`,
+    /// their context gone: it lived on a node that died.
+    pub lost_contexts: f64,
 }
 
 impl NetFaults {
@@ -63,6 +77,22 @@ impl NetFaults {
             delay: 0.0,
             max_delay: Duration::from_millis(20),
             bulk_items_too_many: 0.0,
+            failover_replay: 0.0,
+            lagging_reads: 0,
+            lost_contexts: 0.0,
+        }
+    }
+
+    /// What the failover of a node looks like to a client that keeps its connection: `rate` of
+    /// bulk requests replayed on a promoted replica ([`NetFaults::failover_replay`]), each of
+    /// their documents read once more as it was before ([`NetFaults::lagging_reads`]), and
+    /// `rate` of paged searches' contexts lost ([`NetFaults::lost_contexts`]); from `seed`.
+    pub fn failover(rate: f64, seed: u64) -> NetFaults {
+        NetFaults {
+            failover_replay: rate,
+            lagging_reads: 1,
+            lost_contexts: rate,
+            ..NetFaults::none(seed)
         }
     }
 
@@ -162,6 +192,22 @@ impl Schedule {
         let mut state = self.lock();
         let (faults, rng) = &mut *state;
         faults.refuse > 0.0 && rng.random::<f64>() < faults.refuse
+    }
+
+    /// Whether the next bulk request is replayed as after a failover, and how many lagging
+    /// reads each of its documents then gets.
+    pub(crate) fn replay(&self) -> Option<u32> {
+        let mut state = self.lock();
+        let (faults, rng) = &mut *state;
+        (faults.failover_replay > 0.0 && rng.random::<f64>() < faults.failover_replay)
+            .then_some(faults.lagging_reads)
+    }
+
+    /// Whether the next continuation of a paged search finds its context gone.
+    pub(crate) fn lose_context(&self) -> bool {
+        let mut state = self.lock();
+        let (faults, rng) = &mut *state;
+        faults.lost_contexts > 0.0 && rng.random::<f64>() < faults.lost_contexts
     }
 
     /// Whether the next bulk item is rejected with 429.

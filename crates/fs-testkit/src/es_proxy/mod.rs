@@ -21,6 +21,10 @@
 //!   cut before a request reaches the server or after it was carried out but before its
 //!   answer is back ([`NetFaults`]). [`EsProxy::kill`] stops a proxy at once, as a node that
 //!   dies.
+//! - **Failover** ([`failover`], off unless asked for), as a real cluster showed it: a bulk
+//!   request carried out twice with the second answer given (its own writes answered 409),
+//!   reads by id served by a copy that lags, and paged searches whose context died with its
+//!   node ([`NetFaults::failover`]).
 //!
 //! Everything else is forwarded as it is. The proxy runs on a thread of its own, with its own
 //! runtime, so that it outlives the runtime of any one test.
@@ -28,6 +32,7 @@
 
 mod bulk;
 mod contexts;
+mod failover;
 mod faults;
 mod nrt;
 mod scripted;
@@ -117,6 +122,12 @@ pub struct ProxyStats {
     pub delayed: u64,
     /// Faults: bulk items answered 429 without being carried out.
     pub items_too_many: u64,
+    /// Faults: bulk requests carried out twice, the second answer given (a failover).
+    pub replayed: u64,
+    /// Faults: documents read by id as a lagging copy had them.
+    pub lagging_reads: u64,
+    /// Faults: continuations of paged searches whose context was lost.
+    pub contexts_lost: u64,
 }
 
 #[derive(Default)]
@@ -137,6 +148,9 @@ struct Counters {
     unavailable: AtomicU64,
     delayed: AtomicU64,
     items_too_many: AtomicU64,
+    replayed: AtomicU64,
+    lagging_reads: AtomicU64,
+    contexts_lost: AtomicU64,
 }
 
 impl Counters {
@@ -156,6 +170,8 @@ struct Proxy {
     contexts: Contexts,
     nrt: Arc<Nrt>,
     faults: Schedule,
+    /// Documents a lagging copy still has as they were ([`NetFaults::lagging_reads`]).
+    lagging: failover::Lagging,
     counters: Counters,
     /// Every request received, as `METHOD /path?query`, in order of arrival.
     log: std::sync::Mutex<Vec<String>>,
@@ -196,6 +212,7 @@ impl EsProxy {
             contexts: Contexts::default(),
             nrt: Arc::default(),
             faults,
+            lagging: failover::Lagging::default(),
             counters: Counters::default(),
             log: std::sync::Mutex::default(),
         });
@@ -346,6 +363,9 @@ impl Proxy {
             unavailable: get(&c.unavailable),
             delayed: get(&c.delayed),
             items_too_many: get(&c.items_too_many),
+            replayed: get(&c.replayed),
+            lagging_reads: get(&c.lagging_reads),
+            contexts_lost: get(&c.contexts_lost),
         }
     }
 
@@ -456,7 +476,16 @@ async fn handle(
     // applies what it received, and a write the server behind applied must be noted for the
     // next refresh, or search would never see it.
     let shared = Arc::clone(&proxy);
-    let handled = tokio::spawn(async move { route(&shared, &request).await }).await;
+    let handled = tokio::spawn(async move {
+        let seg: Vec<&str> = request.segments.iter().map(String::as_str).collect();
+        let bulk = matches!(seg.as_slice(), [_, "_bulk"] | ["_bulk"])
+            && (request.method == Method::POST || request.method == Method::PUT);
+        match bulk.then(|| shared.faults.replay()).flatten() {
+            Some(reads) => failover::replay(&shared, &request, &seg, reads).await,
+            None => route(&shared, &request).await,
+        }
+    })
+    .await;
     if fault == Some(Fault::CutAfter) {
         count(&proxy.counters.cut_after);
         return match handled {
@@ -494,6 +523,12 @@ async fn route(proxy: &Proxy, r: &Request) -> Result<Response, String> {
         }
         ["_bulk"] if m == Method::POST || m == Method::PUT => bulk::bulk(proxy, None, r).await,
         ["_nodes", "stats", ..] => Ok(contexts::node_stats(proxy)),
+        [_, "_doc", _] | [_, "_mget"]
+            if (m == Method::GET || (m == Method::POST && seg[1] == "_mget"))
+                && !proxy.lagging.is_empty() =>
+        {
+            failover::read(proxy, r, &seg).await
+        }
         _ => {
             if let Some(response) = contexts::route(proxy, r, &seg).await? {
                 return Ok(response);
