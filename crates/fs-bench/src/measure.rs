@@ -282,7 +282,7 @@ fn backends(plan: &Plan, embedded: SharedStore) -> anyhow::Result<Vec<Bench>> {
                 let url = other
                     .strip_prefix("es=")
                     .ok_or_else(|| anyhow::anyhow!("unknown backend `{other}`"))?;
-                let config = fs_store::ElasticConfig::new(url)?.with_env().replicas(0);
+                let config = fs_store::ElasticConfig::new(url)?.with_env()?.replicas(0);
                 let store = fs_store::ElasticStore::connect(config)?;
                 Bench {
                     name: format!("es {url}"),

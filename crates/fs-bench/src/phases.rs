@@ -111,7 +111,7 @@ pub async fn profile(k: usize, on: On, docs: usize, secs: f64) -> anyhow::Result
         }
         On::Osmem => (crate::measure::osmem(), None, "osmem".to_owned()),
         On::Es(url) => {
-            let config = fs_store::ElasticConfig::new(&url)?.with_env().replicas(0);
+            let config = fs_store::ElasticConfig::new(&url)?.with_env()?.replicas(0);
             let store: SharedStore = Arc::new(fs_store::ElasticStore::connect(config)?);
             (store, None, format!("the server at {url}"))
         }

@@ -62,7 +62,9 @@ pub use job::{RenameOutcome, Renamer, RenamerBuilder, DEFAULT_IN_FLIGHT};
 pub use journal::{FenceOutcome, Journal, JournalEntry, JournalFence, JournalLock, JournalState};
 pub use kind::JobKind;
 pub use ops::{list, list_page, mkdir, stat, touch, Listed, LockSettings, Made};
-pub use recover::{Recovered, Recovery, RecoveryReport};
-pub use report::{PhaseTimes, ProgressSink, RenameEvent, RenameHooks, RenameReport};
+pub use recover::{Recovered, Recovery, RecoveryReport, Running};
+pub use report::{
+    short_duration, PhaseTimes, ProgressSink, RenameEvent, RenameHooks, RenameReport,
+};
 pub use strategy::Strategy;
 pub use tree::{Entry, FsTree, BULK_BATCH};

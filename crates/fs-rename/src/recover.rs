@@ -87,6 +87,35 @@ pub struct Recovered {
     pub recoveries: u32,
 }
 
+/// A journaled job recovery left alone: its owner's locks are still leased.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Running {
+    /// The journal entry (the job id).
+    pub job_id: String,
+    /// The job, as `mv /a /b`.
+    pub job: String,
+    /// When the last of its owner's leases runs out, epoch ms, as the lock documents said
+    /// (none for a lock with no lease, or an entry another recoverer claimed meanwhile). A
+    /// run after that finishes it, unless its owner is alive and renews them.
+    pub leased_until: Option<i64>,
+}
+
+impl Running {
+    /// How long from `now_ms` until its leases run out, if it says.
+    pub fn lease_left(&self, now_ms: i64) -> Option<Duration> {
+        self.leased_until
+            .map(|until| Duration::from_millis(u64::try_from(until - now_ms).unwrap_or(0)))
+    }
+}
+
+/// What recovery did with one journal entry.
+enum Step {
+    Finished(Recovered),
+    /// Left alone: its owner's locks are leased (until then, epoch ms, where they say), or
+    /// another recoverer claimed it.
+    LeftAlone(Option<i64>),
+}
+
 /// What a recovery run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct RecoveryReport {
@@ -94,8 +123,9 @@ pub struct RecoveryReport {
     pub dry_run: bool,
     /// Jobs rolled forward: renames, copies and deletes (each says its kind).
     pub finished: Vec<Recovered>,
-    /// Journal entries whose owner still holds valid locks: jobs at work, left alone.
-    pub running: Vec<String>,
+    /// Journal entries whose owner still holds valid locks: jobs at work (or dead, with
+    /// their lease still running), left alone.
+    pub running: Vec<Running>,
     /// Journal entries that could not be finished now, with the reason; a later run retries.
     pub failed: Vec<String>,
     /// Expired exclusive locks deleted by the sweep.
@@ -124,6 +154,33 @@ pub struct RecoveryReport {
 }
 
 impl RecoveryReport {
+    /// Adds what a `later` run did to this report: its jobs finished and its counts on top,
+    /// and its view of what is still running or not finished in place of this one's.
+    pub fn absorb(&mut self, later: RecoveryReport) {
+        self.finished.extend(later.finished);
+        self.running = later.running;
+        self.failed = later.failed;
+        self.locks_released += later.locks_released;
+        self.shares_reaped += later.shares_reaped;
+        self.waiters_reaped += later.waiters_reaped;
+        self.fenced += later.fenced;
+        self.fences_removed += later.fences_removed;
+        self.claims_removed += later.claims_removed;
+        self.foreign_cleared += later.foreign_cleared;
+        self.foreign_watched = later.foreign_watched;
+    }
+
+    /// When the last lease of the jobs left running runs out, epoch ms: the moment a run can
+    /// finish them all, if their owners are dead. `None` if none is running or one says no
+    /// time.
+    pub fn running_until(&self) -> Option<i64> {
+        let mut until = None;
+        for r in &self.running {
+            until = Some(until.unwrap_or(i64::MIN).max(r.leased_until?));
+        }
+        until
+    }
+
     /// Returns the finished jobs of `kind`.
     pub fn finished_of(&self, kind: JobKind) -> impl Iterator<Item = &Recovered> {
         self.finished.iter().filter(move |r| r.kind == kind)
@@ -165,8 +222,24 @@ impl std::fmt::Display for RecoveryReport {
                 r.rewritten
             )?;
         }
-        for job in &self.running {
-            writeln!(f, "running: journal {job} (its owner's locks are valid)")?;
+        let now = LeaseClock::new().now_ms();
+        for r in &self.running {
+            match r.lease_left(now) {
+                Some(left) => writeln!(
+                    f,
+                    "running: {} (journal {}): its owner's locks are leased for {} more; a run after \
+                     that finishes it unless the owner is alive and renews them (`fsrename recover \
+                     --wait` waits for them)",
+                    r.job,
+                    r.job_id,
+                    crate::report::short_duration(left)
+                )?,
+                None => writeln!(
+                    f,
+                    "running: {} (journal {}): its owner's locks are valid",
+                    r.job, r.job_id
+                )?,
+            }
         }
         for failure in &self.failed {
             writeln!(f, "not finished: {failure}")?;
@@ -320,9 +393,13 @@ impl Recovery {
         }
         for (entry, version) in entries {
             match self.recover_one(&journal, &entry, version).await {
-                Ok(Some(done)) => report.finished.push(done),
-                Ok(None) => {
-                    report.running.push(entry.job_id.clone());
+                Ok(Step::Finished(done)) => report.finished.push(done),
+                Ok(Step::LeftAlone(leased_until)) => {
+                    report.running.push(Running {
+                        job_id: entry.job_id.clone(),
+                        job: entry.kind.describe(&entry.from, &entry.to),
+                        leased_until,
+                    });
                     spare_owners(&mut spare, &entry);
                 }
                 Err(e) => {
@@ -368,9 +445,9 @@ impl Recovery {
         journal: &Journal,
         entry: &JournalEntry,
         version: fs_store::Version,
-    ) -> Result<Option<Recovered>> {
-        if self.owner_alive(entry).await? {
-            return Ok(None);
+    ) -> Result<Step> {
+        if let Some(until) = self.owner_alive(entry).await? {
+            return Ok(Step::LeftAlone(until));
         }
         let described = entry.kind.describe(&entry.from, &entry.to);
         let client = self.lock_client(format!("recover {described}"), Some(&entry.job_id));
@@ -388,11 +465,13 @@ impl Recovery {
             recoveries: claimed.recoveries,
         };
         if self.dry_run {
-            return Ok(Some(done));
+            return Ok(Step::Finished(done));
         }
         let version = match journal.claim(&claimed, version).await {
             Ok(version) => version,
-            Err(RenameError::Store { cause, .. }) if cause.is_conflict() => return Ok(None),
+            Err(RenameError::Store { cause, .. }) if cause.is_conflict() => {
+                return Ok(Step::LeftAlone(None))
+            }
             Err(e) => return Err(e),
         };
         let items = claimed.locks.iter().map(|l| l.item()).collect();
@@ -412,7 +491,7 @@ impl Recovery {
             if let Err(e) = guard.release().await {
                 tracing::warn!(error = %e, "releasing the locks of a job another recoverer claimed failed");
             }
-            return Ok(None);
+            return Ok(Step::LeftAlone(None));
         }
         let mut renamer = Renamer::builder(Arc::clone(&self.store), self.index.clone())
             .strategy(claimed.strategy)
@@ -437,7 +516,7 @@ impl Recovery {
                     tracing::warn!(error = %e, "releasing recovered locks failed");
                 }
                 tracing::info!(job = %done.job_id, kind = %done.kind, from = %done.from, to = %done.to, written = done.rewritten, "finished a job left by a job that died");
-                Ok(Some(done))
+                Ok(Step::Finished(done))
             }
             Err(e) => {
                 guard.abandon().await;
@@ -448,7 +527,9 @@ impl Recovery {
 
     /// True if any exclusive lock of the entry is still valid (its owner renews it), or was
     /// written by a client that records no lease.
-    async fn owner_alive(&self, entry: &JournalEntry) -> Result<bool> {
+    /// If the owner of `entry` still holds a valid lock, returns `Some` with when the last of
+    /// them runs out (`None` inside for a lock with no lease); `None` if it holds none.
+    async fn owner_alive(&self, entry: &JournalEntry) -> Result<Option<Option<i64>>> {
         let ids: Vec<String> = entry
             .locks
             .iter()
@@ -457,6 +538,7 @@ impl Recovery {
             .collect();
         let lock_index = lock_index_name(&self.index);
         let now = LeaseClock::new().now_ms();
+        let mut alive: Option<Option<i64>> = None;
         for chunk in ids.chunks(1_000) {
             let docs = self
                 .store
@@ -467,18 +549,27 @@ impl Recovery {
                     entry.job_id
                 )))?;
             for doc in docs.into_iter().flatten() {
-                let valid = match Observed::from_source(&doc.source) {
-                    Observed::Exclusive { expires_at, .. } => expires_at.is_none_or(|t| t >= now),
-                    Observed::Group { holders, .. } => {
-                        holders.values().any(|h| h.expires_at >= now)
+                let until = match Observed::from_source(&doc.source) {
+                    Observed::Exclusive { expires_at, .. } => {
+                        expires_at.map_or(Some(None), |t| (t >= now).then_some(Some(t)))
                     }
+                    Observed::Group { holders, .. } => holders
+                        .values()
+                        .map(|h| h.expires_at)
+                        .filter(|&t| t >= now)
+                        .max()
+                        .map(Some),
                 };
-                if valid {
-                    return Ok(true);
-                }
+                alive = match (alive, until) {
+                    (a, None) => a,
+                    (None, u) => u,
+                    // A lock with no lease keeps the job alive for good.
+                    (Some(None), _) | (_, Some(None)) => Some(None),
+                    (Some(Some(a)), Some(Some(b))) => Some(Some(a.max(b))),
+                };
             }
         }
-        Ok(false)
+        Ok(alive)
     }
 
     /// Deletes expired exclusive locks and removes expired shares, sparing `spare`'s, and

@@ -220,3 +220,166 @@ async fn a_rename_rides_out_failovers_that_replay_its_writes_and_lose_its_scan()
         );
     }
 }
+
+/// Which node a real-cluster run kills.
+#[derive(Debug, Clone, Copy)]
+enum Victim {
+    /// The node holding the primary of this index (`fs`, `fs-lock`, `fs-journal`).
+    Primary(&'static str),
+    /// The node fsrename talks to, given as its only URL: started again at once, and the
+    /// rename waits for it.
+    OnlyUrl,
+    /// The first of the three URLs fsrename is given.
+    FirstUrl,
+    /// The elected master.
+    Master,
+}
+
+/// A real three-node cluster with replicas loses one node at a random moment of a rename of
+/// `FSRENAME_TEST_ES_FILES` documents (20 000): the node holding the primary of the tree, of
+/// the locks or of the journal, the node fsrename talks to (one URL, and the first of
+/// several) or the master, `FSRENAME_TEST_ES_RUNS` times each (1). Every rename finishes by
+/// itself: every document moved once with its id, fsck clean, no lock and no journal entry
+/// left. Prints a line a run: which node, when, which phase that was, what was resent and
+/// recognised.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real Elasticsearch cluster: set FSRENAME_TEST_ES_CLUSTER, FSRENAME_TEST_ES_KILL and FSRENAME_TEST_ES_START (docs/elasticsearch.md)"]
+async fn real_cluster_a_rename_rides_out_the_loss_of_any_node() {
+    use rand::{Rng, SeedableRng};
+    use std::time::Duration;
+
+    let cluster = Arc::new(fs_testkit::RealCluster::from_env());
+    let number = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let files = number("FSRENAME_TEST_ES_FILES", 20_000);
+    let runs = number("FSRENAME_TEST_ES_RUNS", 1);
+    let seed = fs_testkit::NetFaults::seed_from_env();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let victims = [
+        Victim::Primary(""),
+        Victim::Primary("-lock"),
+        Victim::Primary("-journal"),
+        Victim::OnlyUrl,
+        Victim::FirstUrl,
+        Victim::Master,
+    ];
+    for victim in victims {
+        for run in 1..=runs {
+            cluster.wait_green(Duration::from_secs(180)).await;
+            let urls = match victim {
+                Victim::OnlyUrl => cluster.nodes[..1].join(","),
+                _ => cluster.nodes.join(","),
+            };
+            let config = fs_store::ElasticConfig::new(&urls)
+                .expect("urls")
+                .with_env()
+                .expect("settings")
+                .replicas(1)
+                .retry_deadline(Duration::from_secs(120));
+            let store: SharedStore =
+                Arc::new(fs_store::ElasticStore::connect(config).expect("client"));
+            let env = Env {
+                store,
+                index: fs_testkit::unique_name("fs"),
+                backend: Backend::RealElastic,
+                dead_scans: Arc::default(),
+                faulty: None,
+            };
+            dir_of_files(&env, "/big", files).await;
+            // A first small rename creates the lock and journal indices.
+            dir_of_files(&env, "/warm", 1).await;
+            let renamer = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+                .lease(Duration::from_secs(180))
+                .build();
+            renamer
+                .rename(&p("/warm"), &p("/warmed"))
+                .await
+                .expect("warm-up");
+            cluster.wait_green(Duration::from_secs(60)).await;
+            let before = paths_by_id(&env).await;
+            let target = match victim {
+                Victim::Primary(suffix) => {
+                    cluster.primary_of(&format!("{}{suffix}", env.index)).await
+                }
+                Victim::OnlyUrl | Victim::FirstUrl => cluster.nodes[0].clone(),
+                Victim::Master => cluster.master().await,
+            };
+            let delay = Duration::from_millis(rng.random_range(200..2_500));
+            let killer = {
+                let (cluster, target) = (Arc::clone(&cluster), target.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    tokio::task::spawn_blocking(move || {
+                        cluster.kill(&target);
+                        if matches!(victim, Victim::OnlyUrl) {
+                            cluster.start(&target);
+                        }
+                    })
+                    .await
+                    .expect("kill");
+                })
+            };
+            let started = std::time::Instant::now();
+            let result = renamer.rename(&p("/big"), &p("/big2")).await;
+            let took = started.elapsed();
+            killer.await.expect("the kill ran");
+            if !matches!(victim, Victim::OnlyUrl) {
+                let (cluster, target) = (Arc::clone(&cluster), target.clone());
+                tokio::task::spawn_blocking(move || cluster.start(&target))
+                    .await
+                    .expect("start");
+            }
+            let report = result.unwrap_or_else(|e| {
+                panic!("{victim:?} run {run} (seed {seed}, kill at {delay:?}): {e}")
+            });
+            let phases = &report.phases;
+            let mut at = Duration::ZERO;
+            let mut phase = "after the release";
+            for (name, length) in [
+                ("locking", phases.locking),
+                ("checking", phases.checking),
+                ("rewriting", phases.rewriting),
+                ("releasing", phases.releasing),
+            ] {
+                at += length;
+                if delay < at {
+                    phase = name;
+                    break;
+                }
+            }
+            let docs = files as u64 + 1;
+            assert_eq!((report.found, report.rewritten), (docs, docs), "{report:?}");
+            let after = paths_by_id(&env).await;
+            assert_eq!(
+                before.keys().collect::<Vec<_>>(),
+                after.keys().collect::<Vec<_>>(),
+                "the same documents, by id"
+            );
+            assert!(after
+                .values()
+                .all(|path| !path.starts_with("/big/") && path != "/big"));
+            let check = fsck(Arc::clone(&env.store), &env.index, &p("/"))
+                .await
+                .expect("fsck");
+            assert!(check.is_clean(), "{check}");
+            assert_eq!(check.journals_open, 0, "journal entries left");
+            assert_eq!(locks_left(&env).await, 0, "locks left");
+            println!(
+                "| {victim:?} | {target} | {run} | {delay:?} | {phase} | {took:.1?} | {} resent by the rename, {} by the store | {} own writes recognised |",
+                report.retries,
+                env.store.items_resent(),
+                report.ambiguous_resolved
+            );
+            for suffix in ["", "-lock", "-journal"] {
+                let _ = env
+                    .store
+                    .delete_index(&format!("{}{suffix}", env.index))
+                    .await;
+            }
+        }
+    }
+}

@@ -96,7 +96,23 @@ async fn a_job_that_dies_mid_rewrite_is_finished(env: Env) {
 
     // While its locks are valid the job counts as alive: nothing is touched.
     let early = recovery(&env).run().await.expect("recover");
-    assert_eq!(early.running, vec![open[0].0.job_id.clone()], "{early}");
+    assert_eq!(
+        early
+            .running
+            .iter()
+            .map(|r| r.job_id.clone())
+            .collect::<Vec<_>>(),
+        vec![open[0].0.job_id.clone()],
+        "{early}"
+    );
+    let now = fs_locks::LeaseClock::new().now_ms();
+    assert!(
+        early.running[0]
+            .lease_left(now)
+            .is_some_and(|left| left <= std::time::Duration::from_secs(60)),
+        "it says when its lease runs out: {early}"
+    );
+    assert!(early.to_string().contains("leased for"), "{early}");
     assert!(
         early.finished.is_empty() && early.locks_released == 0,
         "{early}"

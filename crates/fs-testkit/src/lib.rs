@@ -30,6 +30,7 @@
 mod es_proxy;
 mod faulty;
 mod latency;
+mod real_cluster;
 mod scripting;
 mod storm;
 
@@ -43,6 +44,7 @@ pub use es_proxy::{
 pub use faulty::{faulty, FaultPlan, FaultyStore};
 use fs_store::{ElasticConfig, ElasticStore, SharedStore, SqliteOptions, SqliteStore};
 pub use latency::LatencyStore;
+pub use real_cluster::RealCluster;
 pub use scripting::{scripted_update, ScriptingStore, UpdateRaces, RETRY_ON_CONFLICT};
 pub use storm::Storm;
 
@@ -91,6 +93,7 @@ pub fn real_elastic_store() -> ElasticStore {
     let config = ElasticConfig::new(&url)
         .expect("FSRENAME_TEST_ES_URL is not a URL")
         .with_env()
+        .expect("the FSRENAME_ES_* settings")
         .replicas(0);
     ElasticStore::connect(config).expect("Elasticsearch client")
 }

@@ -186,9 +186,14 @@ pub enum Verb {
         /// Only reports what would be done.
         #[arg(long)]
         dry_run: bool,
-        /// How long to wait for a journaled rename's locks (held by a live job, or contended).
-        #[arg(long, default_value = "10s", value_parser = parse_duration)]
-        wait: Duration,
+        /// Waits for the leases of journaled jobs that are still locked (a job that died a
+        /// moment ago, or one that stopped on an error), then finishes them: alone, for as
+        /// long as their leases run (a job whose owner is alive and renews them is left
+        /// running); with a duration, for leases that run out within it. Without --wait such
+        /// a job is reported with the time its lease runs out, and left for a later run.
+        /// The duration (or 10s) is also how long taking over a job's locks may wait.
+        #[arg(long, num_args = 0..=1, value_name = "DURATION", value_parser = parse_duration)]
+        wait: Option<Option<Duration>>,
         /// How long foreign shares (a client of the book's scripts: `lock_count++`, no owner,
         /// no lease) must stand unchanged before they are removed as left behind: the book's
         /// retried increment counted twice, or a client that died holding its share. Each run

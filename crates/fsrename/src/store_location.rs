@@ -67,7 +67,7 @@ impl StoreLocation {
             }
             StoreLocation::Memory => Ok(Arc::new(SqliteStore::in_memory()?)),
             StoreLocation::Http(url) => {
-                let mut config = ElasticConfig::new(url)?.with_env();
+                let mut config = ElasticConfig::new(url)?.with_env()?;
                 if let Some(replicas) = replicas {
                     config = config.replicas(replicas);
                 }

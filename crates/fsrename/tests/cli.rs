@@ -903,3 +903,74 @@ fn locks_shows_each_grants_mode_and_the_waiters_in_order() {
         .is_some_and(|ms| ms >= 3_000));
     assert_eq!(waiters[0]["expired"], true);
 }
+
+/// A rename killed after it journaled leaves its locks leased: `recover` says for how long and
+/// that `--wait` waits; `recover --wait` waits for the lease, then finishes the rename.
+#[test]
+fn recover_says_when_a_leased_job_can_be_finished_and_waits_for_it() {
+    let work = tempfile::tempdir().expect("temp dir");
+    let top = work.path().join("gen");
+    generate(&top, 3, 20);
+    let db = work.path().join("tree.db");
+    let top_arg = top.to_str().expect("utf-8 temp path");
+    let out = with_db(&db, &["index", top_arg, "--as", "/src"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // Killed (SIGKILL: nothing released) as soon as it has journaled.
+    let mut child = command(
+        &db,
+        &[
+            "--lease",
+            "3s",
+            "mv",
+            "/src",
+            "/dst",
+            "--page-size",
+            "5",
+            "--progress",
+            "json",
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("spawn mv");
+    let stderr = child.stderr.take().expect("piped stderr");
+    for line in BufReader::new(stderr).lines() {
+        let Ok(line) = line else { break };
+        let event: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if event["event"] == "journaled" {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let early = command(&db, &["recover"]).output().expect("recover");
+    assert_eq!(early.status.code(), Some(0), "{}", text(&early.stderr));
+    let said = text(&early.stdout);
+    assert!(
+        said.contains("mv /src /dst") && said.contains("leased for") && said.contains("--wait"),
+        "it says which job, how long, and what to do: {said}"
+    );
+
+    let waited = command(&db, &["recover", "--wait"])
+        .output()
+        .expect("recover --wait");
+    assert_eq!(waited.status.code(), Some(0), "{}", text(&waited.stderr));
+    assert!(
+        text(&waited.stderr).contains("waiting"),
+        "it says that it waits: {}",
+        text(&waited.stderr)
+    );
+    let finished = text(&waited.stdout);
+    assert!(
+        finished.contains("finished mv /src /dst") && !finished.contains("running:"),
+        "{finished}"
+    );
+    let fsck = command(&db, &["fsck"]).output().expect("fsck");
+    assert_eq!(fsck.status.code(), Some(0), "{}", text(&fsck.stdout));
+    let ls = command(&db, &["ls", "/dst"]).output().expect("ls");
+    assert_eq!(ls.status.code(), Some(0), "{}", text(&ls.stderr));
+    assert_eq!(text(&ls.stdout).lines().count(), 3, "{}", text(&ls.stdout));
+}

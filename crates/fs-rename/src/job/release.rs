@@ -54,7 +54,7 @@ impl Renamer {
                             self.emit(RenameEvent::Closed { job: close.job_id });
                             Ok(())
                         }
-                        Err(e) => Err(unfinished(&close.job_id, e, report)),
+                        Err(e) => Err(unfinished(&close.job_id, self.config.lease, e, report)),
                     }
                 }
             },
@@ -116,7 +116,7 @@ impl Renamer {
             Ok(first) => first,
             Err(e) => {
                 guard.abandon().await;
-                return Err(unfinished(job_id, e, report));
+                return Err(unfinished(job_id, self.config.lease, e, report));
             }
         };
         let held = locks.held_items().await;
@@ -150,7 +150,7 @@ impl Renamer {
                             .await;
                         Ok(())
                     }
-                    Err(e) => Err(unfinished(job_id, e, report)),
+                    Err(e) => Err(unfinished(job_id, self.config.lease, e, report)),
                 }
             }
         }
@@ -208,9 +208,15 @@ impl Renamer {
 }
 
 /// The error of a journaled job that stopped before its entry was closed.
-fn unfinished(job_id: &str, cause: RenameError, report: &RenameReport) -> RenameError {
+fn unfinished(
+    job_id: &str,
+    lease: std::time::Duration,
+    cause: RenameError,
+    report: &RenameReport,
+) -> RenameError {
     RenameError::Unfinished {
         job: job_id.to_owned(),
+        lease_ms: u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
         rewritten: report.rewritten,
         found: report.found,
         cause: Box::new(cause),

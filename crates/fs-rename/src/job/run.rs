@@ -257,8 +257,10 @@ impl Renamer {
         let entry = self.journal_entry(locks, task, job_id).await;
         let journal = Journal::new(Arc::clone(tree.store()), tree.index());
         let job_id = entry.job_id.clone();
+        let lease_ms = u64::try_from(self.config.lease.as_millis()).unwrap_or(u64::MAX);
         let unfinished = |cause: RenameError, report: &RenameReport| RenameError::Unfinished {
             job: job_id.clone(),
+            lease_ms,
             rewritten: report.rewritten,
             found: report.found,
             cause: Box::new(cause),

@@ -44,6 +44,23 @@ pub enum Paging {
     Scroll,
 }
 
+impl std::str::FromStr for Paging {
+    type Err = StoreError;
+
+    fn from_str(text: &str) -> Result<Paging> {
+        match text {
+            "auto" => Ok(Paging::Auto),
+            "scroll" => Ok(Paging::Scroll),
+            "pit" => Ok(Paging::PitShardDoc),
+            "pit-id" => Ok(Paging::PitId),
+            other => Err(StoreError::rejected(
+                "reading FSRENAME_ES_PAGING",
+                format!("`{other}` is not a paging: auto, scroll, pit (point in time, `_shard_doc`: Elasticsearch 7.12+) or pit-id (point in time, `_id`: Elasticsearch 7.10+, OpenSearch 2.4+)"),
+            )),
+        }
+    }
+}
+
 /// Where an Elasticsearch or OpenSearch server is and how to talk to it.
 #[derive(Debug, Clone)]
 pub struct ElasticConfig {
@@ -111,9 +128,23 @@ impl ElasticConfig {
 
     /// Reads settings from the environment: credentials (`FSRENAME_ES_USER` and
     /// `FSRENAME_ES_PASSWORD`, or `FSRENAME_ES_API_KEY`), a CA (`FSRENAME_ES_CA`, a PEM file),
-    /// and the retry deadline in milliseconds (`FSRENAME_ES_RETRY_DEADLINE_MS`). Credentials
-    /// and a CA already set win.
-    pub fn with_env(mut self) -> ElasticConfig {
+    /// the retry deadline in milliseconds (`FSRENAME_ES_RETRY_DEADLINE_MS`) and the paging
+    /// (`FSRENAME_ES_PAGING`: `auto`, `scroll`, `pit` or `pit-id`, see [`Paging`]; how the
+    /// real-server tests run both ways on one server). Credentials and a CA already set win.
+    ///
+    /// # Errors
+    /// [`StoreError::Rejected`] for a paging that is none of those, naming it.
+    pub fn with_env(mut self) -> Result<ElasticConfig> {
+        if let Some(paging) = std::env::var("FSRENAME_ES_PAGING")
+            .ok()
+            .filter(|v| !v.is_empty())
+        {
+            self.paging = paging.parse()?;
+        }
+        Ok(self.with_env_settings())
+    }
+
+    fn with_env_settings(mut self) -> ElasticConfig {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         if self.auth.is_none() {
             if let Some(key) = var("FSRENAME_ES_API_KEY") {

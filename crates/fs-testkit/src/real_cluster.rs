@@ -1,0 +1,157 @@
+//! A real Elasticsearch cluster for the node-loss tests, which only a real one can run (the
+//! proxy's nodes share one osmem): its nodes' URLs (`FSRENAME_TEST_ES_CLUSTER`, comma
+//! separated, loopback), and the commands that kill a node and start it again
+//! (`FSRENAME_TEST_ES_KILL`, `FSRENAME_TEST_ES_START`, each run by `sh -c` with the node's
+//! URL as its one argument, `$1`). `docs/elasticsearch.md` says how to run them.
+#![allow(clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The variable naming the cluster's nodes.
+pub const CLUSTER_VAR: &str = "FSRENAME_TEST_ES_CLUSTER";
+/// The variable holding the command that kills a node (`$1`: its URL).
+pub const KILL_VAR: &str = "FSRENAME_TEST_ES_KILL";
+/// The variable holding the command that starts a node again (`$1`: its URL).
+pub const START_VAR: &str = "FSRENAME_TEST_ES_START";
+
+/// A real cluster, as the environment describes it.
+#[derive(Debug, Clone)]
+pub struct RealCluster {
+    /// The nodes' URLs, as given.
+    pub nodes: Vec<String>,
+    kill: String,
+    start: String,
+    http: reqwest::Client,
+}
+
+impl RealCluster {
+    /// Reads the cluster from the environment.
+    ///
+    /// # Panics
+    /// If a variable is missing: such a test was asked for explicitly, and should say why it
+    /// cannot run rather than pass.
+    pub fn from_env() -> RealCluster {
+        let var = |name: &str| {
+            std::env::var(name).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| {
+                panic!("{name} is not set: a real cluster's node-loss test needs {CLUSTER_VAR}, {KILL_VAR} and {START_VAR} (docs/elasticsearch.md)")
+            })
+        };
+        let nodes: Vec<String> = var(CLUSTER_VAR)
+            .split(',')
+            .map(|u| u.trim().trim_end_matches('/').to_owned())
+            .filter(|u| !u.is_empty())
+            .collect();
+        assert!(
+            nodes.len() >= 3,
+            "{CLUSTER_VAR}: three nodes at least, for one to die"
+        );
+        RealCluster {
+            nodes,
+            kill: var(KILL_VAR),
+            start: var(START_VAR),
+            http: reqwest::Client::builder()
+                .no_proxy()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .expect("an HTTP client"),
+        }
+    }
+
+    /// GETs `path` from the first node that answers; its JSON.
+    pub async fn get(&self, path: &str) -> Value {
+        for node in &self.nodes {
+            if let Ok(response) = self.http.get(format!("{node}{path}")).send().await {
+                if let Ok(body) = response.json::<Value>().await {
+                    return body;
+                }
+            }
+        }
+        panic!("no node of {:?} answered GET {path}", self.nodes)
+    }
+
+    /// The URL of the node named `name` (from `_nodes/http`), if it is one of ours.
+    async fn url_of(&self, name: &str) -> Option<String> {
+        let nodes = self.get("/_nodes/http").await;
+        let address = nodes["nodes"]
+            .as_object()?
+            .values()
+            .find(|n| n["name"] == name)?["http"]["publish_address"]
+            .as_str()?
+            .to_owned();
+        let port = address.rsplit(':').next()?;
+        self.nodes
+            .iter()
+            .find(|u| u.ends_with(&format!(":{port}")))
+            .cloned()
+    }
+
+    /// The URL of the node holding the primary of `index`'s first shard.
+    pub async fn primary_of(&self, index: &str) -> String {
+        let shards = self.get(&format!("/_cat/shards/{index}?format=json")).await;
+        let name = shards
+            .as_array()
+            .and_then(|s| {
+                s.iter()
+                    .find(|s| s["prirep"] == "p" && s["state"] == "STARTED")
+            })
+            .and_then(|s| s["node"].as_str())
+            .unwrap_or_else(|| panic!("no started primary of {index}: {shards}"))
+            .to_owned();
+        self.url_of(&name)
+            .await
+            .unwrap_or_else(|| panic!("node {name} is not one of {:?}", self.nodes))
+    }
+
+    /// The URL of the elected master.
+    pub async fn master(&self) -> String {
+        let master = self.get("/_cat/master?format=json").await;
+        let name = master[0]["node"].as_str().expect("a master").to_owned();
+        self.url_of(&name)
+            .await
+            .unwrap_or_else(|| panic!("master {name} is not one of {:?}", self.nodes))
+    }
+
+    fn run(&self, command: &str, url: &str) {
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .arg("sh")
+            .arg(url)
+            .status()
+            .expect("run the node command");
+        assert!(status.success(), "`{command}` {url}: {status}");
+    }
+
+    /// Kills the node at `url` (blocking: call it from `spawn_blocking`).
+    pub fn kill(&self, url: &str) {
+        self.run(&self.kill, url);
+    }
+
+    /// Starts the node at `url` again and waits until the cluster has every node back and
+    /// is green (blocking).
+    pub fn start(&self, url: &str) {
+        self.run(&self.start, url);
+    }
+
+    /// Waits until the cluster has all its nodes and is green, up to `patience`.
+    pub async fn wait_green(&self, patience: Duration) {
+        let since = Instant::now();
+        let path = format!(
+            "/_cluster/health?wait_for_status=green&wait_for_nodes={}&timeout=5s",
+            self.nodes.len()
+        );
+        loop {
+            let health = self.get(&path).await;
+            if health["status"] == "green" && health["timed_out"] == false {
+                return;
+            }
+            assert!(
+                since.elapsed() < patience,
+                "the cluster is not green after {patience:?}: {health}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
