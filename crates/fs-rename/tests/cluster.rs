@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -32,6 +33,35 @@ impl RenameHooks for KillAt {
             tokio::task::block_in_place(|| node.kill());
         }
     }
+}
+
+/// Checks the end of a rename of the whole tree `before` to `to`: the same documents by id,
+/// every one under `to`, fsck clean, no lock and no journal entry left.
+async fn assert_moved_whole(env: &Env, before: &BTreeMap<String, String>, to: &str) {
+    let after = paths_by_id(env).await;
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "the same documents, by id"
+    );
+    let under = format!("{to}/");
+    assert!(
+        after
+            .values()
+            .all(|path| path == to || path.starts_with(&under)),
+        "everything moved to {to}"
+    );
+    assert_clean(env).await;
+}
+
+/// Checks that fsck finds the tree clean and no lock and no journal entry is left.
+async fn assert_clean(env: &Env) {
+    let check = fsck(Arc::clone(&env.store), &env.index, &p("/"))
+        .await
+        .expect("fsck");
+    assert!(check.is_clean(), "{check}");
+    assert_eq!(check.journals_open, 0, "journal entries left");
+    assert_eq!(locks_left(env).await, 0, "locks left");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -70,23 +100,7 @@ async fn a_rename_finishes_through_the_other_node_when_one_dies() {
         "a resent page's own writes are read back together: {report:?}"
     );
 
-    let after = paths_by_id(&env).await;
-    assert_eq!(
-        before.keys().collect::<Vec<_>>(),
-        after.keys().collect::<Vec<_>>(),
-        "the same documents, by id"
-    );
-    assert!(
-        after
-            .values()
-            .all(|path| path == "/moved" || path.starts_with("/moved/")),
-        "everything moved"
-    );
-    let check = fsck(Arc::clone(&env.store), &env.index, &p("/"))
-        .await
-        .expect("fsck");
-    assert!(check.is_clean(), "{check}");
-    assert_eq!(locks_left(&env).await, 0);
+    assert_moved_whole(&env, &before, "/moved").await;
     eprintln!("one node killed at page 4 of 11: {report:?}");
 }
 
@@ -128,20 +142,7 @@ async fn a_rename_rides_out_a_storm_of_429s() {
         "every rejected item was sent again, and counted"
     );
 
-    let after = paths_by_id(&env).await;
-    assert_eq!(
-        before.keys().collect::<Vec<_>>(),
-        after.keys().collect::<Vec<_>>(),
-        "nothing lost, nothing added"
-    );
-    assert!(after
-        .values()
-        .all(|path| path == "/moved" || path.starts_with("/moved/")));
-    let check = fsck(Arc::clone(&env.store), &env.index, &p("/"))
-        .await
-        .expect("fsck");
-    assert!(check.is_clean(), "{check}");
-    assert_eq!(locks_left(&env).await, 0);
+    assert_moved_whole(&env, &before, "/moved").await;
     eprintln!(
         "429 storm (seed {seed}): {rejected} items rejected, {} sent again by the store, {} by the rename",
         handle.items_resent(),
@@ -185,20 +186,7 @@ async fn a_rename_rides_out_failovers_that_replay_its_writes_and_lose_its_scan()
             assert_eq!((report.found, report.rewritten), (docs, docs), "{report:?}");
             recognised += report.ambiguous_resolved;
 
-            let after = paths_by_id(&env).await;
-            assert_eq!(
-                before.keys().collect::<Vec<_>>(),
-                after.keys().collect::<Vec<_>>(),
-                "nothing lost, nothing added"
-            );
-            assert!(after
-                .values()
-                .all(|path| path == to || path.starts_with(&format!("{to}/"))));
-            let check = fsck(Arc::clone(&env.store), &env.index, &p("/"))
-                .await
-                .expect("fsck");
-            assert!(check.is_clean(), "{check}");
-            assert_eq!(locks_left(&env).await, 0);
+            assert_moved_whole(&env, &before, to).await;
             let open = node.open_contexts();
             assert!(open.is_empty(), "search contexts left open: {open:?}");
             let stats = node.stats();
@@ -362,12 +350,7 @@ async fn real_cluster_a_rename_rides_out_the_loss_of_any_node() {
             assert!(after
                 .values()
                 .all(|path| !path.starts_with("/big/") && path != "/big"));
-            let check = fsck(Arc::clone(&env.store), &env.index, &p("/"))
-                .await
-                .expect("fsck");
-            assert!(check.is_clean(), "{check}");
-            assert_eq!(check.journals_open, 0, "journal entries left");
-            assert_eq!(locks_left(&env).await, 0, "locks left");
+            assert_clean(&env).await;
             println!(
                 "| {victim:?} | {target} | {run} | {delay:?} | {phase} | {took:.1?} | {} resent by the rename, {} by the store | {} own writes recognised |",
                 report.retries,
