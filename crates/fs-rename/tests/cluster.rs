@@ -209,6 +209,74 @@ async fn a_rename_rides_out_failovers_that_replay_its_writes_and_lose_its_scan()
     }
 }
 
+/// When a real-cluster run kills its node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Moment {
+    /// This long after the rename starts.
+    After(std::time::Duration),
+    /// As the rename starts: it takes its locks on a cluster that lost a node.
+    Start,
+    /// Once the locks are held: during the check.
+    Locked,
+    /// Before the journal entry is written.
+    Journaling,
+    /// After the last page: during the refresh and the journal's close.
+    Rewritten,
+    /// Once the rename is complete: during the close and the release.
+    Committed,
+}
+
+/// Kills a node of a real cluster once, at its moment (and with `restart`, starts it again
+/// at once); the kill runs beside the job, which goes on.
+struct Killer {
+    cluster: Arc<fs_testkit::RealCluster>,
+    target: String,
+    restart: bool,
+    moment: Moment,
+    kill: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Killer {
+    fn fire(&self) {
+        let mut kill = self.kill.lock().expect("kill");
+        if kill.is_some() {
+            return;
+        }
+        let (cluster, target, restart) =
+            (Arc::clone(&self.cluster), self.target.clone(), self.restart);
+        *kill = Some(tokio::task::spawn_blocking(move || {
+            cluster.kill(&target);
+            if restart {
+                cluster.start(&target);
+            }
+        }));
+    }
+}
+
+#[async_trait]
+impl RenameHooks for Killer {
+    async fn locked(&self) {
+        if self.moment == Moment::Locked {
+            self.fire();
+        }
+    }
+    async fn journaling(&self, _job_id: &str) {
+        if self.moment == Moment::Journaling {
+            self.fire();
+        }
+    }
+    async fn rewritten(&self) {
+        if self.moment == Moment::Rewritten {
+            self.fire();
+        }
+    }
+    async fn committed(&self, _from: &fs_model::FsPath, _to: &fs_model::FsPath) {
+        if self.moment == Moment::Committed {
+            self.fire();
+        }
+    }
+}
+
 /// Which node a real-cluster run kills.
 #[derive(Debug, Clone, Copy)]
 enum Victim {
@@ -228,8 +296,10 @@ enum Victim {
 /// the locks or of the journal, the node fsrename talks to (one URL, and the first of
 /// several) or the master, `FSRENAME_TEST_ES_RUNS` times each (1). Every rename finishes by
 /// itself: every document moved once with its id, fsck clean, no lock and no journal entry
-/// left. Prints a line a run: which node, when, which phase that was, what was resent and
-/// recognised.
+/// left. Odd runs kill at a random moment (0.2 to 2.5 s in), even runs at each step in turn:
+/// as it starts (locking), once locked (the check), before the journal entry, after the last
+/// page (refresh and close), once complete (close and release). Prints a line a run: which
+/// node, when, which phase that was, what was resent and recognised.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real Elasticsearch cluster: set FSRENAME_TEST_ES_CLUSTER, FSRENAME_TEST_ES_KILL and FSRENAME_TEST_ES_START (docs/elasticsearch.md)"]
 async fn real_cluster_a_rename_rides_out_the_loss_of_any_node() {
@@ -280,10 +350,8 @@ async fn real_cluster_a_rename_rides_out_the_loss_of_any_node() {
             dir_of_files(&env, "/big", files).await;
             // A first small rename creates the lock and journal indices.
             dir_of_files(&env, "/warm", 1).await;
-            let renamer = Renamer::builder(Arc::clone(&env.store), env.index.clone())
-                .lease(Duration::from_secs(180))
-                .build();
-            renamer
+            Renamer::builder(Arc::clone(&env.store), env.index.clone())
+                .build()
                 .rename(&p("/warm"), &p("/warmed"))
                 .await
                 .expect("warm-up");
@@ -296,25 +364,47 @@ async fn real_cluster_a_rename_rides_out_the_loss_of_any_node() {
                 Victim::OnlyUrl | Victim::FirstUrl => cluster.nodes[0].clone(),
                 Victim::Master => cluster.master().await,
             };
-            let delay = Duration::from_millis(rng.random_range(200..2_500));
-            let killer = {
-                let (cluster, target) = (Arc::clone(&cluster), target.clone());
+            // Odd runs kill at a random moment, even runs at one of the job's steps in turn
+            // (the kill is sent as the step begins, so it lands in it).
+            let moment = if run % 2 == 1 {
+                Moment::After(Duration::from_millis(rng.random_range(200..2_500)))
+            } else {
+                [
+                    Moment::Start,
+                    Moment::Locked,
+                    Moment::Journaling,
+                    Moment::Rewritten,
+                    Moment::Committed,
+                ][(run / 2 - 1) % 5]
+            };
+            let killer = Arc::new(Killer {
+                cluster: Arc::clone(&cluster),
+                target: target.clone(),
+                restart: matches!(victim, Victim::OnlyUrl),
+                moment,
+                kill: Mutex::new(None),
+            });
+            if let Moment::After(delay) = moment {
+                let killer = Arc::clone(&killer);
                 tokio::spawn(async move {
                     tokio::time::sleep(delay).await;
-                    tokio::task::spawn_blocking(move || {
-                        cluster.kill(&target);
-                        if matches!(victim, Victim::OnlyUrl) {
-                            cluster.start(&target);
-                        }
-                    })
-                    .await
-                    .expect("kill");
-                })
-            };
+                    killer.fire();
+                });
+            } else if moment == Moment::Start {
+                killer.fire();
+            }
+            let renamer = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+                .lease(Duration::from_secs(180))
+                .hooks(Arc::clone(&killer) as Arc<dyn RenameHooks>)
+                .build();
             let started = std::time::Instant::now();
             let result = renamer.rename(&p("/big"), &p("/big2")).await;
             let took = started.elapsed();
-            killer.await.expect("the kill ran");
+            let kill = killer.kill.lock().expect("kill").take();
+            match kill {
+                Some(kill) => kill.await.expect("the kill ran"),
+                None => panic!("{victim:?} run {run}: the kill {moment:?} never came"),
+            }
             if !matches!(victim, Victim::OnlyUrl) {
                 let (cluster, target) = (Arc::clone(&cluster), target.clone());
                 tokio::task::spawn_blocking(move || cluster.start(&target))
@@ -322,23 +412,33 @@ async fn real_cluster_a_rename_rides_out_the_loss_of_any_node() {
                     .expect("start");
             }
             let report = result.unwrap_or_else(|e| {
-                panic!("{victim:?} run {run} (seed {seed}, kill at {delay:?}): {e}")
+                panic!("{victim:?} run {run} (seed {seed}, kill {moment:?}): {e}")
             });
-            let phases = &report.phases;
-            let mut at = Duration::ZERO;
-            let mut phase = "after the release";
-            for (name, length) in [
-                ("locking", phases.locking),
-                ("checking", phases.checking),
-                ("rewriting", phases.rewriting),
-                ("releasing", phases.releasing),
-            ] {
-                at += length;
-                if delay < at {
-                    phase = name;
-                    break;
+            let phase = match moment {
+                Moment::After(delay) => {
+                    let phases = &report.phases;
+                    let mut at = Duration::ZERO;
+                    let mut phase = "after the release";
+                    for (name, length) in [
+                        ("locking", phases.locking),
+                        ("checking", phases.checking),
+                        ("rewriting", phases.rewriting),
+                        ("releasing", phases.releasing),
+                    ] {
+                        at += length;
+                        if delay < at {
+                            phase = name;
+                            break;
+                        }
+                    }
+                    phase
                 }
-            }
+                Moment::Start => "locking",
+                Moment::Locked => "checking",
+                Moment::Journaling => "the journal entry",
+                Moment::Rewritten => "refresh, close",
+                Moment::Committed => "close, release",
+            };
             let docs = files as u64 + 1;
             assert_eq!((report.found, report.rewritten), (docs, docs), "{report:?}");
             let after = paths_by_id(&env).await;
@@ -352,7 +452,7 @@ async fn real_cluster_a_rename_rides_out_the_loss_of_any_node() {
                 .all(|path| !path.starts_with("/big/") && path != "/big"));
             assert_clean(&env).await;
             println!(
-                "| {victim:?} | {target} | {run} | {delay:?} | {phase} | {took:.1?} | {} resent by the rename, {} by the store | {} own writes recognised |",
+                "| {victim:?} | {target} | {run} | {moment:?} | {phase} | {took:.1?} | {} resent by the rename, {} by the store | {} own writes recognised |",
                 report.retries,
                 env.store.items_resent(),
                 report.ambiguous_resolved
