@@ -296,7 +296,7 @@ enum Victim {
 /// the locks or of the journal, the node fsrename talks to (one URL, and the first of
 /// several) or the master, `FSRENAME_TEST_ES_RUNS` times each (1). Every rename finishes by
 /// itself: every document moved once with its id, fsck clean, no lock and no journal entry
-/// left. Odd runs kill at a random moment (0.2 to 2.5 s in), even runs at each step in turn:
+/// left. Odd runs kill at a random moment (0.1 to 1.5 s in), even runs at each step in turn:
 /// as it starts (locking), once locked (the check), before the journal entry, after the last
 /// page (refresh and close), once complete (close and release). Prints a line a run: which
 /// node, when, which phase that was, what was resent and recognised.
@@ -325,6 +325,14 @@ async fn real_cluster_a_rename_rides_out_the_loss_of_any_node() {
         Victim::FirstUrl,
         Victim::Master,
     ];
+    // Every node up, whatever an earlier run left (the start command of a running node
+    // does nothing).
+    for node in cluster.nodes.clone() {
+        let cluster = Arc::clone(&cluster);
+        tokio::task::spawn_blocking(move || cluster.start(&node))
+            .await
+            .expect("start");
+    }
     for victim in victims {
         for run in 1..=runs {
             cluster.wait_green(Duration::from_secs(180)).await;
@@ -367,7 +375,7 @@ async fn real_cluster_a_rename_rides_out_the_loss_of_any_node() {
             // Odd runs kill at a random moment, even runs at one of the job's steps in turn
             // (the kill is sent as the step begins, so it lands in it).
             let moment = if run % 2 == 1 {
-                Moment::After(Duration::from_millis(rng.random_range(200..2_500)))
+                Moment::After(Duration::from_millis(rng.random_range(100..1_500)))
             } else {
                 [
                     Moment::Start,
@@ -384,12 +392,14 @@ async fn real_cluster_a_rename_rides_out_the_loss_of_any_node() {
                 moment,
                 kill: Mutex::new(None),
             });
+            // A rename quicker than its delay has its node killed after it ended.
+            let mut timer = None;
             if let Moment::After(delay) = moment {
                 let killer = Arc::clone(&killer);
-                tokio::spawn(async move {
+                timer = Some(tokio::spawn(async move {
                     tokio::time::sleep(delay).await;
                     killer.fire();
-                });
+                }));
             } else if moment == Moment::Start {
                 killer.fire();
             }
@@ -400,6 +410,9 @@ async fn real_cluster_a_rename_rides_out_the_loss_of_any_node() {
             let started = std::time::Instant::now();
             let result = renamer.rename(&p("/big"), &p("/big2")).await;
             let took = started.elapsed();
+            if let Some(timer) = timer {
+                timer.await.expect("the timer");
+            }
             let kill = killer.kill.lock().expect("kill").take();
             match kill {
                 Some(kill) => kill.await.expect("the kill ran"),

@@ -2,7 +2,8 @@
 //! proxy's nodes share one osmem): its nodes' URLs (`FSRENAME_TEST_ES_CLUSTER`, comma
 //! separated, loopback), and the commands that kill a node and start it again
 //! (`FSRENAME_TEST_ES_KILL`, `FSRENAME_TEST_ES_START`, each run by `sh -c` with the node's
-//! URL as its one argument, `$1`). `docs/elasticsearch.md` says how to run them.
+//! URL as its one argument, `$1`; the start command of a node that runs must do nothing).
+//! `docs/elasticsearch.md` says how to run them.
 #![allow(clippy::expect_used)]
 
 use std::time::{Duration, Instant};
@@ -129,8 +130,7 @@ impl RealCluster {
         self.run(&self.kill, url);
     }
 
-    /// Starts the node at `url` again and waits until the cluster has every node back and
-    /// is green (blocking).
+    /// Starts the node at `url` again (blocking); a node that runs already stays as it is.
     pub fn start(&self, url: &str) {
         self.run(&self.start, url);
     }
