@@ -1,6 +1,6 @@
 //! [`LockClient`]: one lock owner, its held locks, and the acquire/release entry points.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -302,6 +302,9 @@ impl LockClient {
         let mut held = inner.held.lock().await;
         let mut last = Vec::new();
         let mut lost_before = Vec::new();
+        // Until when each lock released is ours beyond doubt: nobody may take over or remove a
+        // lock before its lease ran out (and the clocks' skew with it).
+        let mut leased: HashMap<String, i64> = HashMap::new();
         for id in ids {
             let Some(h) = held.get_mut(id) else { continue };
             if h.lost {
@@ -313,6 +316,8 @@ impl LockClient {
             }
             if let Some(h) = held.remove(id) {
                 if !h.lost {
+                    let skew = i64::try_from(inner.max_clock_skew.as_millis()).unwrap_or(i64::MAX);
+                    leased.insert(h.taken.item.label(), h.expires_at.saturating_sub(skew));
                     last.push(h.taken);
                 }
             }
@@ -320,13 +325,21 @@ impl LockClient {
         let mut calls = inner.calls();
         let released = inner.release_taken_after(&mut calls, last, first).await;
         drop(held);
-        let released = match released {
+        let mut released = match released {
             Ok(released) => released,
             Err(e) => return ReleasedAfter::Released(Err(e)),
         };
         if let Some(why) = released.first_failed {
             return ReleasedAfter::FirstFailed(why);
         }
+        // A lock found gone while its lease still ran was released by our own write, whose
+        // first answer was lost: on a cluster, the coordinating node sends a dead primary's
+        // items again to the promoted replica, where our delete finds nothing (a 404, or a
+        // 409 on a conditional delete) on a connection that never broke.
+        let now = inner.clock.now_ms();
+        released
+            .lost
+            .retain(|label| leased.get(label).is_none_or(|&until| until <= now));
         inner.report_lost(&released.lost);
         if let Some(path) = lost_before.first().or(released.lost.first()) {
             return ReleasedAfter::Released(Err(LockError::LeaseLost { path: path.clone() }));

@@ -492,3 +492,38 @@ async fn real_cluster_a_rename_rides_out_the_loss_of_any_node() {
         }
     }
 }
+
+/// Every bulk request replayed on a promoted replica, the lock requests among them, with both
+/// lock protocols: the release's own deletes (compare-and-set) and updates (scripted) find
+/// nothing on the second run. Before the fix the rename completed with a false warning, "lost
+/// the lock on `/big`: its lease ran out": a lock gone while its lease runs is our release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bulk_replayed_leaves_no_false_lost_lock_with_either_protocol() {
+    for scripts in [false, true] {
+        let node = fs_testkit::start_es_proxy(EsProxyOptions {
+            scripts,
+            ..EsProxyOptions::default()
+        });
+        let store: SharedStore = Arc::new(fs_testkit::elastic_store(node.url()));
+        let env = Env::new(Backend::Osmem).through(store);
+        dir_of_files(&env, "/big", 50).await;
+        let before = paths_by_id(&env).await;
+        node.set_faults(fs_testkit::NetFaults {
+            failover_replay: 1.0,
+            ..fs_testkit::NetFaults::none(1)
+        });
+        let report = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+            .build()
+            .rename(&p("/big"), &p("/moved"))
+            .await;
+        node.set_faults(fs_testkit::NetFaults::none(1));
+        let report = report.expect("the rename rides it out");
+        assert!(
+            report.warnings.is_empty(),
+            "scripts {scripts}: {:?}",
+            report.warnings
+        );
+        assert!(report.ambiguous_resolved > 0, "{report:?}");
+        assert_moved_whole(&env, &before, "/moved").await;
+    }
+}
