@@ -39,6 +39,7 @@
 mod claims;
 pub mod clinton;
 mod consistent;
+mod duration;
 mod error;
 mod fsck;
 mod indexer;
@@ -52,6 +53,7 @@ mod strategy;
 mod tree;
 
 pub use consistent::{fsck_consistent, list_consistent};
+pub use duration::short_duration;
 pub use error::{RenameError, Result};
 pub use fsck::{fsck, FsckReport};
 pub use indexer::{
@@ -63,8 +65,6 @@ pub use journal::{FenceOutcome, Journal, JournalEntry, JournalFence, JournalLock
 pub use kind::JobKind;
 pub use ops::{list, list_page, mkdir, stat, touch, Listed, LockSettings, Made};
 pub use recover::{Recovered, Recovery, RecoveryReport, Running};
-pub use report::{
-    short_duration, PhaseTimes, ProgressSink, RenameEvent, RenameHooks, RenameReport,
-};
+pub use report::{PhaseTimes, ProgressSink, RenameEvent, RenameHooks, RenameReport};
 pub use strategy::Strategy;
 pub use tree::{Entry, FsTree, BULK_BATCH};

@@ -232,7 +232,7 @@ impl std::fmt::Display for RecoveryReport {
                      --wait` waits for them)",
                     r.job,
                     r.job_id,
-                    crate::report::short_duration(left)
+                    crate::duration::short_duration(left)
                 )?,
                 None => writeln!(
                     f,

@@ -178,34 +178,3 @@ impl RenameReport {
         p.locking + p.checking + p.rewriting + p.releasing
     }
 }
-
-/// A duration as a person reads it: `250 ms`, `1.5 s`, `30 s`, `2 min 5 s`.
-pub fn short_duration(d: std::time::Duration) -> String {
-    let ms = d.as_millis();
-    match ms {
-        0..=999 => format!("{ms} ms"),
-        1_000..=9_999 if ms % 1_000 != 0 => format!("{:.1} s", d.as_secs_f64()),
-        1_000..=59_999 => format!("{} s", d.as_secs()),
-        _ => match d.as_secs() % 60 {
-            0 => format!("{} min", d.as_secs() / 60),
-            s => format!("{} min {s} s", d.as_secs() / 60),
-        },
-    }
-}
-
-#[cfg(test)]
-mod duration_tests {
-    use std::time::Duration;
-
-    use super::short_duration;
-
-    #[test]
-    fn durations_read_as_a_person_says_them() {
-        let ms = Duration::from_millis;
-        assert_eq!(short_duration(ms(8)), "8 ms");
-        assert_eq!(short_duration(ms(1_500)), "1.5 s");
-        assert_eq!(short_duration(ms(30_000)), "30 s");
-        assert_eq!(short_duration(ms(125_000)), "2 min 5 s");
-        assert_eq!(short_duration(ms(120_000)), "2 min");
-    }
-}
