@@ -42,6 +42,7 @@ mod elastic;
 mod error;
 mod index_name;
 mod pipeline;
+mod retry;
 mod scan;
 mod scripted;
 mod sqlite;
@@ -52,6 +53,7 @@ pub use counting::CountingStore;
 pub use elastic::{redact as redact_url, Auth, ElasticConfig, ElasticStore, Paging};
 pub use error::{Result, StoreError};
 pub use index_name::validate_index_name;
+pub use retry::{Backoff, Jitter, RetryPolicy};
 pub use scan::Scan;
 pub use scripted::{
     plan_update, unknown_script, PlannedWrite, ScriptedUpdate, ScriptedUpdates, StoredLockScripts,

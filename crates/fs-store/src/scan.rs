@@ -9,6 +9,7 @@ use fs_model::FsPath;
 use serde_json::Value;
 
 use crate::error::{Result, StoreError};
+use crate::retry::{Backoff, Jitter, RetryPolicy};
 use crate::store::SharedStore;
 use crate::types::{Cursor, Scope, SearchRequest, StoredDoc};
 
@@ -55,13 +56,21 @@ pub struct Scan {
     /// Where the scan had got to, for a scope read in path order: it starts again from there
     /// when its search context is lost.
     reached: Option<Reached>,
-    /// Continuations that failed in a row, each followed by a fresh start from `reached`.
-    restarts: u32,
+    /// The pauses before fresh starts from `reached` after continuations that failed in a
+    /// row: begun again by each page read.
+    restarts: Backoff,
 }
 
 /// How many failed continuations in a row a scan starts again after; the next failure is
 /// returned.
 const MAX_RESTARTS: u32 = 10;
+
+/// The pauses before a fresh start: 100 ms doubling to 1.6 s (each at least half of that),
+/// for [`MAX_RESTARTS`] restarts in a row, time for a failed node's shards to move.
+const RESTARTS: RetryPolicy =
+    RetryPolicy::new(Duration::from_millis(100), Duration::from_millis(1_600))
+        .jitter(Jitter::Equal)
+        .attempts(MAX_RESTARTS);
 
 /// The last path a scan returned, and the ids it returned at that path: a fresh start from
 /// that path (inclusive) leaves those out.
@@ -102,7 +111,7 @@ impl Scan {
             open: None,
             done: false,
             reached: None,
-            restarts: 0,
+            restarts: RESTARTS.start(),
         }
     }
 
@@ -136,7 +145,7 @@ impl Scan {
             let continuation = request.after.is_some();
             match self.store.search(&self.index, request).await {
                 Ok(page) => {
-                    self.restarts = 0;
+                    self.restarts = RESTARTS.start();
                     self.open = page.next;
                     if self.open.is_none() || page.docs.is_empty() || self.request.single_page {
                         self.close().await;
@@ -155,13 +164,12 @@ impl Scan {
                     // too.
                     self.close().await;
                     let restart = self.restarted_scope(continuation, &e);
-                    let Some(scope) = restart else {
+                    let (Some(scope), Some(pause)) = (restart, self.restarts.next()) else {
                         return Err(e);
                     };
-                    self.restarts += 1;
-                    tracing::debug!(index = %self.index, error = %e, restarts = self.restarts,
+                    tracing::debug!(index = %self.index, error = %e, restarts = self.restarts.attempt(),
                         "a paged search lost its context; starting again where it had got to");
-                    tokio::time::sleep(Duration::from_millis(50 << self.restarts.min(5))).await;
+                    tokio::time::sleep(pause).await;
                     self.request = SearchRequest::first(scope, self.request.size);
                     self.done = false;
                 }
@@ -182,7 +190,7 @@ impl Scan {
                     ..
                 }
         ) || (!continuation && e.is_retryable());
-        if lasting || self.restarts >= MAX_RESTARTS || self.request.single_page {
+        if lasting || self.request.single_page {
             return None;
         }
         match &self.reached {

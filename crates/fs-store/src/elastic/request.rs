@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::response::{error_of, shorten};
 use super::ElasticStore;
 use crate::error::{Result, StoreError};
+use crate::retry::{Jitter, RetryPolicy};
 
 /// Whether a request may be sent again when its outcome is unknown.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -38,8 +39,7 @@ impl ElasticStore {
         F: Fn() -> Fut,
         Fut: Future<Output = std::result::Result<Response, elasticsearch::Error>>,
     {
-        let deadline = tokio::time::Instant::now() + self.inner.config.retry_deadline;
-        let mut pause = FIRST_PAUSE;
+        let mut backoff = resend_policy(self.inner.config.retry_deadline).start();
         loop {
             let failure = match make().await {
                 Ok(response) => {
@@ -89,15 +89,15 @@ impl ElasticStore {
                 }
             };
             let (may_retry, message) = failure;
-            let now = tokio::time::Instant::now();
-            if !may_retry || now + pause > deadline {
+            let pause = if may_retry { backoff.next() } else { None };
+            let Some(pause) = pause else {
                 return Err(StoreError::Transient {
                     context: context.to_owned(),
                     message,
                 });
-            }
+            };
             tracing::debug!(%context, %message, "transient failure; retrying");
-            pause = back_off(pause).await;
+            tokio::time::sleep(pause).await;
         }
     }
 
@@ -141,14 +141,23 @@ fn failed_shards(body: &Value) -> Option<String> {
     ))
 }
 
+/// How the client sends again what the server did not carry out: pauses from 50 ms doubling
+/// to 2 s, each between half of its ceiling and all of it (jittered, so that clients that
+/// failed together do not retry together), until `deadline` (the configured retry deadline).
+pub(super) fn resend_policy(deadline: Duration) -> RetryPolicy {
+    RetryPolicy::new(FIRST_PAUSE, Duration::from_secs(2))
+        .jitter(Jitter::Equal)
+        .deadline(deadline)
+}
+
 /// The first pause before a retry.
 pub(super) const FIRST_PAUSE: Duration = Duration::from_millis(50);
 
-/// Sleeps between half of `pause` and all of it (jittered, so that clients that failed
-/// together do not retry together); returns the next pause, twice as long, at most 2 s.
+/// Sleeps the pause of [`resend_policy`] whose ceiling is `pause`; returns the next ceiling,
+/// twice as long, at most 2 s. For a loop that keeps its own deadline.
 pub(super) async fn back_off(pause: Duration) -> Duration {
-    let half = u64::try_from((pause / 2).as_micros()).unwrap_or(u64::MAX);
-    tokio::time::sleep(pause / 2 + Duration::from_micros(fs_model::entropy::up_to(half))).await;
+    let mut backoff = RetryPolicy::new(pause, pause).jitter(Jitter::Equal).start();
+    tokio::time::sleep(backoff.next_pause()).await;
     (pause * 2).min(Duration::from_secs(2))
 }
 
