@@ -29,6 +29,7 @@ use serde_json::Value;
 
 use crate::error::{RenameError, Result};
 use crate::kind::JobKind;
+use crate::resend;
 use crate::strategy::Strategy;
 
 /// A journal entry: what a job set out to do and which locks protect it.
@@ -102,9 +103,6 @@ enum JournalDoc {
 }
 
 const FENCED: &str = "fenced";
-
-/// How many times a claim whose answer was lost is sent again.
-const CLAIM_RETRIES: u32 = 4;
 
 /// The `fenced_by` of the tombstone a close leaves: what tells a finished job from a fenced one.
 const CLOSED_BY: &str = "closed: the job is done";
@@ -399,7 +397,7 @@ impl Journal {
     pub async fn claim(&self, entry: &JournalEntry, version: Version) -> Result<Version> {
         let source = to_source(entry, &self.index)?;
         let context = || format!("claiming journal entry `{}`", entry.job_id);
-        let mut attempt = 0;
+        let mut backoff = resend::JOURNAL.start();
         loop {
             let failure = match self
                 .store
@@ -414,15 +412,11 @@ impl Journal {
                 Some((JournalDoc::Entry(found), now)) if found.owner == entry.owner => {
                     return Ok(now)
                 }
-                Some((JournalDoc::Entry(_), now))
-                    if now == version && failure.is_retryable() && attempt < CLAIM_RETRIES =>
-                {
-                    tokio::time::sleep(std::time::Duration::from_millis(10 << attempt)).await;
-                    attempt += 1;
-                }
-                // Still at `version`: the sends were lost, as many times as allowed.
+                // Still at `version`: the send was lost; sent again, as many times as allowed.
                 Some((JournalDoc::Entry(_), now)) if now == version => {
-                    return Err(RenameError::store(context())(failure));
+                    if !(failure.is_retryable() && backoff.wait().await) {
+                        return Err(RenameError::store(context())(failure));
+                    }
                 }
                 found => {
                     let cause = StoreError::Conflict {

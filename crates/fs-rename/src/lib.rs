@@ -49,6 +49,7 @@ mod kind;
 mod ops;
 mod recover;
 mod report;
+mod resend;
 mod strategy;
 mod tree;
 

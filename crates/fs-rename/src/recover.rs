@@ -42,6 +42,7 @@ use crate::job::{journaled, Renamer};
 use crate::journal::{FenceOutcome, Journal, JournalEntry};
 use crate::kind::JobKind;
 use crate::report::{ProgressSink, RenameHooks};
+use crate::resend;
 
 /// Runs recovery on one tree. Build it with [`Recovery::new`] and the setters.
 #[derive(Clone)]
@@ -659,7 +660,8 @@ impl Recovery {
             // document is still at it (a holder that renewed meanwhile keeps its lock). A
             // failure (an answer lost on the way, a write made since) is answered by reading
             // again and deciding anew, a few times; what is still left waits for the next run.
-            for attempt in 1..=SWEEP_ATTEMPTS {
+            let mut backoff = resend::SWEEP.start();
+            loop {
                 let cleared = self
                     .clear_expired(&client, journal, &lock.id, spare, &mut fenced, report)
                     .await;
@@ -671,9 +673,11 @@ impl Recovery {
                     }
                     Ok(Reaped::Nothing) => {}
                     Err(e) => {
+                        let attempt = backoff.attempt() + 1;
                         tracing::debug!(lock = %lock.id, attempt, error = %e, "not swept");
-                        tokio::time::sleep(Duration::from_millis(10 << attempt)).await;
-                        continue;
+                        if backoff.wait().await {
+                            continue;
+                        }
                     }
                 }
                 break;
@@ -763,9 +767,6 @@ impl Recovery {
 }
 
 /// How long a fence is kept by default: far beyond any request's time in flight.
-/// How many times the sweep reads a lock again after a failure to clear it.
-const SWEEP_ATTEMPTS: u64 = 3;
-
 const FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// How long foreign shares must stand unchanged before recovery removes them, by default.

@@ -1,17 +1,16 @@
-//! Sending one page of a copy or a delete: one bulk request, then the transiently failed items
-//! again with backoff, until each item has its final answer.
+//! Sending one page of writes (a rename's rewrite, a copy, a delete): one bulk request, then
+//! the transiently failed items again with backoff ([`resend::ITEMS`]), until each item has
+//! its final answer. The one path every page of the job goes through.
 
 use std::time::Duration;
 
-use fs_store::{BulkOp, StoreError, Version};
+use fs_store::{Backoff, BulkOp, StoreError, Version};
 
 use super::Renamer;
 use crate::error::{RenameError, Result};
 use crate::report::{RenameEvent, RenameReport};
+use crate::resend;
 use crate::tree::FsTree;
-
-/// How many times a transiently failed bulk item is sent again.
-const ITEM_RETRIES: u32 = 6;
 
 /// The final answer to one item of a page.
 #[derive(Debug)]
@@ -22,6 +21,31 @@ pub(super) struct ItemAnswer {
     /// that resends did not cure). After a resend a conflict may be the first send having
     /// landed: the callers check what is there.
     pub result: Result<Version, StoreError>,
+}
+
+/// The items of one page still without a final answer, and the pauses between their sends.
+pub(super) struct Unanswered {
+    /// Positions in the page, in page order.
+    items: Vec<usize>,
+    backoff: Backoff,
+    /// The pause before the next send, once a send has left items to send again.
+    pause: Option<Duration>,
+}
+
+impl Unanswered {
+    /// Every item of a page of `len`, none sent yet.
+    pub(super) fn new(len: usize) -> Unanswered {
+        Unanswered {
+            items: (0..len).collect(),
+            backoff: resend::ITEMS.start(),
+            pause: None,
+        }
+    }
+
+    /// Whether every item has its final answer.
+    pub(super) fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
 }
 
 impl Renamer {
@@ -36,35 +60,84 @@ impl Renamer {
         report: &mut RenameReport,
     ) -> Result<Vec<ItemAnswer>> {
         let mut answers: Vec<ItemAnswer> = Vec::with_capacity(ops.len());
-        let mut pending: Vec<(usize, BulkOp)> = ops.into_iter().enumerate().collect();
-        let mut attempt = 0;
-        while !pending.is_empty() {
-            if attempt > 0 {
-                report.retries += pending.len() as u64;
-                self.emit(RenameEvent::Retrying {
-                    items: pending.len(),
-                });
-                tokio::time::sleep(Duration::from_millis(10 << attempt.min(6))).await;
-            }
-            let batch: Vec<BulkOp> = pending.iter().map(|(_, op)| op.clone()).collect();
-            let results = match tree.store().bulk(tree.index(), batch).await {
-                Ok(results) => results,
-                Err(e) if e.is_retryable() && attempt < ITEM_RETRIES => {
-                    pending.iter().map(|_| Err(e.clone())).collect()
-                }
-                Err(e) => return Err(RenameError::store(context)(e)),
-            };
-            let mut again = Vec::new();
-            for ((index, op), result) in pending.into_iter().zip(results) {
-                match result {
-                    Err(e) if e.is_retryable() && attempt < ITEM_RETRIES => again.push((index, op)),
-                    result => answers.push(ItemAnswer { index, result }),
-                }
-            }
-            pending = again;
-            attempt += 1;
+        let mut unanswered = Unanswered::new(ops.len());
+        let op_for = |i: usize| Ok(ops[i].clone());
+        while !unanswered.is_empty() {
+            let round = self.send_round(
+                tree,
+                &mut unanswered,
+                op_for,
+                false,
+                context,
+                &mut report.retries,
+            );
+            answers.extend(round.await?);
         }
         answers.sort_by_key(|a| a.index);
+        Ok(answers)
+    }
+
+    /// Sends the `unanswered` items of a page in one bulk request (after the pause their last
+    /// send left, counted in `retries`), built by `op_for` from their position in the page;
+    /// with `refresh`, the page is searchable once written. Returns the items answered for
+    /// good in this send; those that failed transiently stay in `unanswered` while the policy
+    /// allows another send. Fails only if the whole request fails for good.
+    pub(super) async fn send_round(
+        &self,
+        tree: &FsTree,
+        unanswered: &mut Unanswered,
+        op_for: impl Fn(usize) -> Result<BulkOp>,
+        refresh: bool,
+        context: &str,
+        retries: &mut u64,
+    ) -> Result<Vec<ItemAnswer>> {
+        if let Some(pause) = unanswered.pause.take() {
+            *retries += unanswered.items.len() as u64;
+            self.emit(RenameEvent::Retrying {
+                items: unanswered.items.len(),
+            });
+            tokio::time::sleep(pause).await;
+        }
+        let ops = unanswered
+            .items
+            .iter()
+            .map(|&i| op_for(i))
+            .collect::<Result<Vec<BulkOp>>>()?;
+        let sent = if refresh {
+            tree.store().bulk_refreshed(tree.index(), ops).await
+        } else {
+            tree.store().bulk(tree.index(), ops).await
+        };
+        let transient = match &sent {
+            Ok(results) => results
+                .iter()
+                .any(|r| r.as_ref().is_err_and(StoreError::is_retryable)),
+            Err(e) => e.is_retryable(),
+        };
+        // The pause is drawn only when there is something to send again.
+        let pause = if transient {
+            unanswered.backoff.next()
+        } else {
+            None
+        };
+        let results = match sent {
+            Ok(results) => results,
+            Err(e) if pause.is_some() => unanswered.items.iter().map(|_| Err(e.clone())).collect(),
+            Err(e) => return Err(RenameError::store(context)(e)),
+        };
+        let mut answers = Vec::new();
+        let mut again = Vec::new();
+        for (index, result) in std::mem::take(&mut unanswered.items)
+            .into_iter()
+            .zip(results)
+        {
+            match result {
+                Err(e) if e.is_retryable() && pause.is_some() => again.push(index),
+                result => answers.push(ItemAnswer { index, result }),
+            }
+        }
+        unanswered.pause = pause.filter(|_| !again.is_empty());
+        unanswered.items = again;
         Ok(answers)
     }
 }

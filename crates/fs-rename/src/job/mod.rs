@@ -42,7 +42,6 @@
 //! locks (up to three times).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use fs_locks::LockClient;
 use fs_model::FsPath;
@@ -65,15 +64,10 @@ mod task;
 pub use builder::{RenamerBuilder, DEFAULT_IN_FLIGHT};
 pub(crate) use task::Task;
 
-#[cfg(doc)]
-use crate::error::RenameError;
-use crate::error::Result;
+use crate::error::{RenameError, Result};
 use crate::journal::JournalEntry;
 use crate::report::{RenameEvent, RenameReport};
 use crate::tree::FsTree;
-
-/// How many times a journal write is sent again after a transient failure.
-const JOURNAL_RETRIES: u32 = 4;
 
 /// Runs renames, copies and deletes on one tree with one configuration. Each job is its own
 /// lock owner.
@@ -245,15 +239,7 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
-    let mut attempt = 0;
-    loop {
-        match write().await {
-            Ok(value) => return Ok(value),
-            Err(e) if e.is_retryable() && attempt < JOURNAL_RETRIES => {
-                tokio::time::sleep(Duration::from_millis(10 << attempt)).await;
-                attempt += 1;
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    crate::resend::JOURNAL
+        .retry(write, RenameError::is_retryable)
+        .await
 }

@@ -10,16 +10,11 @@
 //! that the document exists): a read that shows less is such a copy, and is read again, with
 //! backoff, for a few seconds at most, before it is believed.
 
-use std::time::Duration;
-
-use fs_locks::Backoff;
 use fs_store::{StoreError, StoredDoc};
 
 use crate::error::{RenameError, Result};
+use crate::resend;
 use crate::tree::FsTree;
-
-/// How many times a read that shows less than its conflict is sent again.
-const STALE_ROUNDS: u32 = 8;
 
 /// Reads the documents `ids` in one `mget`, again for those whose read shows less than their
 /// conflict (`conflicts[i]` for `ids[i]`) said the primary had; returns them in order.
@@ -30,11 +25,8 @@ pub(super) async fn read_back(
 ) -> Result<Vec<Option<StoredDoc>>> {
     let mut docs: Vec<Option<StoredDoc>> = vec![None; ids.len()];
     let mut pending: Vec<usize> = (0..ids.len()).collect();
-    let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(1_000));
-    for round in 0..=STALE_ROUNDS {
-        if round > 0 {
-            tokio::time::sleep(backoff.next_pause()).await;
-        }
+    let mut backoff = resend::STALE_READ.start();
+    loop {
         let wanted: Vec<String> = pending.iter().map(|&i| ids[i].clone()).collect();
         let read = tree
             .store()
@@ -46,12 +38,13 @@ pub(super) async fn read_back(
             )))?;
         let mut stale = Vec::new();
         for (i, doc) in pending.into_iter().zip(read) {
-            if round < STALE_ROUNDS && shows_less(doc.as_ref(), conflicts[i]) {
+            if shows_less(doc.as_ref(), conflicts[i]) {
                 stale.push(i);
             }
             docs[i] = doc;
         }
-        if stale.is_empty() {
+        // Out of patience, the last read is believed.
+        if stale.is_empty() || !backoff.wait().await {
             break;
         }
         tracing::debug!(

@@ -4,7 +4,6 @@
 use std::collections::HashSet;
 use std::ops::ControlFlow;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use fs_locks::LockClient;
 use fs_model::FsPath;
@@ -12,6 +11,7 @@ use fs_store::{BulkOp, Scan, Scope, StoreError, StoredDoc};
 use serde_json::Value;
 
 use super::before_write::Gate;
+use super::bulk::{ItemAnswer, Unanswered};
 use super::Renamer;
 use crate::error::{RenameError, Result};
 use crate::report::{RenameEvent, RenameReport};
@@ -32,9 +32,6 @@ fn stored_path(index: &str, doc: &StoredDoc) -> Result<FsPath> {
         .ok_or_else(|| bad("no `path` field".to_owned()))?;
     FsPath::parse(path).map_err(|e| bad(e.to_string()))
 }
-
-/// How many times a transiently failed bulk item is sent again.
-const ITEM_RETRIES: u32 = 6;
 
 impl Renamer {
     /// Rewrites every document at or under `from`: first what the check read of them, if
@@ -247,49 +244,32 @@ impl Renamer {
         refresh: bool,
         written: &mut Written,
     ) -> Result<()> {
-        // Each attempt builds its items afresh from the entries: a clone of every item kept
-        // for a resend would cost as much as building the few that are resent.
+        // Each send builds its items afresh from the entries: a clone of every item kept for
+        // a resend would cost as much as building the few that are resent.
         let op_for = |i: usize| -> Result<BulkOp> { self.rename_op(tree, &entries[i], (from, to)) };
-        let mut pending: Vec<usize> = (0..entries.len()).collect();
-        let mut attempt = 0;
-        while !pending.is_empty() {
-            if attempt > 0 {
-                written.retries += pending.len() as u64;
-                self.emit(RenameEvent::Retrying {
-                    items: pending.len(),
-                });
-                tokio::time::sleep(Duration::from_millis(10 << attempt.min(6))).await;
-            }
-            let ops = pending
-                .iter()
-                .map(|&i| op_for(i))
-                .collect::<Result<Vec<BulkOp>>>()?;
-            let context = format!("rewriting documents under `{from}`");
-            let sent = if refresh {
-                tree.store().bulk_refreshed(tree.index(), ops).await
-            } else {
-                tree.store().bulk(tree.index(), ops).await
-            };
-            let results = match sent {
-                Ok(results) => results,
-                Err(e) if e.is_retryable() && attempt < ITEM_RETRIES => {
-                    pending.iter().map(|_| Err(e.clone())).collect()
-                }
-                Err(e) => return Err(RenameError::store(context)(e)),
-            };
+        let context = format!("rewriting documents under `{from}`");
+        let mut unanswered = Unanswered::new(entries.len());
+        while !unanswered.is_empty() {
+            let round = self.send_round(
+                tree,
+                &mut unanswered,
+                op_for,
+                refresh,
+                &context,
+                &mut written.retries,
+            );
+            let answers = round.await?;
             // Every item's fate is tallied before any failure is reported: the other items of
             // a bulk request are written whatever happens to one of them.
-            let mut again = Vec::new();
             let mut failure = None;
             // A conflict may be our own earlier write having landed: a resend after a lost
             // answer, or, on a cluster, the coordinating node sending the items again to a
             // promoted replica, which answers 409 to the very first send (`read_back`). Those
             // are read back together, below; under the locks nobody else writes here.
             let mut ours = Vec::new();
-            for (i, result) in pending.into_iter().zip(results) {
+            for ItemAnswer { index: i, result } in answers {
                 match result {
                     Ok(_) => written.rewritten += 1,
-                    Err(e) if e.is_retryable() && attempt < ITEM_RETRIES => again.push(i),
                     Err(e) if e.is_conflict() => ours.push((i, e)),
                     Err(e) => {
                         failure.get_or_insert((i, e));
@@ -323,8 +303,6 @@ impl Renamer {
                     e => RenameError::store(format!("rewriting `{path}`"))(e),
                 });
             }
-            pending = again;
-            attempt += 1;
         }
         Ok(())
     }
