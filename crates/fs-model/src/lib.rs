@@ -9,6 +9,8 @@
 //! - [`tree_index_body`] and [`lock_index_body`]: how the two indices are created.
 //! - [`tree_lock_id`]: where the lock for a path lives in the lock index.
 //! - [`entropy`]: where ids and jitter come from; seedable per thread for replays.
+//! - [`LockMode`]: the four lock modes (IS, IX, S, X) and Gray's compatibility table, defined
+//!   once for the typed locks, the scripts' Rust twins and their painless.
 //! - [`lock_scripts`]: the lock protocol's stored painless scripts, each beside the same logic
 //!   in Rust, for stores and test servers that run no painless.
 //!
@@ -31,6 +33,7 @@ mod error;
 mod find;
 mod glob;
 mod lock_id;
+mod lock_mode;
 pub mod lock_scripts;
 mod mapping;
 mod path;
@@ -42,6 +45,7 @@ pub use glob::NameGlob;
 pub use lock_id::{
     is_hashed_lock_id, tree_lock_id, GLOBAL_LOCK_ID, HASHED_ID_PREFIX, MAX_ID_BYTES,
 };
+pub use lock_mode::LockMode;
 pub use mapping::{
     jobs_index_body, jobs_index_name, journal_index_body, journal_index_name, lock_index_body,
     lock_index_mappings, lock_index_name, tree_index_body, tree_index_mappings, DEFAULT_TREE_INDEX,

@@ -9,7 +9,6 @@ use fs_model::{FsPath, NameGlob};
 use fs_rename::Strategy;
 
 use crate::store_location::StoreLocation;
-use crate::verbs::ProgressMode;
 
 /// Keeps a directory tree in a document store (an embedded database file, or Elasticsearch)
 /// and renames files and directories in it safely while other jobs do the same.
@@ -223,14 +222,8 @@ pub enum Verb {
         /// Prints the entries as JSON lines.
         #[arg(long)]
         json: bool,
-        /// Lists under a shared lock on PATH, released at the end (a lock not granted within
-        /// --wait exits 3). Not for `/`: writers lock only below the root, so no lock there
-        /// would keep them out.
-        #[arg(long)]
-        consistent: bool,
-        /// How long --consistent waits for its lock; `0s` makes one attempt.
-        #[arg(long, default_value = "30s", value_parser = parse_duration)]
-        wait: Duration,
+        #[command(flatten)]
+        consistent: ConsistentArgs,
     },
     /// Finds files and directories under PATH by name and by the words of their text (stored
     /// by `index --content`), like `find PATH -name GLOB` and `grep -lw`, from the store.
@@ -280,14 +273,8 @@ pub enum Verb {
         /// Prints the report as JSON.
         #[arg(long)]
         json: bool,
-        /// Checks under a shared lock on PATH, released at the end (a lock not granted within
-        /// --wait exits 3). Not for `/`: writers lock only below the root, so no lock there
-        /// would keep them out.
-        #[arg(long)]
-        consistent: bool,
-        /// How long --consistent waits for its lock; `0s` makes one attempt.
-        #[arg(long, default_value = "30s", value_parser = parse_duration)]
-        wait: Duration,
+        #[command(flatten)]
+        consistent: ConsistentArgs,
     },
     /// Serves rename, copy and delete jobs over HTTP: POST /renames {"from", "to",
     /// "strategy"?}, POST /copies {"from", "to", "strategy"?}, POST /deletes {"path",
@@ -386,6 +373,34 @@ pub struct JobArgs {
     /// Prints the report as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The options of the verbs that can read under a shared lock: `ls` and `fsck`.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct ConsistentArgs {
+    /// Reads under a shared lock on PATH, released at the end (a lock not granted within
+    /// --wait exits 3). Not for `/`: writers lock only below the root, so no lock there
+    /// would keep them out.
+    #[arg(long)]
+    pub consistent: bool,
+    /// How long --consistent waits for its lock; `0s` makes one attempt.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub wait: Duration,
+}
+
+/// How `fsrename mv`, `cp` and `rm` show their progress (`--progress`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProgressMode {
+    /// A bar when stderr is a terminal, otherwise `lines`.
+    Auto,
+    /// A line on stderr when the job starts waiting for a lock and every 2 s of writing;
+    /// a quick rename prints nothing.
+    Lines,
+    /// Every event as one JSON object per line on stderr, at once (`{"event":"locked",...}`):
+    /// waiting, locked, checked, journaled, progress, retrying, closed, released.
+    Json,
+    /// Nothing.
+    None,
 }
 
 /// Parses a path argument, so a bad one is a usage error (exit 2) naming the rule it breaks.

@@ -205,11 +205,7 @@ async fn take_over(
             let journal_id = job.journal.clone().unwrap_or_default();
             jobs.adopt(job, version);
             jobs.persist(&id).await;
-            jobs.spawn(super::recovered::until_recovered(
-                jobs.clone(),
-                id,
-                journal_id,
-            ));
+            jobs.follow_recovery(id, journal_id);
         }
     }
 }

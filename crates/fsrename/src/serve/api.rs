@@ -138,22 +138,7 @@ async fn submit_rename(
     State(jobs): State<Jobs>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let fields = object(
-        body,
-        &["from", "to", "strategy"],
-        "`from`, `to` and optionally `strategy`",
-    )?;
-    let (from, to) = (path_field(&fields, "from")?, path_field(&fields, "to")?);
-    let strategy = strategy_field(&jobs, &fields)?;
-    if from.is_root() {
-        return Err(ApiError::bad("from", "the root `/` cannot be moved"));
-    }
-    if to.is_inside(&from) {
-        return Err(ApiError::bad(
-            "to",
-            format!("cannot move `{from}` into itself (`{to}`)"),
-        ));
-    }
+    let (from, to, strategy) = from_to(&jobs, body, "move")?;
     accept(&jobs, Work::Rename { from, to }, strategy).await
 }
 
@@ -162,20 +147,34 @@ async fn submit_copy(
     State(jobs): State<Jobs>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let (from, to, strategy) = from_to(&jobs, body, "copy")?;
+    accept(&jobs, Work::Copy { from, to }, strategy).await
+}
+
+/// Reads the body of a rename or a copy (`verb`: `move` or `copy`, for messages): `from`, `to`
+/// and the strategy. Refuses to move the root, and a `to` inside `from`.
+fn from_to(
+    jobs: &Jobs,
+    body: Result<Bytes, BytesRejection>,
+    verb: &str,
+) -> Result<(FsPath, FsPath, Strategy), ApiError> {
     let fields = object(
         body,
         &["from", "to", "strategy"],
         "`from`, `to` and optionally `strategy`",
     )?;
     let (from, to) = (path_field(&fields, "from")?, path_field(&fields, "to")?);
-    let strategy = strategy_field(&jobs, &fields)?;
+    let strategy = strategy_field(jobs, &fields)?;
+    if verb == "move" && from.is_root() {
+        return Err(ApiError::bad("from", "the root `/` cannot be moved"));
+    }
     if to.is_inside(&from) {
         return Err(ApiError::bad(
             "to",
-            format!("cannot copy `{from}` into itself (`{to}`)"),
+            format!("cannot {verb} `{from}` into itself (`{to}`)"),
         ));
     }
-    accept(&jobs, Work::Copy { from, to }, strategy).await
+    Ok((from, to, strategy))
 }
 
 /// `POST /deletes {"path", "recursive"?, "strategy"?}`: `rm [-r]`; `recursive` defaults to

@@ -373,11 +373,37 @@ impl Jobs {
         self.persist(&id).await;
         match follow {
             Some(journal_id) => {
-                let jobs = self.clone();
-                self.spawn(recovered::until_recovered(jobs, id, journal_id));
+                self.follow_recovery(id, journal_id);
             }
             None => self.forget_old(),
         }
+    }
+
+    /// Follows job `id`, which stopped after its first write, until recovery has finished it
+    /// (its journal entry `journal_id` closed), then records it done (or failed, if the entry
+    /// vanished). At shutdown it stops following and leaves the job unfinished.
+    pub fn follow_recovery(&self, id: String, journal_id: String) {
+        let jobs = self.clone();
+        self.spawn(async move {
+            let (store, config) = (jobs.store(), jobs.config());
+            let ended =
+                recovered::until_recovered(store, config, jobs.closing(), &id, &journal_id).await;
+            let Some((state, error)) = ended else {
+                return;
+            };
+            let m = jobs.metrics();
+            match state {
+                JobState::Done => Metrics::add(&m.done, 1),
+                _ => Metrics::add(&m.failed, 1),
+            }
+            jobs.finish(&id, |j| {
+                j.state = state;
+                j.error = error;
+                j.finished_at = Some(now_ms());
+            });
+            jobs.persist(&id).await;
+            jobs.forget_old();
+        });
     }
 
     /// Applies `change`, which ends job `id`, and counts the job out of the queue in the same

@@ -5,9 +5,8 @@ use fs_model::FsPath;
 use fs_rename::{LockSettings, RenameError};
 use fs_store::StoreError;
 
+use super::print_verdict;
 use crate::cli::Cli;
-use crate::output::{self, Printer};
-use crate::{EXIT_FAILED, EXIT_OK};
 
 /// Checks `scope`; under a shared lock taken with `consistent`'s settings if given.
 pub async fn run(
@@ -44,16 +43,7 @@ pub async fn run(
             })
         }
     };
-    let code = if report.is_clean() {
-        EXIT_OK
-    } else {
-        EXIT_FAILED
-    };
-    let mut out = Printer::stdout();
-    let printed = if json {
-        out.line(serde_json::to_string_pretty(&report)?)
-    } else {
-        out.text(&report)
-    };
-    output::keep_verdict(printed.and_then(|()| out.flush()), code)
+    print_verdict(&report, report.is_clean(), json, |out, report| {
+        out.text(report)
+    })
 }

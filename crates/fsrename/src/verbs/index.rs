@@ -12,10 +12,9 @@ use fs_rename::{
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::{lock_settings, open_tree};
+use super::{lock_settings, open_tree, print_verdict};
 use crate::cli::Cli;
-use crate::output::{self, to_stderr, Printer};
-use crate::{EXIT_FAILED, EXIT_OK};
+use crate::output::{to_stderr, Printer};
 
 /// How often progress is printed when stderr is not a terminal.
 const PLAIN_EVERY: Duration = Duration::from_secs(2);
@@ -54,18 +53,7 @@ pub async fn run(
         bar.finish_and_clear();
     }
     let report = report?;
-    let code = if report.failed == 0 {
-        EXIT_OK
-    } else {
-        EXIT_FAILED
-    };
-    let mut out = Printer::stdout();
-    let printed = if json {
-        out.line(serde_json::to_string_pretty(&report)?)
-    } else {
-        print_summary(&mut out, &report)
-    };
-    output::keep_verdict(printed.and_then(|()| out.flush()), code)
+    print_verdict(&report, report.failed == 0, json, print_summary)
 }
 
 /// `index --watch`: indexes, then follows the directory until `shutdown`; prints each batch
@@ -129,29 +117,20 @@ pub async fn watch(
     let report = watch_dir(&tree, dir, &at, &options, shutdown, Some(sink))
         .await
         .with_context(|| format!("watching `{}` as `{at}` in {}", dir.display(), cli.store))?;
-    let mut out = Printer::stdout();
-    let printed = if json {
-        out.line(serde_json::to_string_pretty(&report)?)
-    } else {
-        print_summary(&mut out, &report.initial).and_then(|()| {
-            out.line(format_args!(
-                "  watched: {} batches, {} renames, {} directories indexed, {} files, {} removed, {} rescans, {} changes not applied",
-                report.batches,
-                report.renames,
-                report.indexed,
-                report.files,
-                report.removed,
-                report.rescans,
-                report.failures
-            ))
-        })
-    };
-    let code = if report.failures == 0 && report.initial.failed == 0 {
-        EXIT_OK
-    } else {
-        EXIT_FAILED
-    };
-    output::keep_verdict(printed.and_then(|()| out.flush()), code)
+    let clean = report.failures == 0 && report.initial.failed == 0;
+    print_verdict(&report, clean, json, |out, report| {
+        print_summary(out, &report.initial)?;
+        out.line(format_args!(
+            "  watched: {} batches, {} renames, {} directories indexed, {} files, {} removed, {} rescans, {} changes not applied",
+            report.batches,
+            report.renames,
+            report.indexed,
+            report.files,
+            report.removed,
+            report.rescans,
+            report.failures
+        ))
+    })
 }
 
 /// `/` followed by the directory's own name (`/home/me/photos` → `/photos`).

@@ -18,13 +18,11 @@ mod serve;
 
 use std::future::Future;
 
-pub use mv_progress::ProgressMode;
-
 use anyhow::Context;
 use fs_rename::{FsTree, LockSettings};
 
-use crate::cli::{Cli, Verb};
-use crate::output;
+use crate::cli::{Cli, ConsistentArgs, Verb};
+use crate::output::{self, Printer};
 use crate::{EXIT_FAILED, EXIT_LOCK_TIMEOUT, EXIT_OK};
 
 /// Runs the verb until it ends or `shutdown` resolves (the service instead shuts down
@@ -92,10 +90,14 @@ async fn run_verb(cli: &Cli) -> anyhow::Result<u8> {
             path,
             json,
             consistent,
-            wait,
         } => {
-            let consistent = consistent.then(|| lock_settings(cli, *wait));
-            fsck::run(cli, path, *json, consistent.as_ref()).await
+            fsck::run(
+                cli,
+                path,
+                *json,
+                consistent_settings(cli, *consistent).as_ref(),
+            )
+            .await
         }
         Verb::Index {
             dir,
@@ -157,19 +159,37 @@ async fn run_verb(cli: &Cli) -> anyhow::Result<u8> {
             long,
             json,
             consistent,
-            wait,
         } => {
             let options = ls::LsOptions {
                 recursive: *recursive,
                 long: *long,
                 json: *json,
-                consistent: consistent.then(|| lock_settings(cli, *wait)),
+                consistent: consistent_settings(cli, *consistent),
             };
             ls::run(cli, path, &options).await
         }
         Verb::Locks { json } => locks::run(cli, *json).await,
         Verb::Serve { .. } => serve::run(cli, std::future::pending()).await,
     }
+}
+
+/// Prints a verb's report on standard output (pretty JSON with `json`, else as `text` writes
+/// it) and returns its verdict, settled before printing: [`EXIT_OK`] if `clean`, else
+/// [`EXIT_FAILED`], whether or not the reader stays to the end ([`output::keep_verdict`]).
+fn print_verdict<R: serde::Serialize>(
+    report: &R,
+    clean: bool,
+    json: bool,
+    text: impl FnOnce(&mut Printer, &R) -> anyhow::Result<()>,
+) -> anyhow::Result<u8> {
+    let code = if clean { EXIT_OK } else { EXIT_FAILED };
+    let mut out = Printer::stdout();
+    let printed = if json {
+        out.line(serde_json::to_string_pretty(report)?)
+    } else {
+        text(&mut out, report)
+    };
+    output::keep_verdict(printed.and_then(|()| out.flush()), code)
 }
 
 /// Opens the store and its tree, creating the indices if they are missing.
@@ -189,6 +209,11 @@ fn lock_settings(cli: &Cli, wait: std::time::Duration) -> LockSettings {
         wait,
         protocol: cli.lock_protocol,
     }
+}
+
+/// The lock settings of `--consistent`, if it was given.
+fn consistent_settings(cli: &Cli, args: ConsistentArgs) -> Option<LockSettings> {
+    args.consistent.then(|| lock_settings(cli, args.wait))
 }
 
 /// Exit 3 for a lock that was not granted in time, else 1.

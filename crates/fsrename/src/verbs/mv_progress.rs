@@ -9,25 +9,11 @@ use std::time::{Duration, Instant};
 use fs_rename::{JobKind, ProgressSink, RenameEvent};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::cli::ProgressMode;
 use crate::output::to_stderr;
 
 /// How often the line mode reports progress.
 const LINE_EVERY: Duration = Duration::from_secs(2);
-
-/// How `fsrename mv`, `cp` and `rm` show their progress (`--progress`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ProgressMode {
-    /// A bar when stderr is a terminal, otherwise `lines`.
-    Auto,
-    /// A line on stderr when the job starts waiting for a lock and every 2 s of writing;
-    /// a quick rename prints nothing.
-    Lines,
-    /// Every event as one JSON object per line on stderr, at once (`{"event":"locked",...}`):
-    /// waiting, locked, checked, journaled, progress, retrying, closed, released.
-    Json,
-    /// Nothing.
-    None,
-}
 
 /// What shows the progress: the sink to give the job, and the bar to clear at the end.
 pub struct Progress {

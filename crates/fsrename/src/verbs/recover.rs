@@ -7,10 +7,9 @@ use anyhow::Context;
 use fs_locks::LeaseClock;
 use fs_rename::{short_duration, Recovery};
 
-use super::open_tree;
+use super::{open_tree, print_verdict};
 use crate::cli::Cli;
-use crate::output::{self, Printer};
-use crate::{EXIT_FAILED, EXIT_OK};
+use crate::output;
 
 /// How long a lock take-over may wait when `--wait` names no duration.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
@@ -62,16 +61,6 @@ pub async fn run(
             waited_for = Some(until);
         }
     }
-    let code = if report.failed.is_empty() {
-        EXIT_OK
-    } else {
-        EXIT_FAILED
-    };
-    let mut out = Printer::stdout();
-    let printed = if json {
-        out.line(serde_json::to_string_pretty(&report)?)
-    } else {
-        out.line(&report)
-    };
-    output::keep_verdict(printed.and_then(|()| out.flush()), code)
+    let clean = report.failed.is_empty();
+    print_verdict(&report, clean, json, |out, report| out.line(report))
 }
