@@ -1,6 +1,7 @@
-//! Acquisition: attempts in a loop, backing off while refused, never waiting while holding
-//! anything; each attempt grants from memory what this client already holds (reentrancy) and
-//! asks the store, by the protocol in use, for the rest.
+//! Acquisition: the entry points that take locks (tree, rename, read, copy, global and
+//! document locks), and the loop behind them: attempts, backing off while refused, never
+//! waiting while holding anything; each attempt grants from memory what this client already
+//! holds (reentrancy) and asks the store, by the protocol in use, for the rest.
 //!
 //! **Fair waiting.** A request keeps its age (`since`: when its first attempt started) across
 //! attempts. Refused, it registers as a waiter on the documents that refused it, with a lease
@@ -11,22 +12,117 @@
 //! neither queues behind waiters nor registers (wait-die by age: holders never wait for a
 //! waiter, so no cycle can form); `docs/locking.md` states the bound.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
+use fs_model::{FsPath, GLOBAL_LOCK_ID};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::backoff::Backoff;
-use crate::client::{Held, LockClient};
-use crate::engine::{self, Attempt};
+use crate::calls::Calls;
+use crate::client::LockClient;
+use crate::clock::lease_end;
 use crate::error::{Blocker, LockError, Result};
 use crate::events::LockEvent;
-use crate::guard::{Grant, LockGuard};
-use crate::plan::LockItem;
-use crate::protocol::LockProtocol;
+use crate::guard::LockGuard;
+use crate::mode::LockMode;
+use crate::outcome::{Attempt, Grant};
+use crate::plan::{LockItem, TreeLockRequest};
+use crate::protocol::Protocol;
 use crate::script_params::Request;
-use crate::scripted;
+
+impl LockClient {
+    /// Takes the book's tree lock on `path`: shared on its ancestors, exclusive on it.
+    ///
+    /// # Errors
+    /// [`LockError::Timeout`] naming the blocking lock and its holder; [`LockError::RootLock`].
+    pub async fn lock_tree(&self, path: &FsPath) -> Result<LockGuard> {
+        self.lock_request(&TreeLockRequest::path(path)).await
+    }
+
+    /// Takes the locks a rename of `from` to `to` needs, in one acquisition.
+    ///
+    /// # Errors
+    /// [`LockError::MoveIntoItself`], [`LockError::Timeout`], [`LockError::RootLock`].
+    pub async fn lock_rename(&self, from: &FsPath, to: &FsPath) -> Result<LockGuard> {
+        self.lock_request(&TreeLockRequest::rename(from, to)?).await
+    }
+
+    /// Takes a shared lock on the subtree at `path` (intention-shared on its ancestors): while
+    /// it is held nothing at or under `path` is renamed, copied over or deleted.
+    ///
+    /// # Errors
+    /// As [`LockClient::lock_tree`]; [`LockError::RootLock`] for `/`.
+    pub async fn lock_read(&self, path: &FsPath) -> Result<LockGuard> {
+        self.lock_request(&TreeLockRequest::read(path)).await
+    }
+
+    /// Takes the locks a copy of `from` to `to` needs, in one acquisition: shared on the
+    /// source, exclusive on the destination.
+    ///
+    /// # Errors
+    /// [`LockError::MoveIntoItself`], [`LockError::Timeout`], [`LockError::RootLock`].
+    pub async fn lock_copy(&self, from: &FsPath, to: &FsPath) -> Result<LockGuard> {
+        self.lock_request(&TreeLockRequest::copy(from, to)?).await
+    }
+
+    /// Takes the locks of a tree-lock request.
+    ///
+    /// # Errors
+    /// As [`LockClient::lock_tree`].
+    pub async fn lock_request(&self, request: &TreeLockRequest) -> Result<LockGuard> {
+        let items = request.items()?;
+        let wanted = describe_wanted(&items);
+        self.acquire(wanted, items).await
+    }
+
+    /// Takes the book's global lock (the document `global`).
+    ///
+    /// # Errors
+    /// [`LockError::Timeout`] naming the holder.
+    pub async fn lock_global(&self) -> Result<LockGuard> {
+        let item = LockItem {
+            id: GLOBAL_LOCK_ID.to_owned(),
+            path: None,
+            mode: LockMode::Exclusive,
+        };
+        self.acquire("the global lock".to_owned(), vec![item]).await
+    }
+
+    /// Takes the book's document locks: one lock document per tree document, with the same
+    /// id, created in bulk. `docs` pairs each document id with its path (kept in the lock
+    /// document for people reading it).
+    ///
+    /// # Errors
+    /// [`LockError::Timeout`] naming a locked document and its holder.
+    pub async fn lock_documents(&self, docs: &[(String, Option<FsPath>)]) -> Result<LockGuard> {
+        let mut seen = HashSet::new();
+        let items: Vec<LockItem> = docs
+            .iter()
+            .filter(|(id, _)| seen.insert(id.clone()))
+            .map(|(id, path)| LockItem {
+                id: id.clone(),
+                path: path.clone(),
+                mode: LockMode::Exclusive,
+            })
+            .collect();
+        let wanted = format!("document locks on {} documents", items.len());
+        self.acquire(wanted, items).await
+    }
+}
+
+/// Says what a tree-lock request takes, for messages: "tree lock on `/a` and `/b` (shared)".
+fn describe_wanted(items: &[LockItem]) -> String {
+    let targets: Vec<String> = items
+        .iter()
+        .filter(|i| !i.mode.is_intention())
+        .map(|i| match i.mode {
+            LockMode::Shared => format!("`{}` (shared)", i.label()),
+            _ => format!("`{}`", i.label()),
+        })
+        .collect();
+    format!("tree lock on {}", targets.join(" and "))
+}
 
 /// One attempt's outcome: granted (`None`) or the blocker, plus the round trips and races.
 struct Tried {
@@ -35,83 +131,118 @@ struct Tried {
     races: u32,
 }
 
+impl Tried {
+    fn of(outcome: Result<Option<Blocker>>, calls: &Calls<'_>) -> Tried {
+        Tried {
+            outcome,
+            round_trips: calls.round_trips,
+            races: calls.races,
+        }
+    }
+}
+
+/// One acquisition under way: what it wants, since when, and what it cost so far.
+struct Acquisition {
+    wanted: String,
+    items: Vec<LockItem>,
+    started: Instant,
+    /// The request's age by the lease clock (older requests go first).
+    since: i64,
+    round_trips: u32,
+    races: u32,
+    attempts: u32,
+    /// The documents where the request is registered as a waiter.
+    waiting_on: BTreeSet<String>,
+}
+
 impl LockClient {
     /// Acquires `items` (in order), retrying refused attempts with backoff until the wait
     /// deadline. Never waits while holding any of them.
     pub(crate) async fn acquire(&self, wanted: String, items: Vec<LockItem>) -> Result<LockGuard> {
         let started = Instant::now();
-        let deadline = started + self.inner.wait;
-        let since = self.inner.clock.now_ms();
-        let mut backoff = Backoff::new(self.inner.backoff_base, self.inner.backoff_max);
-        let mut round_trips = 0;
-        let mut races = 0;
-        let mut attempts = 0;
-        let mut waiting_on: BTreeSet<String> = BTreeSet::new();
-        let mut cancel = self.inner.cancel.clone();
+        let deadline = started + self.wait();
+        let mut backoff = self.backoff();
+        let mut cancel = self.cancel();
+        let mut acq = Acquisition {
+            wanted,
+            items,
+            started,
+            since: self.now_ms(),
+            round_trips: 0,
+            races: 0,
+            attempts: 0,
+            waiting_on: BTreeSet::new(),
+        };
         loop {
             if cancel.as_ref().is_some_and(|c| *c.borrow()) {
-                self.stop_waiting(&waiting_on).await;
-                return Err(LockError::Cancelled { wanted });
+                self.stop_waiting(&acq.waiting_on).await;
+                return Err(LockError::Cancelled { wanted: acq.wanted });
             }
-            attempts += 1;
+            acq.attempts += 1;
             // Short contention passes without a queue: a request registers as a waiter only
             // once it has been refused for a while (see `queue_after`).
-            let queue_now = started.elapsed() >= queue_after(&self.inner);
+            let queue_now = started.elapsed() >= self.queue_after();
             let tried = self
-                .attempt(&items, since, queue_now, &mut waiting_on)
+                .attempt(&acq.items, acq.since, queue_now, &mut acq.waiting_on)
                 .await;
-            round_trips += tried.round_trips;
-            races += tried.races;
+            acq.round_trips += tried.round_trips;
+            acq.races += tried.races;
             let blocker = match tried.outcome {
-                Ok(None) => {
-                    let grant = Grant {
-                        round_trips,
-                        races,
-                        attempts,
-                        waited: started.elapsed(),
-                    };
-                    let ids = items.iter().map(|i| i.id.clone()).collect();
-                    tracing::debug!(%wanted, round_trips, attempts, "locks granted");
-                    self.inner.emit(LockEvent::Granted {
-                        wanted: wanted.clone(),
-                        grant,
-                    });
-                    return Ok(LockGuard::new(self.clone(), ids, wanted, grant));
-                }
+                Ok(None) => return Ok(self.granted(acq)),
                 Ok(Some(blocker)) => blocker,
                 Err(e) if e.is_retryable() && Instant::now() < deadline => {
                     tracing::debug!(error = %e, "transient failure taking locks; retrying");
                     Blocker::other("-", "store", e.to_string())
                 }
                 Err(e) => {
-                    self.stop_waiting(&waiting_on).await;
+                    self.stop_waiting(&acq.waiting_on).await;
                     return Err(e);
                 }
             };
             let now = Instant::now();
             if now >= deadline {
-                self.stop_waiting(&waiting_on).await;
+                self.stop_waiting(&acq.waiting_on).await;
                 return Err(LockError::Timeout {
-                    wanted,
+                    wanted: acq.wanted,
                     blocker: Box::new(blocker),
                     waited: started.elapsed(),
-                    attempts,
+                    attempts: acq.attempts,
                 });
             }
+            let wanted = &acq.wanted;
+            let attempts = acq.attempts;
             tracing::debug!(%wanted, %blocker, attempts, "locks refused; backing off");
-            self.inner.emit(LockEvent::Refused {
+            self.emit(LockEvent::Refused {
                 wanted: wanted.clone(),
                 blocker: blocker.clone(),
                 attempts,
             });
             let mut pause = backoff.next_pause();
-            if !waiting_on.is_empty() && !blocker.waiter {
+            if !acq.waiting_on.is_empty() && !blocker.waiter {
                 // At the head of the queue: younger requests wait for us, so the time between
                 // a holder leaving and our next attempt is lost to everyone. Poll faster.
-                pause = pause.min(head_pause(&self.inner));
+                pause = pause.min(self.head_pause());
             }
             pause_unless_cancelled(pause.min(deadline - now), cancel.as_mut()).await;
         }
+    }
+
+    /// The guard of a granted acquisition, told to the event sink.
+    fn granted(&self, acq: Acquisition) -> LockGuard {
+        let grant = Grant {
+            round_trips: acq.round_trips,
+            races: acq.races,
+            attempts: acq.attempts,
+            waited: acq.started.elapsed(),
+        };
+        let ids = acq.items.iter().map(|i| i.id.clone()).collect();
+        let wanted = acq.wanted;
+        tracing::debug!(%wanted, round_trips = grant.round_trips, attempts = grant.attempts, "locks granted");
+        self.emit(LockEvent::Granted {
+            wanted: wanted.clone(),
+            grant,
+        });
+        LockGuard::new(self.clone(), ids, wanted, grant)
     }
 
     /// Removes this request's waiter entries (it gave up). A failure is logged: the entries
@@ -120,15 +251,14 @@ impl LockClient {
         if ids.is_empty() {
             return;
         }
-        let inner = &self.inner;
         let ids: Vec<String> = ids.iter().cloned().collect();
-        let mut calls = inner.calls();
-        let now = calls.now;
-        let removed = match inner.protocol().await {
-            Ok(LockProtocol::Scripted) => {
-                scripted::unregister_waiter(&mut calls, &ids, &inner.owner, now).await
+        let mut calls = self.calls();
+        let removed = match self.steps().await {
+            Ok(steps) => {
+                steps
+                    .unregister_waiter(&mut calls, &ids, self.owner())
+                    .await
             }
-            Ok(_) => engine::unregister_waiter(&mut calls, &ids, &inner.owner, now).await,
             Err(e) => Err(e),
         };
         if let Err(e) = removed {
@@ -146,119 +276,74 @@ impl LockClient {
         queue_now: bool,
         waiting_on: &mut BTreeSet<String>,
     ) -> Tried {
-        let inner = &self.inner;
-        let mut held = inner.held.lock().await;
-        let mut needed = Vec::new();
-        for item in items {
-            match held.get(&item.id) {
-                Some(h) if h.taken.item.mode.covers(item.mode) => {}
-                Some(_) => {
-                    return Tried {
-                        outcome: Err(LockError::Upgrade { path: item.label() }),
-                        round_trips: 0,
-                        races: 0,
-                    }
+        let mut held = self.held().await;
+        let needed = match held.needed(items) {
+            Ok(needed) => needed,
+            Err(e) => {
+                return Tried {
+                    outcome: Err(e),
+                    round_trips: 0,
+                    races: 0,
                 }
-                None => needed.push(item.clone()),
             }
-        }
-        let mut calls = inner.calls();
-        let done = |outcome, calls: &engine::Calls<'_>| Tried {
-            outcome,
-            round_trips: calls.round_trips,
-            races: calls.races,
         };
+        let mut calls = self.calls();
         if !needed.is_empty() {
             let now = calls.now;
             let req = Request {
-                owner: &inner.owner,
+                owner: self.owner(),
                 now,
-                expires_at: crate::clock::lease_end(now, inner.lease),
-                waiter_expires_at: crate::clock::lease_end(now, waiter_lease(inner)),
+                expires_at: lease_end(now, self.lease()),
+                waiter_expires_at: lease_end(now, self.waiter_lease()),
                 since,
                 // A client that holds locks already may hold what the waiters wait for.
                 queue: held.is_empty(),
             };
-            let protocol = match inner.protocol().await {
-                Ok(p) => p,
-                Err(e) => return done(Err(e), &calls),
+            let steps = match self.steps().await {
+                Ok(steps) => steps,
+                Err(e) => return Tried::of(Err(e), &calls),
             };
-            let attempted = match protocol {
-                LockProtocol::Scripted => {
-                    scripted::attempt(&mut calls, &needed, &req, inner.lease).await
-                }
-                _ => engine::attempt(&mut calls, &needed, &req).await,
-            };
-            match attempted {
+            match steps.attempt(&mut calls, &needed, &req, self.lease()).await {
                 Ok(Attempt::Granted(taken)) => {
                     for t in taken {
                         waiting_on.remove(&t.item.id);
-                        held.insert(
-                            t.item.id.clone(),
-                            Held {
-                                taken: t,
-                                refcount: 0,
-                                lost: false,
-                                expires_at: req.expires_at,
-                            },
-                        );
+                        held.hold(t, req.expires_at);
                     }
                 }
                 Ok(Attempt::Refused { blocker, refusing }) => {
                     if req.queue && (queue_now || !waiting_on.is_empty()) && !refusing.is_empty() {
-                        let lease_ms =
-                            i64::try_from(waiter_lease(inner).as_millis()).unwrap_or(i64::MAX);
-                        let registered = match protocol {
-                            LockProtocol::Scripted => {
-                                scripted::register_waiter(&mut calls, &refusing, &req).await
-                            }
-                            _ => {
-                                engine::register_waiter(&mut calls, &refusing, &req, lease_ms).await
-                            }
-                        };
-                        match registered {
-                            Ok(ids) => waiting_on.extend(ids),
-                            Err(e) => {
-                                tracing::debug!(error = %e, "could not register as a waiter; the next attempt tries again")
-                            }
-                        }
+                        let waiting = (steps, &mut calls, &req);
+                        waiting_on.extend(self.register_waiter(waiting, &refusing).await);
                     }
-                    return done(Ok(Some(blocker)), &calls);
+                    return Tried::of(Ok(Some(blocker)), &calls);
                 }
-                Err(e) => return done(Err(e), &calls),
+                Err(e) => return Tried::of(Err(e), &calls),
             }
         }
-        for item in items {
-            if let Some(h) = held.get_mut(&item.id) {
-                h.refcount += 1;
-            }
-        }
+        held.add_refs(items.iter().map(|i| i.id.as_str()));
         drop(held);
         self.start_renewer();
-        done(Ok(None), &calls)
+        Tried::of(Ok(None), &calls)
     }
-}
 
-/// How long a request is refused before it registers as a waiter: ten of the shortest pauses
-/// (50 ms by default). Contention shorter than that is settled by retrying, as before the
-/// queue; a request that has waited longer stops younger ones from barging past it.
-pub(crate) fn queue_after(inner: &crate::client::Inner) -> Duration {
-    inner.backoff_base * 10
-}
-
-/// The longest pause of a waiter that only holders block (the head of the queue): a tenth
-/// of the longest pause, at least the shortest.
-pub(crate) fn head_pause(inner: &crate::client::Inner) -> Duration {
-    (inner.backoff_max / 10).max(inner.backoff_base)
-}
-
-/// How long a waiter registration lasts unless the waiter's next attempt renews it: four of
-/// the longest pauses between attempts (at least a second, at most the lock lease). Short, so
-/// that a waiter that died or gave up without removing its entry blocks nobody for long.
-pub(crate) fn waiter_lease(inner: &crate::client::Inner) -> Duration {
-    (inner.backoff_max * 4)
-        .max(Duration::from_secs(1))
-        .min(inner.lease)
+    /// Registers the request as a waiter on the documents of `refusing`; returns where it is
+    /// registered. A failure is logged: the next attempt tries again.
+    async fn register_waiter(
+        &self,
+        (steps, calls, req): (&dyn Protocol, &mut Calls<'_>, &Request<'_>),
+        refusing: &[LockItem],
+    ) -> Vec<String> {
+        match steps
+            .register_waiter(calls, refusing, req, self.waiter_lease())
+            .await
+        {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::debug!(error = %e, "could not register as a waiter; the next attempt tries again");
+                Vec::new()
+            }
+        }
+    }
 }
 
 /// Sleeps for `pause`, or less if `cancel` changes meanwhile (the caller's loop then sees the

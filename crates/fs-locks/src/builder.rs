@@ -1,15 +1,11 @@
 //! [`LockClientBuilder`]: how a [`LockClient`] is configured, every option with its default.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
 use fs_store::SharedStore;
-use tokio::sync::{watch, Mutex};
+use tokio::sync::watch;
 
-use crate::client::{Inner, LockClient};
-use crate::clock::LeaseClock;
+use crate::client::{LockClient, Settings};
 use crate::events::EventSink;
 use crate::lock_doc::Owner;
 use crate::protocol::{LockProtocol, ProtocolMemo};
@@ -141,34 +137,25 @@ impl LockClientBuilder {
             .renew_every
             .unwrap_or(self.lease / 3)
             .max(Duration::from_millis(1));
-        let (stop_tx, _) = watch::channel(());
-        let (lost_tx, _) = watch::channel(Vec::new());
-        LockClient {
-            inner: Arc::new(Inner {
-                store: self.store,
-                lock_index: self.lock_index,
-                owner: Owner {
-                    process_id: self.process_id.unwrap_or_else(fs_model::entropy::uuid),
-                    holder: self.holder,
-                    job: self.job,
-                },
-                lease: self.lease,
-                renew_every,
-                max_clock_skew,
-                wait: self.wait,
-                backoff_base: self.backoff_base,
-                backoff_max: self.backoff_max,
-                on_event: self.on_event,
-                protocol_wanted: self.protocol,
-                cancel: self.cancel,
-                protocol: self.memo.unwrap_or_default(),
-                clock: LeaseClock::new(),
-                held: Mutex::new(BTreeMap::new()),
-                renewer_started: AtomicBool::new(false),
-                stop_tx,
-                lost_tx,
-            }),
-        }
+        LockClient::new(Settings {
+            store: self.store,
+            lock_index: self.lock_index,
+            owner: Owner {
+                process_id: self.process_id.unwrap_or_else(fs_model::entropy::uuid),
+                holder: self.holder,
+                job: self.job,
+            },
+            lease: self.lease,
+            renew_every,
+            max_clock_skew,
+            wait: self.wait,
+            backoff_base: self.backoff_base,
+            backoff_max: self.backoff_max,
+            on_event: self.on_event,
+            protocol_wanted: self.protocol,
+            memo: self.memo.unwrap_or_default(),
+            cancel: self.cancel,
+        })
     }
 }
 

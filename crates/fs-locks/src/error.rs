@@ -5,6 +5,9 @@ use std::time::Duration;
 use fs_model::FsPath;
 use fs_store::StoreError;
 
+use crate::lock_doc::Conflict;
+use crate::mode::LockMode;
+
 /// A lock that stood in the way: where it is and who holds it (or waits there before us).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Blocker {
@@ -38,11 +41,7 @@ impl Blocker {
         }
     }
 
-    pub(crate) fn from_conflict(
-        path: String,
-        conflict: &crate::lock_doc::Conflict,
-        now: i64,
-    ) -> Blocker {
+    pub(crate) fn from_conflict(path: String, conflict: &Conflict, now: i64) -> Blocker {
         Blocker {
             path,
             lock_type: mode_word(conflict.mode).to_owned(),
@@ -55,12 +54,12 @@ impl Blocker {
 
 /// How messages name a mode: the book's words for its two modes, Gray's letters for the
 /// readers' modes.
-pub(crate) fn mode_word(mode: crate::LockMode) -> &'static str {
+pub(crate) fn mode_word(mode: LockMode) -> &'static str {
     match mode {
-        crate::LockMode::Exclusive => "exclusive",
-        crate::LockMode::IntentExclusive => "shared",
-        crate::LockMode::Shared => "S (subtree read)",
-        crate::LockMode::IntentShared => "IS (intention-read)",
+        LockMode::Exclusive => "exclusive",
+        LockMode::IntentExclusive => "shared",
+        LockMode::Shared => "S (subtree read)",
+        LockMode::IntentShared => "IS (intention-read)",
     }
 }
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::error::Blocker;
-use crate::guard::Grant;
+use crate::outcome::Grant;
 
 /// Something that happened to an acquisition, for progress reports and timelines.
 #[derive(Debug, Clone, PartialEq)]

@@ -10,7 +10,7 @@
 //!
 //! fsrename never removes a foreign share it has just seen: it cannot tell a phantom from a
 //! share a live book client holds. Instead recovery watches them ([`LockClient::settle_foreign`]):
-//! it stamps the document with the foreign count it saw and when (`foreign_seen`), restamps
+//! it stamps the document with the foreign count it saw and when ([`FOREIGN_SEEN`](crate::FOREIGN_SEEN)), restamps
 //! whenever that count has changed (a book client came or went: they are alive), and clears
 //! the foreign shares once the count has stood still for the foreign lease (an hour by
 //! default, far beyond any lock the book takes: its locks last one rename). fsrename's own
@@ -18,15 +18,11 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
-
 use crate::client::LockClient;
-use crate::error::{LockError, Result};
-use crate::lock_doc::{lock_label, shared_with_foreign_cleared, Observed};
-
-/// The field of a group lock document where recovery notes the foreign shares it saw:
-/// `{"count": N, "since": epoch_ms}`.
-pub const FOREIGN_SEEN: &str = "foreign_seen";
+use crate::error::Result;
+use crate::lock_doc::{
+    foreign_seen, lock_label, shared_with_foreign_cleared, with_foreign_seen, Observed,
+};
 
 /// What [`LockClient::settle_foreign`] found and did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,28 +40,17 @@ pub enum ForeignShares {
     Cleared(i64),
 }
 
-/// The foreign count and time noted in `source`, if any.
-fn seen(source: &Value) -> Option<(i64, i64)> {
-    let seen = source.get(FOREIGN_SEEN)?;
-    Some((seen.get("count")?.as_i64()?, seen.get("since")?.as_i64()?))
-}
-
 impl LockClient {
     /// Watches the foreign shares of lock document `id` (see the module documentation): notes
     /// their count the first time and whenever it changed, and clears them once it has stood
     /// still for `stale_after`. Every write is conditional on the version read.
     ///
     /// # Errors
-    /// [`LockError::Store`] if the store failed or the document changed meanwhile (call
-    /// again later).
+    /// [`LockError::Store`](crate::LockError::Store) if the store failed or the document
+    /// changed meanwhile (call again later).
     pub async fn settle_foreign(&self, id: &str, stale_after: Duration) -> Result<ForeignShares> {
-        let inner = &self.inner;
-        let Some(doc) = inner
-            .store
-            .get(&inner.lock_index, id)
-            .await
-            .map_err(LockError::store(format!("reading lock `{id}`")))?
-        else {
+        let mut calls = self.calls();
+        let Some(doc) = calls.get(id).await? else {
             return Ok(ForeignShares::None);
         };
         let observed = Observed::from_source(&doc.source);
@@ -73,43 +58,27 @@ impl LockClient {
         if foreign == 0 {
             return Ok(ForeignShares::None);
         }
-        let now = inner.clock.now_ms();
+        let now = self.now_ms();
         let label = lock_label(id, &doc.source);
         let stale_ms = i64::try_from(stale_after.as_millis()).unwrap_or(i64::MAX);
         let context = |what: &str| format!("{what} the foreign shares of `{label}`");
-        match seen(&doc.source) {
+        let version = Some(doc.version);
+        match foreign_seen(&doc.source) {
             Some((count, since)) if count == foreign && now.saturating_sub(since) < stale_ms => {
                 Ok(ForeignShares::Watching { count, since })
             }
             Some((count, since)) if count == foreign => {
                 tracing::warn!(lock = %label, foreign, since, "clearing foreign shares unchanged for the foreign lease (a book client's retried increment counted twice, or a client that died holding its share)");
-                let version = Some(doc.version);
-                let written = match shared_with_foreign_cleared(&doc.source) {
-                    Some(source) => {
-                        inner
-                            .store
-                            .index(&inner.lock_index, id, source, version)
-                            .await
-                    }
-                    None => inner.store.delete(&inner.lock_index, id, version).await,
-                };
-                written.map_err(LockError::store(context("clearing")))?;
+                let source = shared_with_foreign_cleared(&doc.source);
+                calls
+                    .index_or_delete(id, source, version, context("clearing"))
+                    .await?;
                 Ok(ForeignShares::Cleared(count))
             }
             // Not noted yet, or a book client came or went since: (re)start the watch.
             _ => {
-                let mut source = doc.source.clone();
-                if let Value::Object(fields) = &mut source {
-                    fields.insert(
-                        FOREIGN_SEEN.to_owned(),
-                        json!({ "count": foreign, "since": now }),
-                    );
-                }
-                inner
-                    .store
-                    .index(&inner.lock_index, id, source, Some(doc.version))
-                    .await
-                    .map_err(LockError::store(context("noting")))?;
+                let source = with_foreign_seen(&doc.source, foreign, now);
+                calls.index(id, source, version, context("noting")).await?;
                 Ok(ForeignShares::Watching {
                     count: foreign,
                     since: now,

@@ -1,56 +1,8 @@
 //! [`LockGuard`]: proof that a set of locks is held, and the way to give them back.
 
-use std::time::Duration;
-
-use fs_store::{BulkOp, StoreError};
-
 use crate::client::LockClient;
 use crate::error::Result;
-
-/// What an acquisition cost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Grant {
-    /// Store round trips, over all attempts (including undoing refused ones).
-    pub round_trips: u32,
-    /// Scripted updates sent again because they lost a race with another update of the same
-    /// lock document (Elasticsearch's 409 between two scripted updates); 0 with
-    /// compare-and-set, whose conflicts are rounds of their own.
-    pub races: u32,
-    /// Attempts made; 1 when nothing was in the way.
-    pub attempts: u32,
-    /// Time from the first attempt to the grant.
-    pub waited: Duration,
-}
-
-/// What a release cost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ReleaseReport {
-    /// Store round trips.
-    pub round_trips: u32,
-    /// Release items sent again because they lost a race (see [`Grant::races`]).
-    pub races: u32,
-}
-
-/// A write that a release depends on, made just before it: a job's journal entry closed
-/// (see [`LockGuard::release_after`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct FirstWrite {
-    /// The index written (not the lock index).
-    pub index: String,
-    /// The write: conditional, so that it fails rather than overwrite a change it did not see.
-    pub op: BulkOp,
-}
-
-/// How [`LockGuard::release_after`] ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ReleasedAfter {
-    /// The write landed; then the locks were released, or the release failed (as
-    /// [`LockGuard::release`] fails).
-    Released(Result<ReleaseReport>),
-    /// The write did not land (why): nothing was released, and the locks are no longer
-    /// renewed, so they stay until their leases expire (as after [`LockGuard::abandon`]).
-    FirstFailed(StoreError),
-}
+use crate::outcome::{FirstWrite, Grant, ReleaseReport, ReleasedAfter};
 
 /// A set of held locks. Release it with [`LockGuard::release`]; a guard dropped without that
 /// still releases its locks, in a background task, and logs a warning: code paths should

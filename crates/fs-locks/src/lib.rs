@@ -25,6 +25,28 @@
 //! takes no shared lock); scripted, one `bulk`. A release costs one `bulk` either way.
 //! `docs/locking.md` describes the protocol.
 //!
+//! ## Layers
+//!
+//! The modules stand in five floors; each imports only from the floors below it.
+//!
+//! 1. **Values, no I/O.** `mode` ([`LockMode`] and Gray's compatibility table), `lock_doc`
+//!    (the lock documents: [`Observed`], the entries, the shapes fsrename writes,
+//!    [`FOREIGN_SEEN`]), `plan` ([`TreeLockRequest`], [`LockItem`]), `outcome` ([`Grant`],
+//!    [`FirstWrite`], [`ReleaseReport`], and the protocols' results), `error`, `events`,
+//!    `clock`, `backoff`, `script_params` (the stored scripts, their params, their Rust
+//!    twins run locally).
+//! 2. **Store calls.** `calls`: the only way the protocols and the operations reach the lock
+//!    index (round trips counted, failures in context).
+//! 3. **Protocols.** `protocol`: compare-and-set (`protocol/cas`) and scripted
+//!    (`protocol/scripted.rs`) behind one trait (attempt, waiter registration, release,
+//!    renewal), picked in one place from [`LockProtocol`]. Adoption's store side is
+//!    compare-and-set whatever the protocol.
+//! 4. **The client.** `client`: [`LockClient`] with its configuration and the locks it holds
+//!    (private; the floors above use its methods), lease renewal in the background; `builder`.
+//! 5. **Operations.** `acquire` (the `lock_*` entry points), `release`, `guard`
+//!    ([`LockGuard`]), `lease` (expired locks: reap, take over), `adopt`, `foreign`
+//!    ([`ForeignShares`]), `listing`.
+//!
 //! ```no_run
 //! use std::sync::Arc;
 //! use fs_locks::LockClient;
@@ -43,24 +65,31 @@
 //! ```
 #![deny(missing_docs)]
 
-mod acquire;
-mod adopt;
+// Floor 1: values.
 mod backoff;
-mod builder;
-mod client;
 mod clock;
-mod engine;
 mod error;
 mod events;
+mod lock_doc;
+mod mode;
+mod outcome;
+mod plan;
+mod script_params;
+// Floor 2: store calls.
+mod calls;
+// Floor 3: protocols.
+mod protocol;
+// Floor 4: the client.
+mod builder;
+mod client;
+// Floor 5: operations.
+mod acquire;
+mod adopt;
 mod foreign;
 mod guard;
 mod lease;
 mod listing;
-mod lock_doc;
-mod plan;
-mod protocol;
-mod script_params;
-mod scripted;
+mod release;
 
 pub use backoff::Backoff;
 pub use builder::LockClientBuilder;
@@ -68,10 +97,12 @@ pub use client::LockClient;
 pub use clock::{AnchoredThread, LeaseClock};
 pub use error::{Blocker, LockError, Result};
 pub use events::{EventSink, LockEvent};
-pub use foreign::{ForeignShares, FOREIGN_SEEN};
-pub use guard::{FirstWrite, Grant, LockGuard, ReleaseReport, ReleasedAfter};
+pub use foreign::ForeignShares;
+pub use guard::LockGuard;
 pub use lease::{ExpiredHolder, ExpiredLock, Reaped};
 pub use listing::LockInfo;
-pub use lock_doc::{Conflict, HolderEntry, LockMode, Observed, Owner, WaiterEntry};
+pub use lock_doc::{Conflict, HolderEntry, Observed, Owner, WaiterEntry, FOREIGN_SEEN};
+pub use mode::LockMode;
+pub use outcome::{FirstWrite, Grant, ReleaseReport, ReleasedAfter};
 pub use plan::{LockItem, TreeLockRequest};
 pub use protocol::{LockProtocol, ProtocolMemo};

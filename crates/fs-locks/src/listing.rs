@@ -6,7 +6,8 @@ use fs_store::{BulkOp, Scan, Scope};
 
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
-use crate::lock_doc::{LockMode, Observed};
+use crate::lock_doc::Observed;
+use crate::mode::LockMode;
 
 /// One lock document as found in the lock index.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,7 +120,7 @@ impl LockClient {
             .refresh(index)
             .await
             .map_err(LockError::store(context.clone()))?;
-        let docs = Scan::new(Arc::clone(&self.inner.store), index, Scope::All, PAGE)
+        let docs = Scan::new(Arc::clone(self.shared_store()), index, Scope::All, PAGE)
             .read_all()
             .await
             .map_err(LockError::store(context))?;
@@ -158,7 +159,7 @@ impl LockClient {
             .refresh(&index)
             .await
             .map_err(LockError::store(context.clone()))?;
-        let mut scan = Scan::new(Arc::clone(&self.inner.store), &index, Scope::All, PAGE);
+        let mut scan = Scan::new(Arc::clone(self.shared_store()), &index, Scope::All, PAGE);
         let scanned = async {
             while let Some(docs) = scan.next_page().await? {
                 for doc in docs {

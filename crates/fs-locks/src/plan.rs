@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use fs_model::{tree_lock_id, FsPath};
 
 use crate::error::{LockError, Result};
-use crate::lock_doc::LockMode;
+use crate::mode::LockMode;
 
 /// One lock document an acquisition takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,12 +70,7 @@ impl TreeLockRequest {
     /// # Errors
     /// [`LockError::MoveIntoItself`] if `to` is `from` or lies inside it.
     pub fn rename(from: &FsPath, to: &FsPath) -> Result<TreeLockRequest> {
-        if to.is_inside(from) {
-            return Err(LockError::MoveIntoItself {
-                from: from.clone(),
-                to: to.clone(),
-            });
-        }
+        not_into_itself(from, to)?;
         Ok(TreeLockRequest::new()
             .exclusive(from.clone())
             .exclusive(to.clone()))
@@ -87,12 +82,7 @@ impl TreeLockRequest {
     /// # Errors
     /// [`LockError::MoveIntoItself`] if `to` is `from` or lies inside it.
     pub fn copy(from: &FsPath, to: &FsPath) -> Result<TreeLockRequest> {
-        if to.is_inside(from) {
-            return Err(LockError::MoveIntoItself {
-                from: from.clone(),
-                to: to.clone(),
-            });
-        }
+        not_into_itself(from, to)?;
         Ok(TreeLockRequest::new()
             .shared(from.clone())
             .exclusive(to.clone()))
@@ -155,6 +145,17 @@ impl TreeLockRequest {
         let targets = self.targets.iter().map(|(p, m)| item(p.clone(), *m));
         Ok(ancestors.chain(targets).collect())
     }
+}
+
+/// Refuses a destination `to` that is `from` or lies inside it.
+fn not_into_itself(from: &FsPath, to: &FsPath) -> Result<()> {
+    if to.is_inside(from) {
+        return Err(LockError::MoveIntoItself {
+            from: from.clone(),
+            to: to.clone(),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

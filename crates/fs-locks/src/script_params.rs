@@ -1,12 +1,26 @@
-//! What both protocols send to the lock logic: the request's context, the params of each
-//! stored script, and the script's Rust twin run locally (the compare-and-set protocol runs it
-//! on the document it read, then writes the result conditionally).
+//! What both protocols send to the lock logic: the request's context, the stored scripts and
+//! the params of each, and the script's Rust twin run locally (the compare-and-set protocol
+//! runs it on the document it read, then writes the result conditionally).
 
-use fs_model::lock_scripts::{LockScript, ScriptError, ScriptOp};
+use fs_model::lock_scripts::{self, LockScript, ScriptError, ScriptOp};
 use serde_json::{json, Value};
 
-use crate::lock_doc::{exclusive_source, shared_with, HolderEntry, LockMode, Owner, WaiterEntry};
+use crate::error::Blocker;
+use crate::lock_doc::{exclusive_source, shared_with, HolderEntry, Observed, Owner, WaiterEntry};
+use crate::mode::LockMode;
 use crate::plan::LockItem;
+
+/// The stored scripts. Their painless sources sit in [`fs_model::lock_scripts`], each beside
+/// the same logic in Rust (which stores and test servers without painless run instead).
+/// `Debug.explain` is how painless says the book's `assert false` (the update fails with
+/// `painless_explain_error`, which the caller reads as a refusal, never as a race).
+pub(crate) const SCRIPTS: [LockScript; 5] = lock_scripts::LOCK_SCRIPTS;
+
+pub(crate) const ACQUIRE: &str = lock_scripts::ACQUIRE.id;
+pub(crate) const RELEASE: &str = lock_scripts::RELEASE.id;
+pub(crate) const RENEW: &str = lock_scripts::RENEW.id;
+pub(crate) const WAIT: &str = lock_scripts::WAIT.id;
+pub(crate) const UNWAIT: &str = lock_scripts::UNWAIT.id;
 
 /// One acquisition's context: who asks, when, and its place in the queue.
 #[derive(Debug, Clone, Copy)]
@@ -23,6 +37,28 @@ pub(crate) struct Request<'a> {
     /// Whether older waiters count: false for a client that already holds locks (it may hold
     /// what they wait for, so queueing it behind them could deadlock).
     pub(crate) queue: bool,
+}
+
+impl Request<'_> {
+    /// Returns the blocker that refused `item` for this request, as the document says.
+    pub(crate) fn blocker(&self, item: &LockItem, observed: &Observed) -> Blocker {
+        match observed.conflict(
+            &self.owner.process_id,
+            item.mode,
+            self.since,
+            self.now,
+            self.queue,
+        ) {
+            Some(conflict) => Blocker::from_conflict(item.label(), &conflict, self.now),
+            None => Blocker {
+                path: item.label(),
+                lock_type: observed.mode().to_string(),
+                holders: observed.describe_holders(),
+                waiter: false,
+                expired_ms_ago: None,
+            },
+        }
+    }
 }
 
 /// Returns the document that creates `item` for the request where none exists (the upsert).

@@ -9,20 +9,90 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use fs_model::lock_scripts::UPGRADE_REFUSAL;
-use fs_model::FsPath;
-use fs_store::{Chained, ScriptedUpdate, StoreError, UpdateResult, Version};
-
-use crate::backoff::Backoff;
-use crate::engine::{Attempt, Calls, Released, Taken};
-use crate::error::{Blocker, LockError, Result};
-use crate::guard::FirstWrite;
-use crate::lock_doc::{Observed, Owner};
-use crate::plan::LockItem;
-use crate::protocol::{ACQUIRE, RELEASE, RENEW, UNWAIT, WAIT};
-use crate::script_params::{
-    acquire_params, fresh_source, release_params, renew_params, wait_params, Request,
+use fs_store::{
+    Chained, DocStore, ScriptedUpdate, StoreError, UpdateItemResult, UpdateResult, Version,
 };
+
+use super::{write_first, Protocol, Renewal};
+use crate::backoff::Backoff;
+use crate::calls::{self, Calls};
+use crate::error::{Blocker, LockError, Result};
+use crate::lock_doc::{Observed, Owner};
+use crate::outcome::{Attempt, FirstWrite, Released, Taken};
+use crate::plan::LockItem;
+use crate::script_params::{
+    acquire_params, fresh_source, release_params, renew_params, wait_params, Request, ACQUIRE,
+    RELEASE, RENEW, UNWAIT, WAIT,
+};
+
+/// The scripted protocol.
+pub(crate) struct Scripted;
+
+#[async_trait]
+impl Protocol for Scripted {
+    async fn attempt(
+        &self,
+        calls: &mut Calls<'_>,
+        items: &[LockItem],
+        req: &Request<'_>,
+        lease: Duration,
+    ) -> Result<Attempt> {
+        attempt(calls, items, req, lease).await
+    }
+
+    async fn register_waiter(
+        &self,
+        calls: &mut Calls<'_>,
+        items: &[LockItem],
+        req: &Request<'_>,
+        _waiter_lease: Duration,
+    ) -> Result<Vec<String>> {
+        register_waiter(calls, items, req).await
+    }
+
+    async fn unregister_waiter(
+        &self,
+        calls: &mut Calls<'_>,
+        ids: &[String],
+        owner: &Owner,
+    ) -> Result<()> {
+        unregister_waiter(calls, ids, owner).await
+    }
+
+    async fn release(
+        &self,
+        calls: &mut Calls<'_>,
+        taken: Vec<Taken>,
+        owner: &Owner,
+        patience: Duration,
+        first: Option<FirstWrite>,
+    ) -> Result<Released> {
+        // Where the store chains them, `first` and the release go in one transaction.
+        if first.is_some() && !taken.is_empty() && calls.chains() {
+            return release(calls, taken, owner, patience, first).await;
+        }
+        if let Some(why) = write_first(calls, first).await? {
+            return Ok(Released::first_failed(why));
+        }
+        release(calls, taken, owner, patience, None).await
+    }
+
+    async fn renew(
+        &self,
+        calls: &mut Calls<'_>,
+        ids: &[String],
+        owner: &Owner,
+        expires_at: i64,
+    ) -> Result<Vec<Renewal>> {
+        renew(calls, ids, owner, expires_at).await
+    }
+
+    fn chains_release(&self, store: &dyn DocStore) -> bool {
+        calls::chains(store)
+    }
+}
 
 /// Versions are not needed to release or renew by script; this stands in for them.
 const UNKNOWN: Version = Version {
@@ -31,7 +101,7 @@ const UNKNOWN: Version = Version {
 };
 
 /// Returns the update items that acquire `items`, in order.
-pub(crate) fn acquire_items(items: &[LockItem], req: &Request<'_>) -> Vec<ScriptedUpdate> {
+fn acquire_items(items: &[LockItem], req: &Request<'_>) -> Vec<ScriptedUpdate> {
     items
         .iter()
         .map(|item| ScriptedUpdate {
@@ -44,16 +114,9 @@ pub(crate) fn acquire_items(items: &[LockItem], req: &Request<'_>) -> Vec<Script
 }
 
 /// Returns the update items that release `taken`: the targets first, then deepest first.
-pub(crate) fn release_items(taken: &[Taken], owner: &Owner, now: i64) -> Vec<ScriptedUpdate> {
+fn release_items(taken: &[Taken], owner: &Owner, now: i64) -> Vec<ScriptedUpdate> {
     let mut ordered: Vec<&Taken> = taken.iter().collect();
-    ordered.sort_by_key(|t| {
-        let depth = t.item.path.as_ref().map_or(0, FsPath::depth);
-        (
-            t.item.mode.is_intention(),
-            std::cmp::Reverse(depth),
-            t.item.id.clone(),
-        )
-    });
+    ordered.sort_by_key(|t| t.release_key());
     ordered
         .into_iter()
         .map(|t| ScriptedUpdate {
@@ -66,7 +129,7 @@ pub(crate) fn release_items(taken: &[Taken], owner: &Owner, now: i64) -> Vec<Scr
 }
 
 /// Returns the update items that renew `ids`.
-pub(crate) fn renew_items(ids: &[String], owner: &Owner, expires_at: i64) -> Vec<ScriptedUpdate> {
+fn renew_items(ids: &[String], owner: &Owner, expires_at: i64) -> Vec<ScriptedUpdate> {
     ids.iter()
         .map(|id| ScriptedUpdate {
             id: id.clone(),
@@ -79,7 +142,7 @@ pub(crate) fn renew_items(ids: &[String], owner: &Owner, expires_at: i64) -> Vec
 
 /// Registers the request as a waiter on `items` (no upsert: a document gone meanwhile has
 /// nothing to wait for). Returns the ids where it is registered.
-pub(crate) async fn register_waiter(
+async fn register_waiter(
     calls: &mut Calls<'_>,
     items: &[LockItem],
     req: &Request<'_>,
@@ -104,11 +167,10 @@ pub(crate) async fn register_waiter(
 
 /// Item `i` of an attempt whose fate is unknown, to give back.
 fn maybe_taken(items: &[LockItem], updates: &[ScriptedUpdate], i: usize) -> Taken {
-    Taken {
-        item: items[i].clone(),
-        version: UNKNOWN,
-        source: updates[i].upsert.clone().unwrap_or_default(),
-    }
+    Taken::unknown(
+        items[i].clone(),
+        updates[i].upsert.clone().unwrap_or_default(),
+    )
 }
 
 /// Gives back what a failed or refused attempt took (or may have taken). A failure is logged:
@@ -123,12 +185,8 @@ async fn undo(calls: &mut Calls<'_>, taken: Vec<Taken>, owner: &Owner, lease: Du
 }
 
 /// Removes the request's waiter entries from `ids`.
-pub(crate) async fn unregister_waiter(
-    calls: &mut Calls<'_>,
-    ids: &[String],
-    owner: &Owner,
-    now: i64,
-) -> Result<()> {
+async fn unregister_waiter(calls: &mut Calls<'_>, ids: &[String], owner: &Owner) -> Result<()> {
+    let now = calls.now;
     let updates = ids
         .iter()
         .map(|id| ScriptedUpdate {
@@ -146,9 +204,64 @@ pub(crate) async fn unregister_waiter(
 /// an attempt counts as refused. A race is not a refusal: the document's state did not say no.
 const RACE_ROUNDS: usize = 8;
 
+/// The answers to an attempt's updates so far.
+#[derive(Default)]
+struct Answers {
+    /// What the attempt holds, or may hold (fate unknown).
+    taken: Vec<Taken>,
+    /// The items refused.
+    refused: Vec<LockItem>,
+    /// The first item that failed, and why.
+    failure: Option<LockError>,
+}
+
+impl Answers {
+    /// Sorts the `results` of sending the updates `sent` (indices into `items` and
+    /// `updates`); returns the indices that lost a race, to send again unless this was the
+    /// `last` round.
+    fn sort(
+        &mut self,
+        (items, updates): (&[LockItem], &[ScriptedUpdate]),
+        sent: &[usize],
+        results: Vec<UpdateItemResult>,
+        last: bool,
+    ) -> Vec<usize> {
+        let mut raced = Vec::new();
+        for (i, result) in sent.iter().copied().zip(results) {
+            match result {
+                Ok(outcome) => self.taken.push(Taken {
+                    item: items[i].clone(),
+                    version: outcome.version.unwrap_or(UNKNOWN),
+                    source: updates[i].upsert.clone().unwrap_or_default(),
+                }),
+                Err(StoreError::Refused { reason, .. }) if reason.contains(UPGRADE_REFUSAL) => {
+                    self.failure.get_or_insert(LockError::Upgrade {
+                        path: items[i].label(),
+                    });
+                }
+                Err(e) if e.is_refusal() => self.refused.push(items[i].clone()),
+                // Our scripts are safe to send again: a lock already ours in a covering mode
+                // is left as it is.
+                Err(e) if e.is_conflict() && !last => raced.push(i),
+                // Still racing after every round: as busy as a refusal, and as harmless.
+                Err(e) if e.is_conflict() => self.refused.push(items[i].clone()),
+                Err(e) => {
+                    if e.is_retryable() {
+                        // Its fate is unknown: given back with the rest.
+                        self.taken.push(maybe_taken(items, updates, i));
+                    }
+                    let context = format!("taking the lock on `{}`", items[i].label());
+                    self.failure.get_or_insert(LockError::store(context)(e));
+                }
+            }
+        }
+        raced
+    }
+}
+
 /// Makes one scripted attempt at `items`. Never waits for a holder; resends items that lost a
 /// race with another update of the same document.
-pub(crate) async fn attempt(
+async fn attempt(
     calls: &mut Calls<'_>,
     items: &[LockItem],
     req: &Request<'_>,
@@ -156,9 +269,7 @@ pub(crate) async fn attempt(
 ) -> Result<Attempt> {
     let owner = req.owner;
     let updates = acquire_items(items, req);
-    let mut taken = Vec::with_capacity(items.len());
-    let mut refused: Vec<LockItem> = Vec::new();
-    let mut failure = None;
+    let mut answers = Answers::default();
     let mut pending: Vec<usize> = (0..items.len()).collect();
     let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(50));
     for round in 0..RACE_ROUNDS {
@@ -170,45 +281,16 @@ pub(crate) async fn attempt(
                 // what it may have taken is given back with the rest, or it would stay held
                 // until its lease ran out while this request waits, fails or tries again. A
                 // release of a lock we do not hold changes nothing.
+                let mut taken = answers.taken;
                 taken.extend(pending.iter().map(|&i| maybe_taken(items, &updates, i)));
                 undo(calls, taken, owner, lease).await;
                 return Err(e);
             }
         };
-        let mut raced = Vec::new();
-        for (i, result) in pending.iter().copied().zip(results) {
-            match result {
-                Ok(outcome) => taken.push(Taken {
-                    item: items[i].clone(),
-                    version: outcome.version.unwrap_or(UNKNOWN),
-                    source: updates[i].upsert.clone().unwrap_or_default(),
-                }),
-                Err(StoreError::Refused { reason, .. }) if reason.contains(UPGRADE_REFUSAL) => {
-                    failure.get_or_insert((
-                        items[i].clone(),
-                        LockError::Upgrade {
-                            path: items[i].label(),
-                        },
-                    ));
-                }
-                Err(e) if e.is_refusal() => refused.push(items[i].clone()),
-                // Our scripts are safe to send again: a lock already ours in a covering mode
-                // is left as it is.
-                Err(e) if e.is_conflict() && round + 1 < RACE_ROUNDS => raced.push(i),
-                // Still racing after every round: as busy as a refusal, and as harmless.
-                Err(e) if e.is_conflict() => refused.push(items[i].clone()),
-                Err(e) => {
-                    if e.is_retryable() {
-                        // Its fate is unknown: given back with the rest, as above.
-                        taken.push(maybe_taken(items, &updates, i));
-                    }
-                    let context = format!("taking the lock on `{}`", items[i].label());
-                    failure.get_or_insert((items[i].clone(), LockError::store(context)(e)));
-                }
-            }
-        }
+        let last = round + 1 == RACE_ROUNDS;
+        let raced = answers.sort((items, &updates), &pending, results, last);
         calls.races += u32::try_from(raced.len()).unwrap_or(u32::MAX);
-        if raced.is_empty() || !refused.is_empty() || failure.is_some() {
+        if raced.is_empty() || !answers.refused.is_empty() || answers.failure.is_some() {
             break;
         }
         tracing::debug!(
@@ -218,13 +300,18 @@ pub(crate) async fn attempt(
         tokio::time::sleep(backoff.next_pause()).await;
         pending = raced;
     }
+    let Answers {
+        mut taken,
+        refused,
+        failure,
+    } = answers;
     if refused.is_empty() && failure.is_none() {
         // Plan order, as the caller expects.
         taken.sort_by_key(|t| items.iter().position(|i| i.id == t.item.id));
         return Ok(Attempt::Granted(taken));
     }
     undo(calls, taken, owner, lease).await;
-    if let Some((_, e)) = failure {
+    if let Some(e) = failure {
         return Err(e);
     }
     let Some(item) = refused.first().cloned() else {
@@ -232,7 +319,7 @@ pub(crate) async fn attempt(
     };
     // Name the holder: one read, only when refused.
     let blocker = match calls.get(&item.id).await? {
-        Some(doc) => crate::engine::blocker(&item, &Observed::from_source(&doc.source), req),
+        Some(doc) => req.blocker(&item, &Observed::from_source(&doc.source)),
         None => Blocker::other(item.label(), "released", "a holder that has left since"),
     };
     Ok(Attempt::Refused {
@@ -254,7 +341,7 @@ fn unreachable_state() -> LockError {
 /// Releases `taken` in one scripted bulk request, sending it again on transient failures.
 /// With `first`, the first request makes that write too, before the updates and in the same
 /// transaction ([`Calls::bulk_update_after`]); if it does not land, nothing is released.
-pub(crate) async fn release(
+async fn release(
     calls: &mut Calls<'_>,
     taken: Vec<Taken>,
     owner: &Owner,
@@ -285,20 +372,10 @@ pub(crate) async fn release(
     let mut unknown = vec![false; updates.len()];
     while !pending.is_empty() {
         let batch: Vec<ScriptedUpdate> = pending.iter().map(|&i| updates[i].clone()).collect();
-        let sent = match first.clone() {
-            // A failed request changed nothing (one transaction): it is sent whole again.
-            Some(write) => match calls.bulk_update_after(write, batch).await {
-                Ok(Chained::Ran(_, results)) => {
-                    first = None;
-                    Ok(results)
-                }
-                Ok(Chained::FirstFailed(why)) => {
-                    released.first_failed = Some(why);
-                    return Ok(released);
-                }
-                Err(e) => Err(e),
-            },
-            None => calls.bulk_update(batch).await,
+        let sent = match send(calls, batch, &mut first).await {
+            Ok(Ok(results)) => Ok(results),
+            Ok(Err(why)) => return Ok(Released::first_failed(why)),
+            Err(e) => Err(e),
         };
         let results = match sent {
             Ok(results) => results,
@@ -311,42 +388,14 @@ pub(crate) async fn release(
             }
             Err(e) => return Err(e),
         };
-        let mut again = Vec::new();
-        for (i, result) in pending.into_iter().zip(results) {
-            match result {
-                // Our entry is gone: our own earlier release, or a loss.
-                Ok(o) if o.result == UpdateResult::Noop => {
-                    if !unknown[i] {
-                        released.lost.push(labels[i].clone())
-                    }
-                }
-                Ok(_) => {}
-                Err(StoreError::NotFound { .. }) => {
-                    if !unknown[i] {
-                        released.lost.push(labels[i].clone())
-                    }
-                }
-                // A race with another update of the same document (two releases of one share,
-                // say) is not a failure: our release script is safe to send again.
-                Err(e)
-                    if (e.is_retryable() || e.is_conflict())
-                        && tokio::time::Instant::now() < deadline =>
-                {
-                    if e.is_conflict() {
-                        calls.races += 1;
-                    } else {
-                        unknown[i] = true;
-                    }
-                    again.push(i)
-                }
-                Err(e) => {
-                    return Err(LockError::store(format!(
-                        "releasing the lock on `{}`",
-                        labels[i]
-                    ))(e))
-                }
-            }
+        let gone_ok = |i: usize| unknown[i];
+        let sorted = sort_answers(&pending, results, &labels, gone_ok, deadline)?;
+        released.lost.extend(sorted.lost);
+        calls.races += sorted.races;
+        for &i in &sorted.unknown {
+            unknown[i] = true;
         }
+        let again = sorted.again;
         if !again.is_empty() {
             tokio::time::sleep(backoff.next_pause()).await;
         }
@@ -355,11 +404,130 @@ pub(crate) async fn release(
     Ok(released)
 }
 
+/// Renews `ids` by the renew script, in one `bulk`.
+async fn renew(
+    calls: &mut Calls<'_>,
+    ids: &[String],
+    owner: &Owner,
+    expires_at: i64,
+) -> Result<Vec<Renewal>> {
+    let results = calls
+        .bulk_update(renew_items(ids, owner, expires_at))
+        .await?;
+    let mut renewals = Vec::with_capacity(ids.len());
+    for (id, result) in ids.iter().zip(results) {
+        match result {
+            Ok(_) => renewals.push(Renewal::Renewed {
+                id: id.clone(),
+                written: None,
+            }),
+            // The script said the lock is no longer ours, or the document is gone. A 409 is
+            // only a race with another holder's update: the next round renews it.
+            Err(e) if e.is_refusal() || e.is_not_found() => {
+                renewals.push(Renewal::Lost { id: id.clone() })
+            }
+            Err(e) if e.is_conflict() => {
+                tracing::debug!(lock = %id, "a renewal lost a race; the next round renews it")
+            }
+            Err(e) => tracing::warn!(lock = %id, error = %e, "renewing a lock failed"),
+        }
+    }
+    Ok(renewals)
+}
+
+/// Sends `batch`, after `first` if it is still to be made (then in one transaction: a
+/// failed request changed nothing, and is sent whole again). `first` is spent once it landed;
+/// `Ok(Err(why))` if it did not land, and nothing else ran.
+async fn send(
+    calls: &mut Calls<'_>,
+    batch: Vec<ScriptedUpdate>,
+    first: &mut Option<FirstWrite>,
+) -> Result<std::result::Result<Vec<UpdateItemResult>, StoreError>> {
+    match first.clone() {
+        Some(write) => match calls.bulk_update_after(write, batch).await? {
+            Chained::Ran(_, results) => {
+                *first = None;
+                Ok(Ok(results))
+            }
+            Chained::FirstFailed(why) => Ok(Err(why)),
+        },
+        None => Ok(Ok(calls.bulk_update(batch).await?)),
+    }
+}
+
+/// The answers to one round of a scripted release, sorted.
+struct ReleaseAnswers {
+    /// The labels of locks found no longer ours.
+    lost: Vec<String>,
+    /// Items that lost a race.
+    races: u32,
+    /// Items whose fate is unknown (a transient failure).
+    unknown: Vec<usize>,
+    /// Items to send again.
+    again: Vec<usize>,
+}
+
+/// Sorts the `results` of sending the release updates `sent` (indices into `labels`). An
+/// entry found gone is a loss unless `gone_ok` (our own earlier send, whose fate was unknown,
+/// removed it); races and transient failures are sent again until `deadline`.
+fn sort_answers(
+    sent: &[usize],
+    results: Vec<UpdateItemResult>,
+    labels: &[String],
+    gone_ok: impl Fn(usize) -> bool,
+    deadline: tokio::time::Instant,
+) -> Result<ReleaseAnswers> {
+    let mut sorted = ReleaseAnswers {
+        lost: Vec::new(),
+        races: 0,
+        unknown: Vec::new(),
+        again: Vec::new(),
+    };
+    for (&i, result) in sent.iter().zip(results) {
+        match result {
+            // Our entry is gone: our own earlier release, or a loss.
+            Ok(o) if o.result == UpdateResult::Noop => {
+                if !gone_ok(i) {
+                    sorted.lost.push(labels[i].clone())
+                }
+            }
+            Ok(_) => {}
+            Err(StoreError::NotFound { .. }) => {
+                if !gone_ok(i) {
+                    sorted.lost.push(labels[i].clone())
+                }
+            }
+            // A race with another update of the same document (two releases of one share,
+            // say) is not a failure: our release script is safe to send again.
+            Err(e)
+                if (e.is_retryable() || e.is_conflict())
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                if e.is_conflict() {
+                    sorted.races += 1;
+                } else {
+                    sorted.unknown.push(i);
+                }
+                sorted.again.push(i)
+            }
+            Err(e) => {
+                return Err(LockError::store(format!(
+                    "releasing the lock on `{}`",
+                    labels[i]
+                ))(e))
+            }
+        }
+    }
+    Ok(sorted)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock_doc::{exclusive_source, shared_with, LockMode};
+    use crate::lock_doc::{exclusive_source, shared_with};
+    use crate::mode::LockMode;
     use crate::plan::TreeLockRequest;
+    use fs_model::FsPath;
     use serde_json::json;
 
     fn owner() -> Owner {

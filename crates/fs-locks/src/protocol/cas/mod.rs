@@ -1,0 +1,109 @@
+//! The compare-and-set protocol: read, run the stored scripts' Rust twins
+//! ([`fs_model::lock_scripts`]) on what was read, write the result conditionally on the
+//! version read. Needs no server-side script and runs on every store.
+//!
+//! One attempt at a set of lock items ([`attempt`]):
+//!
+//! 1. One `mget` reads the items, skipped when every item is an exclusive lock: those are
+//!    plain creates, as in the book, and a conflict is read afterwards.
+//! 2. Each document read is put through the acquire script's Rust twin
+//!    ([`fs_model::lock_scripts::ACQUIRE`]), the same logic Elasticsearch runs in painless:
+//!    refused (an incompatible holder, or an older waiter), already ours, or a new document.
+//!    If any item is refused, nothing is written but our waiter entries on the documents that
+//!    refused (fair waiting), and the attempt is refused.
+//! 3. One `bulk` writes everything, in plan order: creates for missing documents, and for
+//!    existing ones an `index` conditional on the version read.
+//! 4. Items whose write conflicted (someone else wrote the document since we read it) are read
+//!    again and retried at once, a bounded number of rounds; the first refusal undoes what the
+//!    attempt took, so a caller never waits while holding a lock.
+//!
+//! A document that already holds our process id is adopted rather than written again: that is
+//! the book's reentrant `process_id` check, and it also makes a retry safe when an earlier
+//! write landed but its answer was lost.
+//!
+//! The adoption of a dead owner's lock set ([`adopt`]) always runs here, whatever the
+//! client's protocol: no stored script takes over someone else's lock.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fs_store::DocStore;
+
+use super::{write_first, Protocol, Renewal};
+use crate::calls::Calls;
+use crate::error::Result;
+use crate::lock_doc::Owner;
+use crate::outcome::{Attempt, FirstWrite, Released, Taken};
+use crate::plan::LockItem;
+use crate::script_params::Request;
+
+pub(crate) mod adopt;
+mod attempt;
+mod release;
+mod renew;
+mod wait;
+mod written;
+
+/// The compare-and-set protocol.
+pub(crate) struct Cas;
+
+#[async_trait]
+impl Protocol for Cas {
+    async fn attempt(
+        &self,
+        calls: &mut Calls<'_>,
+        items: &[LockItem],
+        req: &Request<'_>,
+        _lease: Duration,
+    ) -> Result<Attempt> {
+        attempt::attempt(calls, items, req).await
+    }
+
+    async fn register_waiter(
+        &self,
+        calls: &mut Calls<'_>,
+        items: &[LockItem],
+        req: &Request<'_>,
+        waiter_lease: Duration,
+    ) -> Result<Vec<String>> {
+        let lease_ms = i64::try_from(waiter_lease.as_millis()).unwrap_or(i64::MAX);
+        wait::register_waiter(calls, items, req, lease_ms).await
+    }
+
+    async fn unregister_waiter(
+        &self,
+        calls: &mut Calls<'_>,
+        ids: &[String],
+        owner: &Owner,
+    ) -> Result<()> {
+        wait::unregister_waiter(calls, ids, owner).await
+    }
+
+    async fn release(
+        &self,
+        calls: &mut Calls<'_>,
+        taken: Vec<Taken>,
+        owner: &Owner,
+        patience: Duration,
+        first: Option<FirstWrite>,
+    ) -> Result<Released> {
+        if let Some(why) = write_first(calls, first).await? {
+            return Ok(Released::first_failed(why));
+        }
+        release::release(calls, taken, owner, patience).await
+    }
+
+    async fn renew(
+        &self,
+        calls: &mut Calls<'_>,
+        ids: &[String],
+        owner: &Owner,
+        expires_at: i64,
+    ) -> Result<Vec<Renewal>> {
+        renew::renew(calls, ids, owner, expires_at).await
+    }
+
+    fn chains_release(&self, _store: &dyn DocStore) -> bool {
+        false
+    }
+}

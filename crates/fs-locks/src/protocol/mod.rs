@@ -1,0 +1,263 @@
+//! The two protocols that write the lock documents, behind one trait: compare-and-set
+//! ([`cas`]) and the book's stored scripts ([`scripted`]). [`LockProtocol`] names them;
+//! [`LockProtocol::steps`] is the one place that picks the [`Protocol`] a client runs;
+//! [`resolve`] decides `Auto` once per client (or per [`ProtocolMemo`]).
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fs_model::lock_scripts::LockScript;
+use fs_store::{DocStore, StoreError, Version};
+use serde_json::Value;
+
+use crate::calls::Calls;
+use crate::error::{LockError, Result};
+use crate::lock_doc::Owner;
+use crate::outcome::{Attempt, FirstWrite, Released, Taken};
+use crate::plan::LockItem;
+use crate::script_params::{Request, SCRIPTS};
+
+mod cas;
+mod scripted;
+
+pub(crate) use cas::adopt::{adopt_round, AdoptRound};
+
+/// How lock documents are written. Both produce the same documents, so clients using either
+/// exclude each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LockProtocol {
+    /// Scripted where the store runs scripts (storing them succeeds), compare-and-set
+    /// otherwise; decided once per client.
+    #[default]
+    Auto,
+    /// Read, then write conditionally on the version read: works on every store.
+    Cas,
+    /// The book's painless scripts, stored on the server: one round trip per acquisition,
+    /// with no read first. Needs a server that runs scripts.
+    Scripted,
+}
+
+impl fmt::Display for LockProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LockProtocol::Auto => "auto",
+            LockProtocol::Cas => "cas",
+            LockProtocol::Scripted => "scripted",
+        })
+    }
+}
+
+impl std::str::FromStr for LockProtocol {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<LockProtocol, String> {
+        match s {
+            "auto" => Ok(LockProtocol::Auto),
+            "cas" => Ok(LockProtocol::Cas),
+            "scripted" => Ok(LockProtocol::Scripted),
+            other => Err(format!(
+                "unknown lock protocol `{other}`: expected auto, cas or scripted"
+            )),
+        }
+    }
+}
+
+/// The protocol as decided by the first client that needs it, shared by every client built
+/// with it ([`LockClientBuilder::protocol_memo`](crate::LockClientBuilder::protocol_memo)):
+/// deciding reads a stored script (and, the first time on a server, stores all five), and a
+/// service or a benchmark that builds a client per job would otherwise do it for every job. Share one only between clients
+/// of the same store that want the same protocol.
+#[derive(Debug, Clone, Default)]
+pub struct ProtocolMemo(std::sync::Arc<tokio::sync::OnceCell<LockProtocol>>);
+
+impl ProtocolMemo {
+    /// A memo that nothing has decided yet.
+    pub fn new() -> ProtocolMemo {
+        ProtocolMemo::default()
+    }
+
+    /// The protocol decided, if any client has decided it yet.
+    pub fn decided(&self) -> Option<LockProtocol> {
+        self.0.get().copied()
+    }
+
+    /// Returns the protocol decided, deciding it (see [`resolve`]) if nobody has yet.
+    pub(crate) async fn decide(
+        &self,
+        wanted: LockProtocol,
+        store: &dyn DocStore,
+    ) -> Result<LockProtocol> {
+        self.0
+            .get_or_try_init(|| resolve(wanted, store))
+            .await
+            .copied()
+    }
+}
+
+/// Decides the protocol: `Auto` stores the scripts (unless the store has them already) and
+/// picks scripted if the store took them.
+async fn resolve(wanted: LockProtocol, store: &dyn DocStore) -> Result<LockProtocol> {
+    let chosen = match wanted {
+        LockProtocol::Cas => LockProtocol::Cas,
+        LockProtocol::Scripted => {
+            if !store_scripts(store).await? {
+                return Err(LockError::Store {
+                    context: "choosing the scripted lock protocol".to_owned(),
+                    cause: fs_store::StoreError::Rejected {
+                        context: store.describe(),
+                        status: None,
+                        message: "the store does not run stored scripts; use the cas protocol"
+                            .to_owned(),
+                    },
+                });
+            }
+            LockProtocol::Scripted
+        }
+        LockProtocol::Auto => {
+            if store_scripts(store).await? {
+                LockProtocol::Scripted
+            } else {
+                LockProtocol::Cas
+            }
+        }
+    };
+    // Every job has a client of its own: say it once per process, then only when debugging.
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::debug!(protocol = %chosen, store = %store.describe(), "lock protocol chosen");
+    } else {
+        tracing::info!(protocol = %chosen, store = %store.describe(), "lock protocol chosen");
+    }
+    Ok(chosen)
+}
+
+/// Stores the lock scripts unless the store has them already; false if it runs no scripts.
+async fn store_scripts(store: &dyn DocStore) -> Result<bool> {
+    let Some(scripted) = store.scripted() else {
+        return Ok(false);
+    };
+    // The scripts are stored in order, and their ids change with their sources: finding
+    // the last one as this process would store it means an earlier process stored them
+    // all, and saves a request per script.
+    if let Some(last) = SCRIPTS.last() {
+        let found = scripted
+            .stored_script(last.id)
+            .await
+            .map_err(LockError::store(format!(
+                "reading lock script `{}`",
+                last.id
+            )))?;
+        if found.as_deref() == Some(last.painless) {
+            return Ok(true);
+        }
+    }
+    for LockScript { id, painless, .. } in SCRIPTS {
+        let stored = scripted
+            .put_script(id, painless)
+            .await
+            .map_err(LockError::store(format!("storing lock script `{id}`")))?;
+        if !stored {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+impl LockProtocol {
+    /// Returns the protocol that runs this choice: the one place where compare-and-set and
+    /// scripts are told apart. `Auto` (not yet decided) runs compare-and-set, which works on
+    /// every store.
+    pub(crate) fn steps(self) -> &'static dyn Protocol {
+        match self {
+            LockProtocol::Scripted => &scripted::Scripted,
+            LockProtocol::Auto | LockProtocol::Cas => &cas::Cas,
+        }
+    }
+}
+
+/// What a renewal did to one held lock.
+#[derive(Debug)]
+pub(crate) enum Renewal {
+    /// Its lease now ends at the expiry asked for; with the version and source written where
+    /// the protocol knows them (compare-and-set).
+    Renewed {
+        id: String,
+        written: Option<(Version, Value)>,
+    },
+    /// It is no longer ours: gone, or taken over after its lease expired.
+    Lost { id: String },
+}
+
+/// The steps of a lock protocol. Both write the same documents, so clients using either
+/// exclude each other; they differ in how: compare-and-set reads, runs the scripts' Rust
+/// twins and writes conditionally; scripted sends the stored scripts.
+#[async_trait]
+pub(crate) trait Protocol: Send + Sync {
+    /// Makes one attempt at `items`, none of which the client holds yet. Never waits for a
+    /// holder; gives back what it took unless every item is granted (`lease` bounds how long
+    /// that undoing persists).
+    async fn attempt(
+        &self,
+        calls: &mut Calls<'_>,
+        items: &[LockItem],
+        req: &Request<'_>,
+        lease: Duration,
+    ) -> Result<Attempt>;
+
+    /// Registers the request as a waiter on the documents of `items` (fair waiting), or renews
+    /// its registration, which lasts `waiter_lease`. Returns the ids where it is registered.
+    async fn register_waiter(
+        &self,
+        calls: &mut Calls<'_>,
+        items: &[LockItem],
+        req: &Request<'_>,
+        waiter_lease: Duration,
+    ) -> Result<Vec<String>>;
+
+    /// Removes `owner`'s waiter entries from `ids` (it gave up).
+    async fn unregister_waiter(
+        &self,
+        calls: &mut Calls<'_>,
+        ids: &[String],
+        owner: &Owner,
+    ) -> Result<()>;
+
+    /// Makes `first` (if any), then releases `taken` if it landed: in one request where the
+    /// protocol and the store chain them, else one after the other. Keeps trying for about
+    /// `patience` while the documents keep changing.
+    async fn release(
+        &self,
+        calls: &mut Calls<'_>,
+        taken: Vec<Taken>,
+        owner: &Owner,
+        patience: Duration,
+        first: Option<FirstWrite>,
+    ) -> Result<Released>;
+
+    /// Pushes the leases of `ids` (held by `owner`) to `expires_at`; says which were renewed
+    /// and which are lost. A lock neither renewed nor lost (a race, a failed item) is renewed
+    /// by the next round.
+    async fn renew(
+        &self,
+        calls: &mut Calls<'_>,
+        ids: &[String],
+        owner: &Owner,
+        expires_at: i64,
+    ) -> Result<Vec<Renewal>>;
+
+    /// Returns true if this protocol makes a write and the release after it in one request
+    /// and one transaction on `store`.
+    fn chains_release(&self, store: &dyn DocStore) -> bool;
+}
+
+/// Makes `first` alone, if there is one: `Some(why)` if it did not land.
+async fn write_first(
+    calls: &mut Calls<'_>,
+    first: Option<FirstWrite>,
+) -> Result<Option<StoreError>> {
+    match first {
+        Some(first) => Ok(calls.write_first(first).await?.err()),
+        None => Ok(None),
+    }
+}

@@ -1,0 +1,77 @@
+//! Release: giving back what guards hold, by the protocol in use, after the write a release
+//! may depend on ([`FirstWrite`]).
+
+use crate::client::LockClient;
+use crate::error::{LockError, Result};
+use crate::outcome::{FirstWrite, ReleaseReport, ReleasedAfter};
+
+impl LockClient {
+    /// Returns true if the store makes a write and the release of this client's locks in one
+    /// request and one transaction ([`crate::LockGuard::release_after`]): the scripted
+    /// protocol on a store that [chains](fs_store::ScriptedUpdates::chains) (the embedded
+    /// store).
+    pub async fn chains_release(&self) -> bool {
+        match self.steps().await {
+            Ok(steps) => steps.chains_release(self.store()),
+            Err(_) => false,
+        }
+    }
+
+    /// Gives up one hold on each of `ids`; releases in the store those no guard holds any more.
+    pub(crate) async fn release_ids(&self, ids: &[String]) -> Result<ReleaseReport> {
+        match self.release_ids_after(ids, None).await {
+            ReleasedAfter::Released(result) => result,
+            // Nothing to write first, so nothing failed there.
+            ReleasedAfter::FirstFailed(cause) => Err(LockError::Store {
+                context: "releasing locks".into(),
+                cause,
+            }),
+        }
+    }
+
+    /// [`LockClient::release_ids`], after `first` if there is one: where the protocol and the
+    /// store chain them, in one request; else `first` alone, then the release once it landed.
+    pub(crate) async fn release_ids_after(
+        &self,
+        ids: &[String],
+        first: Option<FirstWrite>,
+    ) -> ReleasedAfter {
+        let mut held = self.held().await;
+        let given_up = held.give_up(ids, self.max_clock_skew_ms());
+        let mut calls = self.calls();
+        let released = match self.steps().await {
+            Ok(steps) => {
+                let (owner, lease) = (self.owner(), self.lease());
+                steps
+                    .release(&mut calls, given_up.last, owner, lease, first)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        drop(held);
+        let mut released = match released {
+            Ok(released) => released,
+            Err(e) => return ReleasedAfter::Released(Err(e)),
+        };
+        if let Some(why) = released.first_failed {
+            return ReleasedAfter::FirstFailed(why);
+        }
+        // A lock found gone while its lease still ran was released by our own write, whose
+        // first answer was lost: on a cluster, the coordinating node sends a dead primary's
+        // items again to the promoted replica, where our delete finds nothing (a 404, or a
+        // 409 on a conditional delete) on a connection that never broke.
+        let now = self.now_ms();
+        let leased = &given_up.leased;
+        released
+            .lost
+            .retain(|label| leased.get(label).is_none_or(|&until| until <= now));
+        self.report_lost(&released.lost);
+        if let Some(path) = given_up.lost_before.first().or(released.lost.first()) {
+            return ReleasedAfter::Released(Err(LockError::LeaseLost { path: path.clone() }));
+        }
+        ReleasedAfter::Released(Ok(ReleaseReport {
+            round_trips: calls.round_trips,
+            races: calls.races,
+        }))
+    }
+}
