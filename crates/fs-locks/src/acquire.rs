@@ -254,11 +254,7 @@ impl LockClient {
         let ids: Vec<String> = ids.iter().cloned().collect();
         let mut calls = self.calls();
         let removed = match self.steps().await {
-            Ok(steps) => {
-                steps
-                    .unregister_waiter(&mut calls, &ids, self.owner())
-                    .await
-            }
+            Ok(steps) => steps.unregister_waiter(&mut calls, &ids).await,
             Err(e) => Err(e),
         };
         if let Err(e) = removed {
@@ -303,7 +299,7 @@ impl LockClient {
                 Ok(steps) => steps,
                 Err(e) => return Tried::of(Err(e), &calls),
             };
-            match steps.attempt(&mut calls, &needed, &req, self.lease()).await {
+            match steps.attempt(&mut calls, &needed, &req).await {
                 Ok(Attempt::Granted(taken)) => {
                     for t in taken {
                         waiting_on.remove(&t.item.id);
@@ -333,10 +329,7 @@ impl LockClient {
         (steps, calls, req): (&dyn Protocol, &mut Calls<'_>, &Request<'_>),
         refusing: &[LockItem],
     ) -> Vec<String> {
-        match steps
-            .register_waiter(calls, refusing, req, self.waiter_lease())
-            .await
-        {
+        match steps.register_waiter(calls, refusing, req).await {
             Ok(ids) => ids,
             Err(e) => {
                 tracing::debug!(error = %e, "could not register as a waiter; the next attempt tries again");

@@ -1,23 +1,30 @@
-//! The store calls of the lock protocols: [`Calls`], a handle on the lock index that counts
-//! its round trips (what a [`Grant`](crate::Grant) reports) and gives every failure its
-//! context. Both protocols, the adoption and the operations on expired and foreign locks
+//! The store calls of the lock protocols: [`Calls`], one owner's handle on the lock index for
+//! one operation, that counts its round trips (what a [`Grant`](crate::Grant) reports) and
+//! gives every failure its context. Both protocols, the adoption and the operations on expired and foreign locks
 //! reach the store only through it; the listing of the whole index scans it directly.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use fs_store::{BulkItemResult, BulkOp, DocStore, StoreError, StoredDoc, Version};
 use serde_json::Value;
 
 use crate::error::{LockError, Result};
+use crate::lock_doc::Owner;
 use crate::outcome::FirstWrite;
 
 /// The largest number of items in one `mget` or `bulk` request.
 const CHUNK: usize = 5_000;
 
-/// A store handle that counts its round trips.
+/// One owner's store calls for one operation: who makes them, when, with what lease, and
+/// what they cost.
 pub(crate) struct Calls<'a> {
     store: &'a dyn DocStore,
     index: &'a str,
+    /// Who makes them.
+    pub(crate) owner: &'a Owner,
+    /// How long a lock the owner takes lives without renewal.
+    pub(crate) lease: Duration,
     pub(crate) round_trips: u32,
     /// Scripted updates sent again because they lost a race with another update.
     pub(crate) races: u32,
@@ -27,11 +34,19 @@ pub(crate) struct Calls<'a> {
 }
 
 impl<'a> Calls<'a> {
-    /// Starts counting calls to `index` of `store`, made at `now` by the lease clock.
-    pub(crate) fn new(store: &'a dyn DocStore, index: &'a str, now: i64) -> Calls<'a> {
+    /// Starts counting the calls of `owner` (whose locks live `lease`) to `index` of
+    /// `store`, made at `now` by the lease clock.
+    pub(crate) fn new(
+        (store, index): (&'a dyn DocStore, &'a str),
+        owner: &'a Owner,
+        lease: Duration,
+        now: i64,
+    ) -> Calls<'a> {
         Calls {
             store,
             index,
+            owner,
+            lease,
             round_trips: 0,
             races: 0,
             now,

@@ -40,12 +40,7 @@ impl LockClient {
         let given_up = held.give_up(ids, self.max_clock_skew_ms());
         let mut calls = self.calls();
         let released = match self.steps().await {
-            Ok(steps) => {
-                let (owner, lease) = (self.owner(), self.lease());
-                steps
-                    .release(&mut calls, given_up.last, owner, lease, first)
-                    .await
-            }
+            Ok(steps) => steps.release(&mut calls, given_up.last, first).await,
             Err(e) => Err(e),
         };
         drop(held);

@@ -232,16 +232,7 @@ async fn label(env: &Env, client: &LockClient) -> String {
 /// contention, and the entry then expires with its short lease (as in `tests/stress.rs`,
 /// where `reap_expired` plays the part of fsrename `recover`).
 async fn assert_nothing_held(env: &Env) {
-    env.store.refresh(&env.locks).await.expect("refresh");
-    let left = fs_store::Scan::new(
-        Arc::clone(&env.store),
-        &env.locks,
-        fs_store::Scope::All,
-        1_000,
-    )
-    .read_all()
-    .await
-    .expect("scan the lock index");
+    let left = lock_docs(env).await;
     for doc in &left {
         assert!(
             Observed::from_source(&doc.source).is_unheld(),

@@ -139,16 +139,7 @@ async fn tree_locks_never_overlap(env: Env) {
     // conditional removal can lose every round; the entry then expires with its short lease
     // and blocks nobody, and the sweep (here `reap_expired`, in fsrename `recover`) deletes
     // what it leaves. Nothing may be held.
-    env.store.refresh(&env.locks).await.expect("refresh");
-    let left = fs_store::Scan::new(
-        std::sync::Arc::clone(&env.store),
-        &env.locks,
-        fs_store::Scope::All,
-        1_000,
-    )
-    .read_all()
-    .await
-    .expect("scan the lock index");
+    let left = lock_docs(&env).await;
     let sweeper = client_builder(&env, "sweeper").build();
     if !left.is_empty() {
         tokio::time::sleep(Duration::from_millis(2_100)).await;

@@ -148,7 +148,8 @@ impl LockClient {
 
     /// Returns a handle for the store calls of one operation, starting now.
     pub(crate) fn calls(&self) -> Calls<'_> {
-        Calls::new(self.store(), self.lock_index(), self.now_ms())
+        let at = (self.store(), self.lock_index());
+        Calls::new(at, self.owner(), self.lease(), self.now_ms())
     }
 
     /// Returns the time by the lease clock, epoch milliseconds.

@@ -46,9 +46,7 @@ pub(super) async fn renew(client: &LockClient) -> Result<u32> {
     let mut calls = client.calls();
     let steps = client.steps().await?;
     let ids = held.renewable();
-    let renewals = steps
-        .renew(&mut calls, &ids, client.owner(), expires_at)
-        .await?;
+    let renewals = steps.renew(&mut calls, &ids, expires_at).await?;
     let labels: Vec<String> = renewals
         .into_iter()
         .filter_map(|renewal| held.renewed(renewal, expires_at))

@@ -4,7 +4,6 @@
 //! [`resolve`] decides `Auto` once per client (or per [`ProtocolMemo`]).
 
 use std::fmt;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use fs_model::lock_scripts::LockScript;
@@ -13,7 +12,6 @@ use serde_json::Value;
 
 use crate::calls::Calls;
 use crate::error::{LockError, Result};
-use crate::lock_doc::Owner;
 use crate::outcome::{Attempt, FirstWrite, Released, Taken};
 use crate::plan::LockItem;
 use crate::script_params::{Request, SCRIPTS};
@@ -195,54 +193,44 @@ pub(crate) enum Renewal {
 #[async_trait]
 pub(crate) trait Protocol: Send + Sync {
     /// Makes one attempt at `items`, none of which the client holds yet. Never waits for a
-    /// holder; gives back what it took unless every item is granted (`lease` bounds how long
-    /// that undoing persists).
+    /// holder; gives back what it took unless every item is granted.
     async fn attempt(
         &self,
         calls: &mut Calls<'_>,
         items: &[LockItem],
         req: &Request<'_>,
-        lease: Duration,
     ) -> Result<Attempt>;
 
     /// Registers the request as a waiter on the documents of `items` (fair waiting), or renews
-    /// its registration, which lasts `waiter_lease`. Returns the ids where it is registered.
+    /// its registration (until `req.waiter_expires_at`). Returns the ids where it is
+    /// registered.
     async fn register_waiter(
         &self,
         calls: &mut Calls<'_>,
         items: &[LockItem],
         req: &Request<'_>,
-        waiter_lease: Duration,
     ) -> Result<Vec<String>>;
 
-    /// Removes `owner`'s waiter entries from `ids` (it gave up).
-    async fn unregister_waiter(
-        &self,
-        calls: &mut Calls<'_>,
-        ids: &[String],
-        owner: &Owner,
-    ) -> Result<()>;
+    /// Removes the owner's waiter entries from `ids` (it gave up).
+    async fn unregister_waiter(&self, calls: &mut Calls<'_>, ids: &[String]) -> Result<()>;
 
     /// Makes `first` (if any), then releases `taken` if it landed: in one request where the
     /// protocol and the store chain them, else one after the other. Keeps trying for about
-    /// `patience` while the documents keep changing.
+    /// the owner's lease while the documents keep changing.
     async fn release(
         &self,
         calls: &mut Calls<'_>,
         taken: Vec<Taken>,
-        owner: &Owner,
-        patience: Duration,
         first: Option<FirstWrite>,
     ) -> Result<Released>;
 
-    /// Pushes the leases of `ids` (held by `owner`) to `expires_at`; says which were renewed
-    /// and which are lost. A lock neither renewed nor lost (a race, a failed item) is renewed
-    /// by the next round.
+    /// Pushes the leases of `ids` to `expires_at`; says which were renewed and which are
+    /// lost. A lock neither renewed nor lost (a race, a failed item) is renewed by the next
+    /// round.
     async fn renew(
         &self,
         calls: &mut Calls<'_>,
         ids: &[String],
-        owner: &Owner,
         expires_at: i64,
     ) -> Result<Vec<Renewal>>;
 

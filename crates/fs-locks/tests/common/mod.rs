@@ -239,6 +239,15 @@ pub async fn put_lock(env: &Env, id: &str, source: Value) {
         .expect("hand-written lock document");
 }
 
+/// Returns every lock document (refreshing first).
+pub async fn lock_docs(env: &Env) -> Vec<fs_store::StoredDoc> {
+    env.store.refresh(&env.locks).await.expect("refresh");
+    fs_store::Scan::new(Arc::clone(&env.store), &env.locks, Scope::All, 1_000)
+        .read_all()
+        .await
+        .expect("scan the lock index")
+}
+
 /// Returns how many lock documents exist (refreshing first).
 pub async fn lock_count(env: &Env) -> u64 {
     env.store.refresh(&env.locks).await.expect("refresh");

@@ -76,7 +76,7 @@ enum Round<'i> {
 }
 
 /// Makes one attempt at `items` (none of which the client holds yet). Never waits.
-pub(super) async fn attempt(
+pub(super) async fn read_decide_write(
     calls: &mut Calls<'_>,
     items: &[LockItem],
     req: &Request<'_>,

@@ -2,7 +2,7 @@
 //! ([`fs_model::lock_scripts`]) on what was read, write the result conditionally on the
 //! version read. Needs no server-side script and runs on every store.
 //!
-//! One attempt at a set of lock items ([`attempt`]):
+//! One attempt at a set of lock items (`attempt.rs`):
 //!
 //! 1. One `mget` reads the items, skipped when every item is an exclusive lock: those are
 //!    plain creates, as in the book, and a conflict is read afterwards.
@@ -24,15 +24,12 @@
 //! The adoption of a dead owner's lock set ([`adopt`]) always runs here, whatever the
 //! client's protocol: no stored script takes over someone else's lock.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use fs_store::DocStore;
 
 use super::{write_first, Protocol, Renewal};
 use crate::calls::Calls;
 use crate::error::Result;
-use crate::lock_doc::Owner;
 use crate::outcome::{Attempt, FirstWrite, Released, Taken};
 use crate::plan::LockItem;
 use crate::script_params::Request;
@@ -54,9 +51,8 @@ impl Protocol for Cas {
         calls: &mut Calls<'_>,
         items: &[LockItem],
         req: &Request<'_>,
-        _lease: Duration,
     ) -> Result<Attempt> {
-        attempt::attempt(calls, items, req).await
+        attempt::read_decide_write(calls, items, req).await
     }
 
     async fn register_waiter(
@@ -64,32 +60,24 @@ impl Protocol for Cas {
         calls: &mut Calls<'_>,
         items: &[LockItem],
         req: &Request<'_>,
-        waiter_lease: Duration,
     ) -> Result<Vec<String>> {
-        let lease_ms = i64::try_from(waiter_lease.as_millis()).unwrap_or(i64::MAX);
-        wait::register_waiter(calls, items, req, lease_ms).await
+        wait::register_waiter(calls, items, req).await
     }
 
-    async fn unregister_waiter(
-        &self,
-        calls: &mut Calls<'_>,
-        ids: &[String],
-        owner: &Owner,
-    ) -> Result<()> {
-        wait::unregister_waiter(calls, ids, owner).await
+    async fn unregister_waiter(&self, calls: &mut Calls<'_>, ids: &[String]) -> Result<()> {
+        wait::unregister_waiter(calls, ids).await
     }
 
     async fn release(
         &self,
         calls: &mut Calls<'_>,
         taken: Vec<Taken>,
-        owner: &Owner,
-        patience: Duration,
         first: Option<FirstWrite>,
     ) -> Result<Released> {
         if let Some(why) = write_first(calls, first).await? {
             return Ok(Released::first_failed(why));
         }
+        let (owner, patience) = (calls.owner, calls.lease);
         release::release(calls, taken, owner, patience).await
     }
 
@@ -97,10 +85,9 @@ impl Protocol for Cas {
         &self,
         calls: &mut Calls<'_>,
         ids: &[String],
-        owner: &Owner,
         expires_at: i64,
     ) -> Result<Vec<Renewal>> {
-        renew::renew(calls, ids, owner, expires_at).await
+        renew::renew(calls, ids, expires_at).await
     }
 
     fn chains_release(&self, _store: &dyn DocStore) -> bool {

@@ -6,7 +6,6 @@ use fs_store::BulkOp;
 
 use crate::calls::Calls;
 use crate::error::Result;
-use crate::lock_doc::Owner;
 use crate::protocol::Renewal;
 use crate::script_params::{renew_params, run_locally};
 
@@ -16,9 +15,9 @@ use crate::script_params::{renew_params, run_locally};
 pub(super) async fn renew(
     calls: &mut Calls<'_>,
     ids: &[String],
-    owner: &Owner,
     expires_at: i64,
 ) -> Result<Vec<Renewal>> {
+    let owner = calls.owner;
     let fresh = calls.mget(ids).await?;
     let params = renew_params(owner, expires_at);
     // (id, new source, version it is conditional on) for every lock still ours.

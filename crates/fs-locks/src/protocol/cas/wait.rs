@@ -10,7 +10,7 @@ use super::written::MAX_ROUNDS;
 use crate::backoff::Backoff;
 use crate::calls::Calls;
 use crate::error::Result;
-use crate::lock_doc::{Observed, Owner};
+use crate::lock_doc::Observed;
 use crate::plan::LockItem;
 use crate::script_params::{release_params, run_locally, wait_params, Request};
 
@@ -24,8 +24,8 @@ pub(super) async fn register_waiter(
     calls: &mut Calls<'_>,
     items: &[LockItem],
     req: &Request<'_>,
-    lease_ms: i64,
 ) -> Result<Vec<String>> {
+    let lease_ms = req.waiter_expires_at.saturating_sub(req.now);
     let mut registered = Vec::new();
     let mut pending: Vec<&LockItem> = items.iter().collect();
     for _ in 0..MAX_ROUNDS {
@@ -80,12 +80,8 @@ pub(super) async fn register_waiter(
 
 /// Removes the request's waiter entries from `ids` (it gave up): read, then conditional
 /// writes, a few rounds on conflicts. What is left expires with its lease.
-pub(super) async fn unregister_waiter(
-    calls: &mut Calls<'_>,
-    ids: &[String],
-    owner: &Owner,
-) -> Result<()> {
-    let now = calls.now;
+pub(super) async fn unregister_waiter(calls: &mut Calls<'_>, ids: &[String]) -> Result<()> {
+    let (owner, now) = (calls.owner, calls.now);
     let mut pending = ids.to_vec();
     let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(20));
     for round in 0..MAX_ROUNDS {
