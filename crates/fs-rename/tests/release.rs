@@ -16,8 +16,7 @@ use common::*;
 use fs_model::{journal_index_name, lock_index_name, tree_lock_id, FsPath};
 use fs_rename::{fsck, Journal, Recovery, RenameEvent, RenameOutcome, Renamer, Strategy};
 use fs_store::{
-    BulkItemResult, BulkOp, DocStore, Page, Scope, SearchRequest, SharedStore, StoreError,
-    StoredDoc, Version,
+    BulkItemResult, BulkOp, Capabilities, DocStore, SharedStore, StoreError, StoreLayer, Version,
 };
 use serde_json::Value;
 
@@ -71,26 +70,24 @@ fn injected() -> StoreError {
 }
 
 #[async_trait]
-impl DocStore for FailingRelease {
-    fn describe(&self) -> String {
+impl StoreLayer for FailingRelease {
+    fn inner(&self) -> &dyn DocStore {
+        &*self.inner
+    }
+    fn on_describe(&self) -> String {
         format!("failing-release({})", self.inner.describe())
     }
-    async fn create_index(&self, index: &str, m: &Value) -> fs_store::Result<bool> {
-        self.inner.create_index(index, m).await
+    /// Offers neither scripts nor the ways of writing items that would go around its
+    /// `on_bulk`: the release it fails is the compare-and-set one, a bulk request.
+    fn on_capabilities<'a>(&'a self, offered: Capabilities<'a>) -> Capabilities<'a> {
+        Capabilities {
+            scripts: None,
+            chained_bulk: None,
+            refreshed_bulk: None,
+            ..offered
+        }
     }
-    async fn delete_index(&self, index: &str) -> fs_store::Result<bool> {
-        self.inner.delete_index(index).await
-    }
-    async fn get(&self, index: &str, id: &str) -> fs_store::Result<Option<StoredDoc>> {
-        self.inner.get(index, id).await
-    }
-    async fn mget(&self, index: &str, ids: &[String]) -> fs_store::Result<Vec<Option<StoredDoc>>> {
-        self.inner.mget(index, ids).await
-    }
-    async fn create(&self, index: &str, id: &str, s: Value) -> fs_store::Result<Version> {
-        self.inner.create(index, id, s).await
-    }
-    async fn index(
+    async fn on_index(
         &self,
         index: &str,
         id: &str,
@@ -105,14 +102,23 @@ impl DocStore for FailingRelease {
         }
         result
     }
-    async fn delete(&self, index: &str, id: &str, v: Option<Version>) -> fs_store::Result<Version> {
+    async fn on_delete(
+        &self,
+        index: &str,
+        id: &str,
+        v: Option<Version>,
+    ) -> fs_store::Result<Version> {
         let result = self.inner.delete(index, id, v).await;
         if index == self.journal_index && result.is_ok() {
             self.armed.store(true, Ordering::SeqCst);
         }
         result
     }
-    async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> fs_store::Result<Vec<BulkItemResult>> {
+    async fn on_bulk(
+        &self,
+        index: &str,
+        ops: Vec<BulkOp>,
+    ) -> fs_store::Result<Vec<BulkItemResult>> {
         if index != self.lock_index || !self.armed.load(Ordering::SeqCst) {
             return self.inner.bulk(index, ops).await;
         }
@@ -144,18 +150,6 @@ impl DocStore for FailingRelease {
                 Ok(results.into_iter().map(|(_, r)| r).collect())
             }
         }
-    }
-    async fn search(&self, index: &str, r: SearchRequest) -> fs_store::Result<Page> {
-        self.inner.search(index, r).await
-    }
-    async fn count(&self, index: &str, s: &Scope) -> fs_store::Result<u64> {
-        self.inner.count(index, s).await
-    }
-    async fn close_cursor(&self, index: &str, cursor: fs_store::Cursor) -> fs_store::Result<()> {
-        self.inner.close_cursor(index, cursor).await
-    }
-    async fn refresh(&self, index: &str) -> fs_store::Result<()> {
-        self.inner.refresh(index).await
     }
 }
 

@@ -35,12 +35,14 @@
 //! ```
 #![deny(missing_docs)]
 
+mod capabilities;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod counting;
 mod elastic;
 mod error;
 mod index_name;
+mod layer;
 mod pipeline;
 mod retry;
 mod scan;
@@ -49,10 +51,12 @@ mod sqlite;
 mod store;
 mod types;
 
+pub use capabilities::{Capabilities, ChainedBulk, Find, HeldCursors, IndexAdmin, RefreshedBulk};
 pub use counting::CountingStore;
 pub use elastic::{redact as redact_url, Auth, ElasticConfig, ElasticStore, Paging};
 pub use error::{Result, StoreError};
 pub use index_name::validate_index_name;
+pub use layer::{Call, StoreLayer};
 pub use retry::{Backoff, Jitter, RetryPolicy};
 pub use scan::Scan;
 pub use scripted::{

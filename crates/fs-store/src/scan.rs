@@ -302,13 +302,13 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use async_trait::async_trait;
-    use serde_json::{json, Value};
+    use serde_json::json;
 
     use super::*;
     use crate::error::StoreError;
     use crate::store::DocStore;
-    use crate::types::{BulkItemResult, BulkOp, Page, Version};
-    use crate::SqliteStore;
+    use crate::types::Page;
+    use crate::{Capabilities, SqliteStore, StoreLayer};
 
     /// A store that counts the cursors it hands out and those closed, as a server counts its
     /// contexts, over the embedded store; its search can be made to fail.
@@ -327,42 +327,20 @@ mod tests {
         }
     }
 
+    /// Counted like a server's contexts: the embedded store's cursors hold nothing, so this
+    /// one offers held cursors of its own.
     #[async_trait]
-    impl DocStore for Contexts {
-        fn describe(&self) -> String {
-            "contexts".into()
+    impl StoreLayer for Contexts {
+        fn inner(&self) -> &dyn DocStore {
+            &self.inner
         }
-        async fn create_index(&self, index: &str, body: &Value) -> Result<bool> {
-            self.inner.create_index(index, body).await
+        fn on_capabilities<'a>(&'a self, offered: Capabilities<'a>) -> Capabilities<'a> {
+            Capabilities {
+                held_cursors: Some(self),
+                ..offered
+            }
         }
-        async fn delete_index(&self, index: &str) -> Result<bool> {
-            self.inner.delete_index(index).await
-        }
-        async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
-            self.inner.get(index, id).await
-        }
-        async fn mget(&self, index: &str, ids: &[String]) -> Result<Vec<Option<StoredDoc>>> {
-            self.inner.mget(index, ids).await
-        }
-        async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
-            self.inner.create(index, id, source).await
-        }
-        async fn index(
-            &self,
-            index: &str,
-            id: &str,
-            source: Value,
-            if_version: Option<Version>,
-        ) -> Result<Version> {
-            self.inner.index(index, id, source, if_version).await
-        }
-        async fn delete(&self, index: &str, id: &str, v: Option<Version>) -> Result<Version> {
-            self.inner.delete(index, id, v).await
-        }
-        async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
-            self.inner.bulk(index, ops).await
-        }
-        async fn search(&self, index: &str, request: SearchRequest) -> Result<Page> {
+        async fn on_search(&self, index: &str, request: SearchRequest) -> Result<Page> {
             let n = self.searches.fetch_add(1, Ordering::SeqCst);
             if self.fail_search_at == Some(n) {
                 // Fails before the "server" sees it: it does not close the context.
@@ -381,15 +359,9 @@ mod tests {
             };
             Ok(page)
         }
-        async fn close_cursor(&self, _index: &str, _cursor: Cursor) -> Result<()> {
+        async fn on_close_cursor(&self, _index: &str, _cursor: Cursor) -> Result<()> {
             self.closed.fetch_add(1, Ordering::SeqCst);
             Ok(())
-        }
-        async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {
-            self.inner.count(index, scope).await
-        }
-        async fn refresh(&self, index: &str) -> Result<()> {
-            self.inner.refresh(index).await
         }
     }
 

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::error::Result;
+use crate::capabilities::Capabilities;
+use crate::error::{Result, StoreError};
 use crate::scripted::ScriptedUpdates;
 use crate::types::{
     BulkItemResult, BulkOp, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
@@ -34,17 +35,6 @@ pub trait DocStore: Send + Sync + Debug {
     /// # Errors
     /// [`StoreError::Rejected`](crate::StoreError::Rejected) for an invalid index name.
     async fn create_index(&self, index: &str, body: &Value) -> Result<bool>;
-
-    /// Adds the fields of `mappings` (the `mappings` of a create-index body) to the mapping
-    /// of the existing `index`: fields a newer version writes into an index an older one
-    /// created (a strict mapping refuses documents with fields it does not know). Fields
-    /// already mapped the same way are left alone. A store without mappings has nothing to do.
-    ///
-    /// # Errors
-    /// A field mapped otherwise already; transient and backend failures.
-    async fn extend_mapping(&self, _index: &str, _mappings: &Value) -> Result<()> {
-        Ok(())
-    }
 
     /// Deletes `index` and all its documents; returns true if it existed.
     ///
@@ -110,46 +100,6 @@ pub trait DocStore: Send + Sync + Debug {
     /// make; transient and backend failures.
     async fn search(&self, index: &str, request: SearchRequest) -> Result<Page>;
 
-    /// Closes what the store keeps open to page on from `cursor` (on Elasticsearch, a point
-    /// in time or a scroll), for a caller that stops before the last page. Does nothing by
-    /// default: a store whose cursors are plain positions keeps nothing open.
-    ///
-    /// A paged search holds its context from its first page until its last page (one without
-    /// [`Page::next`]) or a failed page, which close it; a caller that stops earlier, on an
-    /// error of its own or a cancellation, calls this, or the context stays on the server
-    /// until its keep-alive runs out. Closing twice is harmless.
-    /// [`Scan`](crate::Scan) does all this for its caller. A store that wraps another
-    /// forwards this call, or what the wrapped store keeps open leaks.
-    ///
-    /// # Errors
-    /// [`StoreError::Rejected`](crate::StoreError::Rejected) for a cursor this store did not
-    /// make; transient and backend failures (what was not closed then expires).
-    async fn close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
-        let _ = (index, cursor);
-        Ok(())
-    }
-
-    /// Returns up to `size` documents of the tree index `index` that `query` asks for (see
-    /// [`FindQuery`](fs_model::FindQuery)): the most relevant first when it asks for words,
-    /// then by path; by path otherwise. Their sources come without `content`, which can be
-    /// large. Like [`DocStore::search`], it sees what the last refresh made searchable.
-    ///
-    /// # Errors
-    /// [`StoreError::Rejected`](crate::StoreError::Rejected) from a store that cannot search
-    /// by name or content (the default); as [`DocStore::search`].
-    async fn find(
-        &self,
-        index: &str,
-        query: &fs_model::FindQuery,
-        size: usize,
-    ) -> Result<Vec<StoredDoc>> {
-        let _ = (query, size);
-        Err(crate::StoreError::rejected(
-            format!("searching `{index}` by name and content"),
-            "this store cannot".to_owned(),
-        ))
-    }
-
     /// Returns how many documents `scope` holds (what a search would see).
     ///
     /// # Errors
@@ -163,68 +113,10 @@ pub trait DocStore: Send + Sync + Debug {
     /// failures.
     async fn refresh(&self, index: &str) -> Result<()>;
 
-    /// Returns true if every one of `indices` exists: one request on Elasticsearch (`HEAD`),
-    /// so that a process can tell it has nothing to create without a request per index. By
-    /// default false ("not known"), and callers create what they need
-    /// ([`DocStore::create_index`] leaves an existing index alone).
-    ///
-    /// # Errors
-    /// Transient and backend failures.
-    async fn indices_exist(&self, indices: &[&str]) -> Result<bool> {
-        let _ = indices;
-        Ok(false)
-    }
-
-    /// [`DocStore::bulk`], with every item made visible to search and count before the answer
-    /// (a [`DocStore::refresh`] of `index`): on Elasticsearch one request (`refresh=true`), by
-    /// default the two calls. For a job's last write before it releases its locks.
-    ///
-    /// # Errors
-    /// As [`DocStore::bulk`] and [`DocStore::refresh`]; a failed refresh fails the call, though
-    /// the items were written.
-    async fn bulk_refreshed(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
-        let results = self.bulk(index, ops).await?;
-        self.refresh(index).await?;
-        Ok(results)
-    }
-
-    /// Whether [`DocStore::bulk_after`] makes its write and the bulk request in one request
-    /// and one transaction. Elasticsearch cannot (a bulk request neither orders its items
-    /// across indices nor stops at a failed one); the embedded store can.
-    fn chains_bulk(&self) -> bool {
-        false
-    }
-
-    /// Makes `first` (one write to `first_index`) and, only if it landed, the bulk `ops` on
-    /// `index` (refreshed in the same call with `refresh`, as by
-    /// [`DocStore::bulk_refreshed`]), in one request and one transaction: a job's journal
-    /// entry and its first writes, so that neither lands without the other. Ask
-    /// [`DocStore::chains_bulk`] first: a store that cannot chain answers
-    /// [`StoreError::Rejected`](crate::StoreError::Rejected) and changes nothing.
-    ///
-    /// # Errors
-    /// Failures of the request as a whole (then nothing landed, unless only the refresh
-    /// failed).
-    async fn bulk_after(
-        &self,
-        first_index: &str,
-        first: BulkOp,
-        index: &str,
-        ops: Vec<BulkOp>,
-        refresh: bool,
-    ) -> Result<Chained<BulkItemResult>> {
-        let _ = (first, ops, refresh);
-        Err(crate::StoreError::Rejected {
-            context: format!("a write to `{first_index}` chained with a bulk request to `{index}`"),
-            status: None,
-            message: "this store cannot make them in one transaction".to_owned(),
-        })
-    }
-
-    /// Returns the store's scripted updates if its server runs scripts; `None` by default.
-    fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
-        None
-    }
+    /// Returns what this store can do beyond the primitives above: each capability the
+    /// object that does it. Every store says, with no default: a store that wraps another
+    /// implements [`StoreLayer`](crate::StoreLayer) instead, which offers the wrapped store's.
+    fn capabilities(&self) -> Capabilities<'_>;
 
     /// Returns how many bulk items this handle has sent again on its own since it was made,
     /// because a busy server rejected them alone (HTTP 429 on the item: not carried out). A
@@ -236,3 +128,142 @@ pub trait DocStore: Send + Sync + Debug {
 
 /// A store shared between tasks.
 pub type SharedStore = Arc<dyn DocStore>;
+
+/// The calls that need a capability, answered from [`DocStore::capabilities`]: inherent
+/// methods of every store handle (`&dyn DocStore`, [`SharedStore`]), as `dyn Any`'s are in
+/// std, so that no store or wrapper can answer them differently from what it says it can do.
+impl<'s> dyn DocStore + 's {
+    /// Whether [`bulk_after`](Self::bulk_after) makes its write and the bulk request in one
+    /// request and one transaction. Elasticsearch cannot (a bulk request neither orders its
+    /// items across indices nor stops at a failed one); the embedded store can.
+    pub fn chains_bulk(&self) -> bool {
+        self.capabilities().chained_bulk.is_some()
+    }
+
+    /// Makes `first` (one write to `first_index`) and, only if it landed, the bulk `ops` on
+    /// `index` (refreshed in the same call with `refresh`, as by
+    /// [`bulk_refreshed`](Self::bulk_refreshed)), in one request and one transaction: a job's
+    /// journal entry and its first writes, so that neither lands without the other. Ask
+    /// [`chains_bulk`](Self::chains_bulk) first: a store that cannot chain answers
+    /// [`StoreError::Rejected`] and changes nothing.
+    ///
+    /// # Errors
+    /// Failures of the request as a whole (then nothing landed, unless only the refresh
+    /// failed).
+    pub async fn bulk_after(
+        &self,
+        first_index: &str,
+        first: BulkOp,
+        index: &str,
+        ops: Vec<BulkOp>,
+        refresh: bool,
+    ) -> Result<Chained<BulkItemResult>> {
+        match self.capabilities().chained_bulk {
+            Some(chained) => {
+                chained
+                    .bulk_after(first_index, first, index, ops, refresh)
+                    .await
+            }
+            None => Err(StoreError::rejected(
+                format!("a write to `{first_index}` chained with a bulk request to `{index}`"),
+                "this store cannot make them in one transaction",
+            )),
+        }
+    }
+
+    /// [`DocStore::bulk`], with every item made visible to search and count before the answer
+    /// (a [`DocStore::refresh`] of `index`): on Elasticsearch one request (`refresh=true`),
+    /// otherwise the two calls. For a job's last write before it releases its locks.
+    ///
+    /// # Errors
+    /// As [`DocStore::bulk`] and [`DocStore::refresh`]; a failed refresh fails the call, though
+    /// the items were written.
+    pub async fn bulk_refreshed(
+        &self,
+        index: &str,
+        ops: Vec<BulkOp>,
+    ) -> Result<Vec<BulkItemResult>> {
+        if let Some(refreshed) = self.capabilities().refreshed_bulk {
+            return refreshed.bulk_refreshed(index, ops).await;
+        }
+        let results = self.bulk(index, ops).await?;
+        self.refresh(index).await?;
+        Ok(results)
+    }
+
+    /// Returns the store's scripted updates if its server runs scripts.
+    pub fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
+        self.capabilities().scripts
+    }
+
+    /// Closes what the store keeps open to page on from `cursor` (on Elasticsearch, a point
+    /// in time or a scroll), for a caller that stops before the last page. Does nothing on a
+    /// store whose cursors are plain positions.
+    ///
+    /// A paged search holds its context from its first page until its last page (one without
+    /// [`Page::next`](crate::Page::next)) or a failed page, which close it; a caller that
+    /// stops earlier, on an error of its own or a cancellation, calls this, or the context
+    /// stays on the server until its keep-alive runs out. Closing twice is harmless.
+    /// [`Scan`](crate::Scan) does all this for its caller.
+    ///
+    /// # Errors
+    /// [`StoreError::Rejected`] for a cursor this store did not make; transient and backend
+    /// failures (what was not closed then expires).
+    pub async fn close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
+        match self.capabilities().held_cursors {
+            Some(cursors) => cursors.close_cursor(index, cursor).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Returns up to `size` documents of the tree index `index` that `query` asks for (see
+    /// [`FindQuery`](fs_model::FindQuery)): the most relevant first when it asks for words,
+    /// then by path; by path otherwise. Their sources come without `content`, which can be
+    /// large. Like [`DocStore::search`], it sees what the last refresh made searchable.
+    ///
+    /// # Errors
+    /// [`StoreError::Rejected`] from a store that cannot search by name or content; as
+    /// [`DocStore::search`].
+    pub async fn find(
+        &self,
+        index: &str,
+        query: &fs_model::FindQuery,
+        size: usize,
+    ) -> Result<Vec<StoredDoc>> {
+        match self.capabilities().find {
+            Some(find) => find.find(index, query, size).await,
+            None => Err(StoreError::rejected(
+                format!("searching `{index}` by name and content"),
+                "this store cannot",
+            )),
+        }
+    }
+
+    /// Returns true if every one of `indices` exists: one request on Elasticsearch (`HEAD`),
+    /// so that a process can tell it has nothing to create without a request per index.
+    /// False ("not known") where the store cannot tell in one request, and callers create what
+    /// they need ([`DocStore::create_index`] leaves an existing index alone).
+    ///
+    /// # Errors
+    /// Transient and backend failures.
+    pub async fn indices_exist(&self, indices: &[&str]) -> Result<bool> {
+        match self.capabilities().index_admin {
+            Some(admin) => admin.indices_exist(indices).await,
+            None => Ok(false),
+        }
+    }
+
+    /// Adds the fields of `mappings` (the `mappings` of a create-index body) to the mapping
+    /// of the existing `index`: fields a newer version writes into an index an older one
+    /// created (a strict mapping refuses documents with fields it does not know). Fields
+    /// already mapped the same way are left alone. A store without mappings has nothing to do.
+    ///
+    /// # Errors
+    /// A field mapped otherwise already; transient and backend failures.
+    pub async fn extend_mapping(&self, index: &str, mappings: &Value) -> Result<()> {
+        match self.capabilities().index_admin {
+            Some(admin) => admin.extend_mapping(index, mappings).await,
+            None => Ok(()),
+        }
+    }
+}

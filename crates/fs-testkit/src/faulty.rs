@@ -6,12 +6,12 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use fs_store::{
-    BulkItemResult, BulkOp, Cursor, DocStore, Page, Result, Scope, ScriptedUpdate, ScriptedUpdates,
-    SearchRequest, SharedStore, StoreError, StoredDoc, UpdateItemResult, Version,
+    BulkItemResult, BulkOp, Call, DocStore, Result, ScriptedUpdate, SharedStore, StoreError,
+    StoreLayer, UpdateItemResult,
 };
+use futures::future::BoxFuture;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde_json::Value;
 
 /// Which failures a [`FaultyStore`] injects, each with its probability per call (per item for
 /// bulk items).
@@ -181,146 +181,102 @@ pub fn faulty(inner: SharedStore, plan: FaultPlan, seed: u64) -> Arc<FaultyStore
     Arc::new(FaultyStore::new(inner, plan, seed))
 }
 
-#[async_trait]
-impl DocStore for FaultyStore {
-    fn describe(&self) -> String {
-        format!("faulty({})", self.inner.describe())
-    }
-    async fn create_index(&self, index: &str, body: &Value) -> Result<bool> {
-        let fate = self.gate(true).await?;
-        let result = self.inner.create_index(index, body).await;
-        self.after(fate, result).await
-    }
-    async fn delete_index(&self, index: &str) -> Result<bool> {
-        let fate = self.gate(true).await?;
-        let result = self.inner.delete_index(index).await;
-        self.after(fate, result).await
-    }
-    async fn extend_mapping(&self, index: &str, mappings: &Value) -> Result<()> {
-        let fate = self.gate(true).await?;
-        let result = self.inner.extend_mapping(index, mappings).await;
-        self.after(fate, result).await
-    }
-    async fn find(
+impl FaultyStore {
+    /// Sends `items` through `send` but for those whose seeded draw fails them alone: those
+    /// are not sent and come back as transient failures (a busy node rejecting an item), the
+    /// others with their answers, in order.
+    async fn with_item_faults<I, R, Fut>(
         &self,
-        index: &str,
-        query: &fs_model::FindQuery,
-        size: usize,
-    ) -> Result<Vec<StoredDoc>> {
-        let fate = self.gate(false).await?;
-        let result = self.inner.find(index, query, size).await;
-        self.after(fate, result).await
-    }
-    async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
-        let fate = self.gate(false).await?;
-        let result = self.inner.get(index, id).await;
-        self.after(fate, result).await
-    }
-    async fn mget(&self, index: &str, ids: &[String]) -> Result<Vec<Option<StoredDoc>>> {
-        let fate = self.gate(false).await?;
-        let result = self.inner.mget(index, ids).await;
-        self.after(fate, result).await
-    }
-    async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
-        let fate = self.gate(true).await?;
-        let result = self.inner.create(index, id, source).await;
-        self.after(fate, result).await
-    }
-    async fn index(
-        &self,
-        index: &str,
-        id: &str,
-        source: Value,
-        if_version: Option<Version>,
-    ) -> Result<Version> {
-        let fate = self.gate(true).await?;
-        let result = self.inner.index(index, id, source, if_version).await;
-        self.after(fate, result).await
-    }
-    async fn delete(&self, index: &str, id: &str, if_version: Option<Version>) -> Result<Version> {
-        let fate = self.gate(true).await?;
-        let result = self.inner.delete(index, id, if_version).await;
-        self.after(fate, result).await
-    }
-    async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
-        let fate = self.gate(true).await?;
-        // Decide each item's fate up front, from the seeded source.
+        items: Vec<I>,
+        send: impl FnOnce(Vec<I>) -> Fut,
+    ) -> Result<Vec<Result<R>>>
+    where
+        Fut: std::future::Future<Output = Result<Vec<Result<R>>>>,
+    {
+        // Each item's fate is decided up front, from the seeded source.
         let failing: Vec<bool> = {
             let mut state = self.state();
-            ops.iter()
+            items
+                .iter()
                 .map(|_| state.rng.random::<f64>() < self.plan.item_fail)
                 .collect()
         };
-        let sent: Vec<BulkOp> = ops
-            .iter()
+        let sent: Vec<I> = items
+            .into_iter()
             .zip(&failing)
             .filter(|(_, fail)| !**fail)
-            .map(|(op, _)| op.clone())
+            .map(|(item, _)| item)
             .collect();
         let answered = if sent.is_empty() {
-            Ok(Vec::new())
+            Vec::new()
         } else {
-            self.inner.bulk(index, sent).await
+            send(sent).await?
         };
-        let answered = self.after(fate, answered).await?;
         let mut answers = answered.into_iter();
-        let mut results = Vec::with_capacity(ops.len());
-        for fail in failing {
-            if fail {
-                results.push(Err(injected("to this bulk item")));
-            } else {
-                match answers.next() {
-                    Some(answer) => results.push(answer),
-                    None => results.push(Err(injected("(no answer)"))),
-                }
-            }
-        }
-        Ok(results)
-    }
-    async fn search(&self, index: &str, request: SearchRequest) -> Result<Page> {
-        let fate = self.gate(false).await?;
-        let result = self.inner.search(index, request).await;
-        self.after(fate, result).await
-    }
-    /// Forwarded without a fate of its own: a close frees what the server holds and decides
-    /// nothing, and drawing for it would move every later call's fault in a seeded schedule.
-    /// A dead process closes nothing; a frozen one closes when it thaws.
-    async fn close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
-        self.while_paused().await;
-        if self.is_dead() {
-            return std::future::pending().await;
-        }
-        self.inner.close_cursor(index, cursor).await
-    }
-    async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {
-        let fate = self.gate(false).await?;
-        let result = self.inner.count(index, scope).await;
-        self.after(fate, result).await
-    }
-    async fn refresh(&self, index: &str) -> Result<()> {
-        let fate = self.gate(false).await?;
-        let result = self.inner.refresh(index).await;
-        self.after(fate, result).await
-    }
-    fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
-        self.inner.scripted().map(|_| self as &dyn ScriptedUpdates)
+        Ok(failing
+            .into_iter()
+            .map(|fail| match fail {
+                true => Err(injected("to this item")),
+                false => answers
+                    .next()
+                    .unwrap_or_else(|| Err(injected("(no answer)"))),
+            })
+            .collect())
     }
 }
 
-/// Scripted updates suffer the faults of a bulk request: the whole call may fail before it is
-/// sent or lose its answer after it landed, and each item may fail on its own.
+/// Every call may fail before it is sent, lose its answer after it landed (a write), or never
+/// come back (death); a bulk request's items, refreshed or scripted, may also fail alone. A
+/// chained request is one transaction: it fails or lands whole. It offers every capability of
+/// the store it wraps, so that the fault-injection tests take the paths production takes.
 #[async_trait]
-impl ScriptedUpdates for FaultyStore {
-    async fn put_script(&self, id: &str, source: &str) -> Result<bool> {
-        let fate = self.gate(true).await?;
-        let result = match self.inner.scripted() {
-            Some(scripted) => scripted.put_script(id, source).await,
-            None => Ok(false),
-        };
-        self.after(fate, result).await
+impl StoreLayer for FaultyStore {
+    fn inner(&self) -> &dyn DocStore {
+        &*self.inner
     }
 
-    async fn bulk_update(
+    fn on_describe(&self) -> String {
+        format!("faulty({})", self.inner.describe())
+    }
+
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: Call,
+        next: BoxFuture<'a, Result<T>>,
+    ) -> BoxFuture<'a, Result<T>> {
+        Box::pin(async move {
+            if call == Call::CloseCursor {
+                // No fate of its own: a close frees what the server holds and decides
+                // nothing, and drawing for it would move every later call's fault in a
+                // seeded schedule. A dead process closes nothing; a frozen one closes when it
+                // thaws.
+                self.while_paused().await;
+                if self.is_dead() {
+                    return std::future::pending().await;
+                }
+                return next.await;
+            }
+            let fate = self.gate(call.writes()).await?;
+            let result = next.await;
+            self.after(fate, result).await
+        })
+    }
+
+    async fn on_bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
+        self.with_item_faults(ops, |sent| self.inner.bulk(index, sent))
+            .await
+    }
+
+    async fn on_bulk_refreshed(
+        &self,
+        index: &str,
+        ops: Vec<BulkOp>,
+    ) -> Result<Vec<BulkItemResult>> {
+        self.with_item_faults(ops, |sent| self.inner.bulk_refreshed(index, sent))
+            .await
+    }
+
+    async fn on_bulk_update(
         &self,
         index: &str,
         items: Vec<ScriptedUpdate>,
@@ -332,32 +288,89 @@ impl ScriptedUpdates for FaultyStore {
                 message: "the store runs no scripts".into(),
             });
         };
-        let fate = self.gate(true).await?;
-        let failing: Vec<bool> = {
-            let mut state = self.state();
-            items
-                .iter()
-                .map(|_| state.rng.random::<f64>() < self.plan.item_fail)
-                .collect()
+        self.with_item_faults(items, |sent| scripted.bulk_update(index, sent))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fs_store::{Chained, CountingStore, SqliteOptions, SqliteStore};
+    use serde_json::json;
+
+    use super::*;
+
+    /// The fault-injection tests over the embedded store take the chained path, as production
+    /// does: the wrapper says it chains, and a chained request reaches SQLite as one call (it
+    /// used to answer that it could not, so jobs under faults never chained).
+    #[tokio::test]
+    async fn faults_over_the_embedded_store_take_the_chained_path() {
+        let sqlite =
+            SqliteStore::in_memory_with(SqliteOptions::new().near_real_time(true)).expect("store");
+        let reached = Arc::new(CountingStore::new(Arc::new(sqlite)));
+        let store: SharedStore = faulty(reached.clone(), FaultPlan::default(), 7);
+        assert!(store.chains_bulk(), "a FaultyStore over SQLite chains");
+        let scripted = store.scripted().expect("scripts forwarded");
+        assert!(scripted.chains(), "and chains its scripted updates");
+        for index in ["journal", "tree"] {
+            store.create_index(index, &json!({})).await.expect("index");
+        }
+        let before = reached.round_trips();
+        let entry = BulkOp::Create {
+            id: "job".into(),
+            source: json!({"state": "open"}),
         };
-        let sent: Vec<ScriptedUpdate> = items
-            .iter()
-            .zip(&failing)
-            .filter(|(_, fail)| !**fail)
-            .map(|(item, _)| item.clone())
-            .collect();
-        let answered = if sent.is_empty() {
-            Ok(Vec::new())
-        } else {
-            scripted.bulk_update(index, sent).await
+        let ops = vec![BulkOp::Create {
+            id: "a".into(),
+            source: json!({"path": "/a"}),
+        }];
+        let chained = store
+            .bulk_after("journal", entry, "tree", ops, true)
+            .await
+            .expect("chained");
+        assert!(
+            matches!(&chained, Chained::Ran(_, results) if results.iter().all(Result::is_ok)),
+            "{chained:?}"
+        );
+        assert_eq!(
+            reached.round_trips(),
+            before + 1,
+            "one chained call reached SQLite"
+        );
+        assert!(store.get("journal", "job").await.expect("get").is_some());
+        let page = store
+            .search(
+                "tree",
+                fs_store::SearchRequest::single_page(fs_store::Scope::All, 10),
+            )
+            .await
+            .expect("search");
+        assert_eq!(page.docs.len(), 1, "refreshed in the same call");
+    }
+
+    /// A bulk whose items fail alone answers each surviving item with its own result, in
+    /// order (the scripted bulk used to shift them: it took an answer for each failed item
+    /// too). Plain, refreshed and scripted bulks share the one item-fault path.
+    #[tokio::test]
+    async fn failed_items_do_not_shift_the_others_answers() {
+        let sqlite: SharedStore = Arc::new(SqliteStore::in_memory().expect("store"));
+        let plan = FaultPlan {
+            item_fail: 0.5,
+            ..FaultPlan::default()
         };
-        let mut answers = self.after(fate, answered).await?.into_iter();
-        Ok(failing
-            .into_iter()
-            .map(|fail| match (fail, answers.next()) {
-                (true, _) | (false, None) => Err(injected("to this update item")),
-                (false, Some(answer)) => answer,
+        let store = FaultyStore::new(Arc::clone(&sqlite), plan, 3);
+        store.create_index("i", &json!({})).await.expect("index");
+        let ops: Vec<BulkOp> = (0..20)
+            .map(|i| BulkOp::Create {
+                id: format!("d{i}"),
+                source: json!({}),
             })
-            .collect())
+            .collect();
+        let results = store.bulk("i", ops).await.expect("bulk");
+        assert!(results.iter().any(Result::is_err) && results.iter().any(Result::is_ok));
+        for (i, result) in results.iter().enumerate() {
+            let stored = sqlite.get("i", &format!("d{i}")).await.expect("get");
+            assert_eq!(stored.is_some(), result.is_ok(), "item {i}: {result:?}");
+        }
     }
 }

@@ -15,11 +15,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fs_model::lock_scripts::LockScript;
 use fs_store::{
-    plan_update, unknown_script, BulkItemResult, BulkOp, Cursor, DocStore, Page, PlannedWrite,
-    Result, Scope, ScriptedUpdate, ScriptedUpdates, SearchRequest, SharedStore, StoredDoc,
-    StoredLockScripts, UpdateItemResult, UpdateOutcome, Version,
+    plan_update, unknown_script, Capabilities, DocStore, PlannedWrite, Result, ScriptedUpdate,
+    ScriptedUpdates, SharedStore, StoreLayer, StoredLockScripts, UpdateItemResult, UpdateOutcome,
 };
-use serde_json::Value;
 
 /// How many times [`ScriptingStore`] re-runs a raced update, as the Elasticsearch store's
 /// `retry_on_conflict` asks the server to.
@@ -105,11 +103,18 @@ pub(crate) async fn between(pause: Duration) {
 
 /// A store wrapper that stores the lock scripts and runs them with [`scripted_update`], so
 /// that a store with no scripts of its own (the embedded store in the simulation) runs the
-/// scripted protocol with Elasticsearch's races.
+/// scripted protocol with Elasticsearch's races. It offers every other capability of the
+/// store it wraps, and scripts of its own in place of the wrapped store's.
 #[derive(Debug)]
 pub struct ScriptingStore {
+    scripts: Scripts,
+}
+
+/// The scripts of a [`ScriptingStore`]: its `scripts` capability.
+#[derive(Debug)]
+struct Scripts {
     inner: SharedStore,
-    scripts: StoredLockScripts,
+    stored: StoredLockScripts,
     races: AtomicU64,
 }
 
@@ -117,22 +122,41 @@ impl ScriptingStore {
     /// Wraps `inner`.
     pub fn new(inner: SharedStore) -> ScriptingStore {
         ScriptingStore {
-            inner,
-            scripts: StoredLockScripts::default(),
-            races: AtomicU64::new(0),
+            scripts: Scripts {
+                inner,
+                stored: StoredLockScripts::default(),
+                races: AtomicU64::new(0),
+            },
         }
     }
 
     /// Returns how many conditional writes of scripted updates lost a race so far.
     pub fn races(&self) -> u64 {
-        self.races.load(Ordering::Relaxed)
+        self.scripts.races.load(Ordering::Relaxed)
+    }
+}
+
+impl StoreLayer for ScriptingStore {
+    fn inner(&self) -> &dyn DocStore {
+        &*self.scripts.inner
+    }
+
+    fn on_describe(&self) -> String {
+        format!("scripting({})", self.scripts.inner.describe())
+    }
+
+    fn on_capabilities<'a>(&'a self, offered: Capabilities<'a>) -> Capabilities<'a> {
+        Capabilities {
+            scripts: Some(&self.scripts),
+            ..offered
+        }
     }
 }
 
 #[async_trait]
-impl ScriptedUpdates for ScriptingStore {
+impl ScriptedUpdates for Scripts {
     async fn put_script(&self, id: &str, source: &str) -> Result<bool> {
-        Ok(self.scripts.store(id, source))
+        Ok(self.stored.store(id, source))
     }
 
     async fn bulk_update(
@@ -142,7 +166,7 @@ impl ScriptedUpdates for ScriptingStore {
     ) -> Result<Vec<UpdateItemResult>> {
         let mut results = Vec::with_capacity(items.len());
         for item in &items {
-            let Some(script) = self.scripts.get(&item.script) else {
+            let Some(script) = self.stored.get(&item.script) else {
                 results.push(Err(unknown_script(index, item)));
                 continue;
             };
@@ -159,68 +183,5 @@ impl ScriptedUpdates for ScriptingStore {
             results.push(result);
         }
         Ok(results)
-    }
-}
-
-#[async_trait]
-impl DocStore for ScriptingStore {
-    fn describe(&self) -> String {
-        format!("scripting({})", self.inner.describe())
-    }
-    async fn create_index(&self, index: &str, body: &Value) -> Result<bool> {
-        self.inner.create_index(index, body).await
-    }
-    async fn delete_index(&self, index: &str) -> Result<bool> {
-        self.inner.delete_index(index).await
-    }
-    async fn extend_mapping(&self, index: &str, mappings: &Value) -> Result<()> {
-        self.inner.extend_mapping(index, mappings).await
-    }
-    async fn find(
-        &self,
-        index: &str,
-        query: &fs_model::FindQuery,
-        size: usize,
-    ) -> Result<Vec<StoredDoc>> {
-        self.inner.find(index, query, size).await
-    }
-    async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
-        self.inner.get(index, id).await
-    }
-    async fn mget(&self, index: &str, ids: &[String]) -> Result<Vec<Option<StoredDoc>>> {
-        self.inner.mget(index, ids).await
-    }
-    async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
-        self.inner.create(index, id, source).await
-    }
-    async fn index(
-        &self,
-        index: &str,
-        id: &str,
-        source: Value,
-        if_version: Option<Version>,
-    ) -> Result<Version> {
-        self.inner.index(index, id, source, if_version).await
-    }
-    async fn delete(&self, index: &str, id: &str, if_version: Option<Version>) -> Result<Version> {
-        self.inner.delete(index, id, if_version).await
-    }
-    async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
-        self.inner.bulk(index, ops).await
-    }
-    async fn search(&self, index: &str, request: SearchRequest) -> Result<Page> {
-        self.inner.search(index, request).await
-    }
-    async fn close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
-        self.inner.close_cursor(index, cursor).await
-    }
-    async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {
-        self.inner.count(index, scope).await
-    }
-    async fn refresh(&self, index: &str) -> Result<()> {
-        self.inner.refresh(index).await
-    }
-    fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
-        Some(self)
     }
 }

@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use fs_model::{journal_index_name, lock_index_name, FsDoc, FsPath};
 use fs_rename::FsTree;
 use fs_store::{
-    BulkItemResult, BulkOp, DocStore, Page, Scope, SearchRequest, SharedStore, StoreError,
-    StoredDoc, Version,
+    BulkItemResult, BulkOp, Capabilities, DocStore, Scope, SharedStore, StoreError, StoreLayer,
+    Version,
 };
 use fs_testkit::Backend;
 use fsrename::serve::{ServeConfig, Server};
@@ -31,26 +31,24 @@ struct FailingRelease {
 }
 
 #[async_trait]
-impl DocStore for FailingRelease {
-    fn describe(&self) -> String {
+impl StoreLayer for FailingRelease {
+    fn inner(&self) -> &dyn DocStore {
+        &*self.inner
+    }
+    fn on_describe(&self) -> String {
         format!("failing-release({})", self.inner.describe())
     }
-    async fn create_index(&self, index: &str, m: &Value) -> fs_store::Result<bool> {
-        self.inner.create_index(index, m).await
+    /// Offers neither scripts nor the ways of writing items that would go around its
+    /// `on_bulk`: the release it fails is the compare-and-set one, a bulk request.
+    fn on_capabilities<'a>(&'a self, offered: Capabilities<'a>) -> Capabilities<'a> {
+        Capabilities {
+            scripts: None,
+            chained_bulk: None,
+            refreshed_bulk: None,
+            ..offered
+        }
     }
-    async fn delete_index(&self, index: &str) -> fs_store::Result<bool> {
-        self.inner.delete_index(index).await
-    }
-    async fn get(&self, index: &str, id: &str) -> fs_store::Result<Option<StoredDoc>> {
-        self.inner.get(index, id).await
-    }
-    async fn mget(&self, index: &str, ids: &[String]) -> fs_store::Result<Vec<Option<StoredDoc>>> {
-        self.inner.mget(index, ids).await
-    }
-    async fn create(&self, index: &str, id: &str, s: Value) -> fs_store::Result<Version> {
-        self.inner.create(index, id, s).await
-    }
-    async fn index(
+    async fn on_index(
         &self,
         index: &str,
         id: &str,
@@ -65,14 +63,23 @@ impl DocStore for FailingRelease {
         }
         result
     }
-    async fn delete(&self, index: &str, id: &str, v: Option<Version>) -> fs_store::Result<Version> {
+    async fn on_delete(
+        &self,
+        index: &str,
+        id: &str,
+        v: Option<Version>,
+    ) -> fs_store::Result<Version> {
         let result = self.inner.delete(index, id, v).await;
         if index == self.journal_index && result.is_ok() {
             self.armed.store(true, Ordering::SeqCst);
         }
         result
     }
-    async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> fs_store::Result<Vec<BulkItemResult>> {
+    async fn on_bulk(
+        &self,
+        index: &str,
+        ops: Vec<BulkOp>,
+    ) -> fs_store::Result<Vec<BulkItemResult>> {
         let release =
             index == self.lock_index && ops.iter().any(|op| matches!(op, BulkOp::Delete { .. }));
         if release && self.armed.swap(false, Ordering::SeqCst) {
@@ -83,18 +90,6 @@ impl DocStore for FailingRelease {
             });
         }
         self.inner.bulk(index, ops).await
-    }
-    async fn search(&self, index: &str, r: SearchRequest) -> fs_store::Result<Page> {
-        self.inner.search(index, r).await
-    }
-    async fn count(&self, index: &str, s: &Scope) -> fs_store::Result<u64> {
-        self.inner.count(index, s).await
-    }
-    async fn close_cursor(&self, index: &str, cursor: fs_store::Cursor) -> fs_store::Result<()> {
-        self.inner.close_cursor(index, cursor).await
-    }
-    async fn refresh(&self, index: &str) -> fs_store::Result<()> {
-        self.inner.refresh(index).await
     }
 }
 

@@ -9,11 +9,10 @@ use async_trait::async_trait;
 use fs_model::{DocKind, FsDoc, FsPath};
 use fs_rename::{Entry, FsTree, RenameHooks};
 use fs_store::{
-    BulkItemResult, BulkOp, DocStore, Page, Scan, Scope, SearchRequest, SharedStore, StoreError,
-    StoredDoc, Version,
+    BulkItemResult, BulkOp, Capabilities, DocStore, Scan, Scope, SharedStore, StoreError,
+    StoreLayer,
 };
 use fs_testkit::{Backend, FaultyStore};
-use serde_json::Value;
 
 /// A store and a tree index (with its lock index) of a test's own.
 #[derive(Clone)]
@@ -260,38 +259,27 @@ fn transient() -> StoreError {
 }
 
 #[async_trait]
-impl DocStore for Flaky {
-    fn describe(&self) -> String {
+impl StoreLayer for Flaky {
+    fn inner(&self) -> &dyn DocStore {
+        &*self.inner
+    }
+    fn on_describe(&self) -> String {
         "flaky".into()
     }
-    async fn create_index(&self, index: &str, m: &Value) -> fs_store::Result<bool> {
-        self.inner.create_index(index, m).await
+    /// Offers none of the ways of writing items that would go around its `on_bulk`: a
+    /// refreshed bulk is then a bulk and a refresh, through it.
+    fn on_capabilities<'a>(&'a self, offered: Capabilities<'a>) -> Capabilities<'a> {
+        Capabilities {
+            chained_bulk: None,
+            refreshed_bulk: None,
+            ..offered
+        }
     }
-    async fn delete_index(&self, index: &str) -> fs_store::Result<bool> {
-        self.inner.delete_index(index).await
-    }
-    async fn get(&self, index: &str, id: &str) -> fs_store::Result<Option<StoredDoc>> {
-        self.inner.get(index, id).await
-    }
-    async fn mget(&self, index: &str, ids: &[String]) -> fs_store::Result<Vec<Option<StoredDoc>>> {
-        self.inner.mget(index, ids).await
-    }
-    async fn create(&self, index: &str, id: &str, s: Value) -> fs_store::Result<Version> {
-        self.inner.create(index, id, s).await
-    }
-    async fn index(
+    async fn on_bulk(
         &self,
         index: &str,
-        id: &str,
-        s: Value,
-        v: Option<Version>,
-    ) -> fs_store::Result<Version> {
-        self.inner.index(index, id, s, v).await
-    }
-    async fn delete(&self, index: &str, id: &str, v: Option<Version>) -> fs_store::Result<Version> {
-        self.inner.delete(index, id, v).await
-    }
-    async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> fs_store::Result<Vec<BulkItemResult>> {
+        ops: Vec<BulkOp>,
+    ) -> fs_store::Result<Vec<BulkItemResult>> {
         if index != self.index {
             return self.inner.bulk(index, ops).await;
         }
@@ -317,16 +305,7 @@ impl DocStore for Flaky {
         }
         Ok(results)
     }
-    async fn search(&self, index: &str, r: SearchRequest) -> fs_store::Result<Page> {
-        self.inner.search(index, r).await
-    }
-    async fn close_cursor(&self, index: &str, cursor: fs_store::Cursor) -> fs_store::Result<()> {
-        self.inner.close_cursor(index, cursor).await
-    }
-    async fn count(&self, index: &str, s: &Scope) -> fs_store::Result<u64> {
-        self.inner.count(index, s).await
-    }
-    async fn refresh(&self, index: &str) -> fs_store::Result<()> {
+    async fn on_refresh(&self, index: &str) -> fs_store::Result<()> {
         let failing = &self.failing_refreshes;
         if index == self.index
             && failing

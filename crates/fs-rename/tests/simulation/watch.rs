@@ -21,8 +21,8 @@ use fs_locks::LeaseClock;
 use fs_model::{journal_index_name, FsDoc, FsPath};
 use fs_rename::{JobKind, JournalEntry, RenameHooks};
 use fs_store::{
-    BulkItemResult, BulkOp, Cursor, DocStore, Page, Result, Scope, ScriptedUpdate, ScriptedUpdates,
-    SearchRequest, SqliteStore, StoredDoc, UpdateItemResult, Version,
+    BulkItemResult, BulkOp, Capabilities, Cursor, DocStore, Page, Result, Scope, ScriptedUpdate,
+    SearchRequest, SqliteStore, StoreLayer, StoredDoc, UpdateItemResult, Version,
 };
 use serde_json::Value;
 
@@ -431,38 +431,41 @@ impl Watched {
 }
 
 #[async_trait]
-impl DocStore for Watched {
-    fn describe(&self) -> String {
+impl StoreLayer for Watched {
+    fn inner(&self) -> &dyn DocStore {
+        &*self.0.raw
+    }
+    fn on_describe(&self) -> String {
         format!("watched({})", self.0.raw.describe())
     }
-    async fn create_index(&self, index: &str, body: &Value) -> Result<bool> {
+    async fn on_create_index(&self, index: &str, body: &Value) -> Result<bool> {
         let journal = self.0.journal_before(index).await;
         let result = self.0.raw.create_index(index, body).await;
         self.write(journal, || format!("create_index {index}"), result)
             .await
     }
-    async fn delete_index(&self, index: &str) -> Result<bool> {
+    async fn on_delete_index(&self, index: &str) -> Result<bool> {
         let journal = self.0.journal_before(index).await;
         let result = self.0.raw.delete_index(index).await;
         self.write(journal, || format!("delete_index {index}"), result)
             .await
     }
-    async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
+    async fn on_get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
         let result = self.0.raw.get(index, id).await;
         self.read(|| format!("get {index}/{id}"), result).await
     }
-    async fn mget(&self, index: &str, ids: &[String]) -> Result<Vec<Option<StoredDoc>>> {
+    async fn on_mget(&self, index: &str, ids: &[String]) -> Result<Vec<Option<StoredDoc>>> {
         let result = self.0.raw.mget(index, ids).await;
         self.read(|| format!("mget {index} {ids:?}"), result).await
     }
-    async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
+    async fn on_create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
         let shown = source.to_string();
         let journal = self.0.journal_before(index).await;
         let result = self.0.raw.create(index, id, source).await;
         self.write(journal, || format!("create {index}/{id} {shown}"), result)
             .await
     }
-    async fn index(
+    async fn on_index(
         &self,
         index: &str,
         id: &str,
@@ -479,7 +482,12 @@ impl DocStore for Watched {
         )
         .await
     }
-    async fn delete(&self, index: &str, id: &str, if_version: Option<Version>) -> Result<Version> {
+    async fn on_delete(
+        &self,
+        index: &str,
+        id: &str,
+        if_version: Option<Version>,
+    ) -> Result<Version> {
         let journal = self.0.journal_before(index).await;
         let result = self.0.raw.delete(index, id, if_version).await;
         self.write(
@@ -489,7 +497,7 @@ impl DocStore for Watched {
         )
         .await
     }
-    async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
+    async fn on_bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
         let shown = self.0.trace.is_some().then(|| format!("{ops:?}"));
         let n = ops.len();
         let journal = self.0.journal_before(index).await;
@@ -504,50 +512,49 @@ impl DocStore for Watched {
         )
         .await
     }
-    async fn search(&self, index: &str, request: SearchRequest) -> Result<Page> {
+    async fn on_search(&self, index: &str, request: SearchRequest) -> Result<Page> {
         let shown = self.0.trace.is_some().then(|| format!("{request:?}"));
         let result = self.0.raw.search(index, request).await;
         self.read(|| format!("search {index} {shown:?}"), result)
             .await
     }
-    async fn close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
+    async fn on_close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
         let shown = self.0.trace.is_some().then(|| format!("{cursor:?}"));
-        let result = self.0.raw.close_cursor(index, cursor).await;
+        let result = self.inner().close_cursor(index, cursor).await;
         self.read(|| format!("close_cursor {index} {shown:?}"), result)
             .await
     }
-    async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {
+    async fn on_count(&self, index: &str, scope: &Scope) -> Result<u64> {
         let result = self.0.raw.count(index, scope).await;
         self.read(|| format!("count {index} {scope:?}"), result)
             .await
     }
-    async fn refresh(&self, index: &str) -> Result<()> {
+    async fn on_refresh(&self, index: &str) -> Result<()> {
         let result = self.0.raw.refresh(index).await;
         self.read(|| format!("refresh {index}"), result).await
     }
-    fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
-        if self.1 {
-            Some(self)
-        } else {
-            None
+    /// Offers the raw store's scripts only when `atomic`, and not chained with a write (each
+    /// call is one step the invariants are checked after); no chained or refreshed bulk
+    /// (a refreshed bulk is a bulk and a refresh, two steps). Closing a cursor is recorded
+    /// even though the raw store's hold nothing.
+    fn on_capabilities<'a>(&'a self, offered: Capabilities<'a>) -> Capabilities<'a> {
+        Capabilities {
+            chained_bulk: None,
+            refreshed_bulk: None,
+            scripts: offered.scripts.filter(|_| self.1),
+            held_cursors: Some(self),
+            ..offered
         }
     }
-}
-
-#[async_trait]
-impl ScriptedUpdates for Watched {
-    async fn put_script(&self, id: &str, source: &str) -> Result<bool> {
-        match self.0.raw.scripted() {
-            Some(scripted) => scripted.put_script(id, source).await,
-            None => Ok(false),
-        }
+    fn on_chains(&self) -> bool {
+        false
     }
-    async fn bulk_update(
+    async fn on_bulk_update(
         &self,
         index: &str,
         items: Vec<ScriptedUpdate>,
     ) -> Result<Vec<UpdateItemResult>> {
-        let Some(scripted) = self.0.raw.scripted() else {
+        let Some(scripted) = self.inner().scripted() else {
             return Err(fs_store::StoreError::Rejected {
                 context: "watched store".to_owned(),
                 status: None,

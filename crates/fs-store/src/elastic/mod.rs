@@ -48,8 +48,8 @@ pub use config::{redact, Auth, ElasticConfig, Paging};
 use cursor::{OpenContexts, PageCursor};
 use server::ServerInfo;
 
+use crate::capabilities::{Capabilities, Find, HeldCursors, IndexAdmin, RefreshedBulk};
 use crate::error::Result;
-use crate::scripted::ScriptedUpdates;
 use crate::store::DocStore;
 use crate::types::{
     BulkItemResult, BulkOp, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
@@ -114,10 +114,6 @@ impl DocStore for ElasticStore {
         self.remove_index(index).await
     }
 
-    async fn extend_mapping(&self, index: &str, mappings: &Value) -> Result<()> {
-        self.put_mapping(index, mappings).await
-    }
-
     async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
         self.get_doc(index, id).await
     }
@@ -152,20 +148,6 @@ impl DocStore for ElasticStore {
         self.search_page(index, request).await
     }
 
-    async fn close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
-        let cursor = PageCursor::from_cursor(&format!("closing a search of `{index}`"), &cursor)?;
-        self.close_context(index, &cursor).await
-    }
-
-    async fn find(
-        &self,
-        index: &str,
-        query: &fs_model::FindQuery,
-        size: usize,
-    ) -> Result<Vec<StoredDoc>> {
-        self.find_docs(index, query, size).await
-    }
-
     async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {
         self.count_scope(index, scope).await
     }
@@ -174,21 +156,58 @@ impl DocStore for ElasticStore {
         self.refresh_index(index).await
     }
 
-    async fn indices_exist(&self, indices: &[&str]) -> Result<bool> {
-        self.all_exist(indices).await
-    }
-
-    async fn bulk_refreshed(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
-        self.bulk_docs_refreshed(index, ops, true).await
-    }
-
-    fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
-        Some(self)
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities {
+            chained_bulk: None,
+            refreshed_bulk: Some(self),
+            scripts: Some(self),
+            held_cursors: Some(self),
+            find: Some(self),
+            index_admin: Some(self),
+        }
     }
 
     fn items_resent(&self) -> u64 {
         self.inner
             .items_resent
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[async_trait]
+impl RefreshedBulk for ElasticStore {
+    async fn bulk_refreshed(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
+        self.bulk_docs_refreshed(index, ops, true).await
+    }
+}
+
+#[async_trait]
+impl HeldCursors for ElasticStore {
+    async fn close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
+        let cursor = PageCursor::from_cursor(&format!("closing a search of `{index}`"), &cursor)?;
+        self.close_context(index, &cursor).await
+    }
+}
+
+#[async_trait]
+impl Find for ElasticStore {
+    async fn find(
+        &self,
+        index: &str,
+        query: &fs_model::FindQuery,
+        size: usize,
+    ) -> Result<Vec<StoredDoc>> {
+        self.find_docs(index, query, size).await
+    }
+}
+
+#[async_trait]
+impl IndexAdmin for ElasticStore {
+    async fn indices_exist(&self, indices: &[&str]) -> Result<bool> {
+        self.all_exist(indices).await
+    }
+
+    async fn extend_mapping(&self, index: &str, mappings: &Value) -> Result<()> {
+        self.put_mapping(index, mappings).await
     }
 }

@@ -18,9 +18,9 @@ use async_trait::async_trait;
 use rusqlite::Connection;
 use serde_json::Value;
 
+use crate::capabilities::{Capabilities, ChainedBulk, Find, RefreshedBulk};
 use crate::error::{Result, StoreError};
 use crate::index_name::validate_index_name;
-use crate::scripted::ScriptedUpdates;
 use crate::store::DocStore;
 use crate::types::{
     BulkItemResult, BulkOp, Chained, Page, Scope, SearchRequest, StoredDoc, Version,
@@ -299,6 +299,37 @@ impl DocStore for SqliteStore {
         .await
     }
 
+    async fn search(&self, index: &str, request: SearchRequest) -> Result<Page> {
+        let index = index.to_owned();
+        self.run(move |conn, nrt| ops::search(conn, nrt, &index, &request))
+            .await
+    }
+
+    async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {
+        let (index, scope) = (index.to_owned(), scope.clone());
+        self.run(move |conn, nrt| ops::count(conn, nrt, &index, &scope))
+            .await
+    }
+
+    async fn refresh(&self, index: &str) -> Result<()> {
+        let index = index.to_owned();
+        self.run(move |conn, nrt| ops::refresh(conn, nrt, &index))
+            .await
+    }
+
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities {
+            chained_bulk: Some(self),
+            refreshed_bulk: Some(self),
+            scripts: Some(self),
+            find: Some(self),
+            ..Capabilities::NONE
+        }
+    }
+}
+
+#[async_trait]
+impl RefreshedBulk for SqliteStore {
     /// One call: the writes, then (near-real-time) the refresh, without queueing for the
     /// connection a second time. (Realtime, there is nothing to refresh: the writes' own
     /// transaction found the index.)
@@ -315,11 +346,10 @@ impl DocStore for SqliteStore {
         })
         .await
     }
+}
 
-    fn chains_bulk(&self) -> bool {
-        true
-    }
-
+#[async_trait]
+impl ChainedBulk for SqliteStore {
     /// One transaction: the first write, then (only if it landed) the bulk; a first write
     /// that fails rolls back and changes nothing. The refresh follows in the same call.
     async fn bulk_after(
@@ -341,13 +371,10 @@ impl DocStore for SqliteStore {
         })
         .await
     }
+}
 
-    async fn search(&self, index: &str, request: SearchRequest) -> Result<Page> {
-        let index = index.to_owned();
-        self.run(move |conn, nrt| ops::search(conn, nrt, &index, &request))
-            .await
-    }
-
+#[async_trait]
+impl Find for SqliteStore {
     async fn find(
         &self,
         index: &str,
@@ -357,21 +384,5 @@ impl DocStore for SqliteStore {
         let (index, query) = (index.to_owned(), query.clone());
         self.run(move |conn, nrt| text::find(conn, nrt, &index, &query, size))
             .await
-    }
-
-    async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {
-        let (index, scope) = (index.to_owned(), scope.clone());
-        self.run(move |conn, nrt| ops::count(conn, nrt, &index, &scope))
-            .await
-    }
-
-    async fn refresh(&self, index: &str) -> Result<()> {
-        let index = index.to_owned();
-        self.run(move |conn, nrt| ops::refresh(conn, nrt, &index))
-            .await
-    }
-
-    fn scripted(&self) -> Option<&dyn ScriptedUpdates> {
-        Some(self)
     }
 }

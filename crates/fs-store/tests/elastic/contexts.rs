@@ -12,8 +12,8 @@ use elasticsearch::http::request::JsonBody;
 use elasticsearch::http::Method;
 use fs_model::FsPath;
 use fs_store::{
-    BulkItemResult, BulkOp, Cursor, DocStore, ElasticConfig, ElasticStore, Page, Paging, Result,
-    Scan, Scope, SearchRequest, SharedStore, StoreError, StoredDoc, Version,
+    BulkOp, DocStore, ElasticConfig, ElasticStore, HeldCursors, Page, Paging, Result, Scan, Scope,
+    SearchRequest, SharedStore, StoreError, StoreLayer,
 };
 use fs_testkit::EsProxyOptions;
 use serde_json::{json, Value};
@@ -335,41 +335,14 @@ struct FailingSearch {
 }
 
 #[async_trait]
-impl DocStore for FailingSearch {
-    fn describe(&self) -> String {
+impl StoreLayer for FailingSearch {
+    fn inner(&self) -> &dyn DocStore {
+        &self.inner
+    }
+    fn on_describe(&self) -> String {
         format!("failing({})", self.inner.describe())
     }
-    async fn create_index(&self, index: &str, body: &Value) -> Result<bool> {
-        self.inner.create_index(index, body).await
-    }
-    async fn delete_index(&self, index: &str) -> Result<bool> {
-        self.inner.delete_index(index).await
-    }
-    async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
-        self.inner.get(index, id).await
-    }
-    async fn mget(&self, index: &str, ids: &[String]) -> Result<Vec<Option<StoredDoc>>> {
-        self.inner.mget(index, ids).await
-    }
-    async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
-        self.inner.create(index, id, source).await
-    }
-    async fn index(
-        &self,
-        index: &str,
-        id: &str,
-        source: Value,
-        if_version: Option<Version>,
-    ) -> Result<Version> {
-        self.inner.index(index, id, source, if_version).await
-    }
-    async fn delete(&self, index: &str, id: &str, if_version: Option<Version>) -> Result<Version> {
-        self.inner.delete(index, id, if_version).await
-    }
-    async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
-        self.inner.bulk(index, ops).await
-    }
-    async fn search(&self, index: &str, request: SearchRequest) -> Result<Page> {
+    async fn on_search(&self, index: &str, request: SearchRequest) -> Result<Page> {
         if self.searches.fetch_add(1, Ordering::SeqCst) == self.fail_at {
             return Err(StoreError::Transient {
                 context: format!("searching `{index}`"),
@@ -377,14 +350,5 @@ impl DocStore for FailingSearch {
             });
         }
         self.inner.search(index, request).await
-    }
-    async fn close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
-        self.inner.close_cursor(index, cursor).await
-    }
-    async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {
-        self.inner.count(index, scope).await
-    }
-    async fn refresh(&self, index: &str) -> Result<()> {
-        self.inner.refresh(index).await
     }
 }

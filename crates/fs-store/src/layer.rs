@@ -1,0 +1,466 @@
+//! [`StoreLayer`]: a store that wraps another, with its forwarding written once.
+//!
+//! A wrapper (counting round trips, adding latency, injecting faults, running scripts, a
+//! test's interception) implements [`StoreLayer`]: it names the store it wraps
+//! ([`StoreLayer::inner`]) and overrides only what it changes. A blanket
+//! `impl<L: StoreLayer> DocStore for L` (and one for each capability trait) does the rest:
+//!
+//! - every call, primitive or capability, goes through [`StoreLayer::around`] (by default,
+//!   nothing) and then the layer's `on_` method for it (`on_bulk` for `bulk`; by default, the
+//!   wrapped store's method), so a per-call hook (a counter, a wait, a fault gate) is written
+//!   once and a per-method interception (a bulk whose items fail) is one method;
+//! - the layer offers every capability of the wrapped store, as itself (so that its calls go
+//!   through `around` too), unless [`StoreLayer::on_capabilities`] hides one or adds one of
+//!   its own. A capability cannot be lost by forgetting a method: there is none to forget.
+//!
+//! The `on_` prefix keeps the layer's methods apart from the store's: a caller that has both
+//! traits in scope calls `get`, never `on_get`, without naming a trait.
+//!
+//! A layer that intercepts [`StoreLayer::on_bulk`] decides in the same place what becomes of
+//! the other ways items are written: it intercepts `on_bulk_refreshed` and `on_bulk_after`
+//! too, or hides `refreshed_bulk` (callers then send a bulk and a refresh, through its
+//! `on_bulk`) and `chained_bulk` (callers then do without).
+//!
+//! A trait with a blanket implementation rather than a generic `Layered<L>` struct keeps each
+//! wrapper its own type with its own methods (`CountingStore::round_trips`), and rather than
+//! a macro keeps the forwarding checked by the compiler in one place.
+
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use crate::capabilities::{
+    Capabilities, ChainedBulk, Find, HeldCursors, IndexAdmin, RefreshedBulk,
+};
+use crate::error::{Result, StoreError};
+use crate::scripted::{ScriptedUpdate, ScriptedUpdates, UpdateItemResult};
+use crate::store::DocStore;
+use crate::types::{
+    BulkItemResult, BulkOp, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
+};
+
+/// Which call a layer sees in [`StoreLayer::around`]: one per method of the store and of its
+/// capabilities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(missing_docs)] // Each variant is the method of the same name.
+pub enum Call {
+    CreateIndex,
+    DeleteIndex,
+    Get,
+    Mget,
+    Create,
+    Index,
+    Delete,
+    Bulk,
+    Search,
+    Count,
+    Refresh,
+    BulkAfter,
+    BulkRefreshed,
+    CloseCursor,
+    Find,
+    IndicesExist,
+    ExtendMapping,
+    PutScript,
+    StoredScript,
+    BulkUpdate,
+    BulkUpdateAfter,
+}
+
+impl Call {
+    /// Returns true for a call that may change what the store holds (a lost answer then
+    /// hides a write that landed).
+    pub fn writes(self) -> bool {
+        use Call::*;
+        match self {
+            CreateIndex | DeleteIndex | Create | Index | Delete | Bulk | BulkAfter
+            | BulkRefreshed | ExtendMapping | PutScript | BulkUpdate | BulkUpdateAfter => true,
+            Get | Mget | Search | Count | Refresh | CloseCursor | Find | IndicesExist
+            | StoredScript => false,
+        }
+    }
+
+    /// Returns true for the calls that set up a store handle's scripts, made once per handle
+    /// and cached there rather than per job.
+    pub fn sets_up_scripts(self) -> bool {
+        matches!(self, Call::PutScript | Call::StoredScript)
+    }
+}
+
+/// A store that wraps another: see the [module documentation](self). Implementing it makes
+/// the type a [`DocStore`] that forwards everything it does not override.
+#[async_trait]
+pub trait StoreLayer: Send + Sync + std::fmt::Debug {
+    /// Returns the wrapped store.
+    fn inner(&self) -> &dyn DocStore;
+
+    /// Returns a short description of where the store lives; the wrapped store's by default.
+    fn on_describe(&self) -> String {
+        self.inner().describe()
+    }
+
+    /// Returns the capabilities this layer offers, given `offered`: the wrapped store's, each
+    /// one through this layer. By default `offered` itself; a layer hides one by setting it to
+    /// `None`, or adds its own.
+    fn on_capabilities<'a>(&'a self, offered: Capabilities<'a>) -> Capabilities<'a> {
+        offered
+    }
+
+    /// Runs `next`, the call `call` (this layer's method of the same name), and returns its
+    /// answer: by default that is all. The place for what every call does: count it, wait,
+    /// fail it.
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: Call,
+        next: BoxFuture<'a, Result<T>>,
+    ) -> BoxFuture<'a, Result<T>> {
+        let _ = call;
+        next
+    }
+
+    /// See [`DocStore::create_index`]; forwarded by default.
+    async fn on_create_index(&self, index: &str, body: &Value) -> Result<bool> {
+        self.inner().create_index(index, body).await
+    }
+
+    /// See [`DocStore::delete_index`]; forwarded by default.
+    async fn on_delete_index(&self, index: &str) -> Result<bool> {
+        self.inner().delete_index(index).await
+    }
+
+    /// See [`DocStore::get`]; forwarded by default.
+    async fn on_get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
+        self.inner().get(index, id).await
+    }
+
+    /// See [`DocStore::mget`]; forwarded by default.
+    async fn on_mget(&self, index: &str, ids: &[String]) -> Result<Vec<Option<StoredDoc>>> {
+        self.inner().mget(index, ids).await
+    }
+
+    /// See [`DocStore::create`]; forwarded by default.
+    async fn on_create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
+        self.inner().create(index, id, source).await
+    }
+
+    /// See [`DocStore::index`]; forwarded by default.
+    async fn on_index(
+        &self,
+        index: &str,
+        id: &str,
+        source: Value,
+        if_version: Option<Version>,
+    ) -> Result<Version> {
+        self.inner().index(index, id, source, if_version).await
+    }
+
+    /// See [`DocStore::delete`]; forwarded by default.
+    async fn on_delete(
+        &self,
+        index: &str,
+        id: &str,
+        if_version: Option<Version>,
+    ) -> Result<Version> {
+        self.inner().delete(index, id, if_version).await
+    }
+
+    /// See [`DocStore::bulk`]; forwarded by default.
+    async fn on_bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
+        self.inner().bulk(index, ops).await
+    }
+
+    /// See [`DocStore::search`]; forwarded by default.
+    async fn on_search(&self, index: &str, request: SearchRequest) -> Result<Page> {
+        self.inner().search(index, request).await
+    }
+
+    /// See [`DocStore::count`]; forwarded by default.
+    async fn on_count(&self, index: &str, scope: &Scope) -> Result<u64> {
+        self.inner().count(index, scope).await
+    }
+
+    /// See [`DocStore::refresh`]; forwarded by default.
+    async fn on_refresh(&self, index: &str) -> Result<()> {
+        self.inner().refresh(index).await
+    }
+
+    /// See [`ChainedBulk::bulk_after`]; forwarded by default.
+    async fn on_bulk_after(
+        &self,
+        first_index: &str,
+        first: BulkOp,
+        index: &str,
+        ops: Vec<BulkOp>,
+        refresh: bool,
+    ) -> Result<Chained<BulkItemResult>> {
+        self.inner()
+            .bulk_after(first_index, first, index, ops, refresh)
+            .await
+    }
+
+    /// See [`RefreshedBulk::bulk_refreshed`]; forwarded by default.
+    async fn on_bulk_refreshed(
+        &self,
+        index: &str,
+        ops: Vec<BulkOp>,
+    ) -> Result<Vec<BulkItemResult>> {
+        self.inner().bulk_refreshed(index, ops).await
+    }
+
+    /// See [`HeldCursors::close_cursor`]; forwarded by default.
+    async fn on_close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
+        self.inner().close_cursor(index, cursor).await
+    }
+
+    /// See [`Find::find`]; forwarded by default.
+    async fn on_find(
+        &self,
+        index: &str,
+        query: &fs_model::FindQuery,
+        size: usize,
+    ) -> Result<Vec<StoredDoc>> {
+        self.inner().find(index, query, size).await
+    }
+
+    /// See [`IndexAdmin::indices_exist`]; forwarded by default.
+    async fn on_indices_exist(&self, indices: &[&str]) -> Result<bool> {
+        self.inner().indices_exist(indices).await
+    }
+
+    /// See [`IndexAdmin::extend_mapping`]; forwarded by default.
+    async fn on_extend_mapping(&self, index: &str, mappings: &Value) -> Result<()> {
+        self.inner().extend_mapping(index, mappings).await
+    }
+
+    /// See [`ScriptedUpdates::put_script`]; forwarded by default.
+    async fn on_put_script(&self, id: &str, source: &str) -> Result<bool> {
+        match self.inner().scripted() {
+            Some(scripted) => scripted.put_script(id, source).await,
+            None => Ok(false),
+        }
+    }
+
+    /// See [`ScriptedUpdates::stored_script`]; forwarded by default.
+    async fn on_stored_script(&self, id: &str) -> Result<Option<String>> {
+        match self.inner().scripted() {
+            Some(scripted) => scripted.stored_script(id).await,
+            None => Ok(None),
+        }
+    }
+
+    /// See [`ScriptedUpdates::bulk_update`]; forwarded by default.
+    async fn on_bulk_update(
+        &self,
+        index: &str,
+        items: Vec<ScriptedUpdate>,
+    ) -> Result<Vec<UpdateItemResult>> {
+        match self.inner().scripted() {
+            Some(scripted) => scripted.bulk_update(index, items).await,
+            None => Err(no_scripts(index)),
+        }
+    }
+
+    /// See [`ScriptedUpdates::chains`]; forwarded by default.
+    fn on_chains(&self) -> bool {
+        self.inner().scripted().is_some_and(ScriptedUpdates::chains)
+    }
+
+    /// See [`ScriptedUpdates::bulk_update_after`]; forwarded by default.
+    async fn on_bulk_update_after(
+        &self,
+        first_index: &str,
+        first: BulkOp,
+        index: &str,
+        items: Vec<ScriptedUpdate>,
+    ) -> Result<Chained<UpdateItemResult>> {
+        match self.inner().scripted() {
+            Some(scripted) => {
+                scripted
+                    .bulk_update_after(first_index, first, index, items)
+                    .await
+            }
+            None => Err(no_scripts(index)),
+        }
+    }
+}
+
+fn no_scripts(index: &str) -> StoreError {
+    StoreError::rejected(
+        format!("scripted update of `{index}`"),
+        "the store runs no scripts",
+    )
+}
+
+#[async_trait]
+impl<L: StoreLayer> DocStore for L {
+    fn describe(&self) -> String {
+        self.on_describe()
+    }
+
+    async fn create_index(&self, index: &str, body: &Value) -> Result<bool> {
+        let next = self.on_create_index(index, body);
+        self.around(Call::CreateIndex, next).await
+    }
+
+    async fn delete_index(&self, index: &str) -> Result<bool> {
+        let next = self.on_delete_index(index);
+        self.around(Call::DeleteIndex, next).await
+    }
+
+    async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
+        self.around(Call::Get, self.on_get(index, id)).await
+    }
+
+    async fn mget(&self, index: &str, ids: &[String]) -> Result<Vec<Option<StoredDoc>>> {
+        self.around(Call::Mget, self.on_mget(index, ids)).await
+    }
+
+    async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
+        let next = self.on_create(index, id, source);
+        self.around(Call::Create, next).await
+    }
+
+    async fn index(
+        &self,
+        index: &str,
+        id: &str,
+        source: Value,
+        if_version: Option<Version>,
+    ) -> Result<Version> {
+        let next = self.on_index(index, id, source, if_version);
+        self.around(Call::Index, next).await
+    }
+
+    async fn delete(&self, index: &str, id: &str, if_version: Option<Version>) -> Result<Version> {
+        let next = self.on_delete(index, id, if_version);
+        self.around(Call::Delete, next).await
+    }
+
+    async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
+        self.around(Call::Bulk, self.on_bulk(index, ops)).await
+    }
+
+    async fn search(&self, index: &str, request: SearchRequest) -> Result<Page> {
+        let next = self.on_search(index, request);
+        self.around(Call::Search, next).await
+    }
+
+    async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {
+        self.around(Call::Count, self.on_count(index, scope)).await
+    }
+
+    async fn refresh(&self, index: &str) -> Result<()> {
+        self.around(Call::Refresh, self.on_refresh(index)).await
+    }
+
+    fn capabilities(&self) -> Capabilities<'_> {
+        let inner = self.inner().capabilities();
+        let offered = Capabilities {
+            chained_bulk: inner.chained_bulk.map(|_| self as &dyn ChainedBulk),
+            refreshed_bulk: inner.refreshed_bulk.map(|_| self as &dyn RefreshedBulk),
+            scripts: inner.scripts.map(|_| self as &dyn ScriptedUpdates),
+            held_cursors: inner.held_cursors.map(|_| self as &dyn HeldCursors),
+            find: inner.find.map(|_| self as &dyn Find),
+            index_admin: inner.index_admin.map(|_| self as &dyn IndexAdmin),
+        };
+        self.on_capabilities(offered)
+    }
+
+    fn items_resent(&self) -> u64 {
+        self.inner().items_resent()
+    }
+}
+
+#[async_trait]
+impl<L: StoreLayer> ChainedBulk for L {
+    async fn bulk_after(
+        &self,
+        first_index: &str,
+        first: BulkOp,
+        index: &str,
+        ops: Vec<BulkOp>,
+        refresh: bool,
+    ) -> Result<Chained<BulkItemResult>> {
+        let next = self.on_bulk_after(first_index, first, index, ops, refresh);
+        self.around(Call::BulkAfter, next).await
+    }
+}
+
+#[async_trait]
+impl<L: StoreLayer> RefreshedBulk for L {
+    async fn bulk_refreshed(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
+        let next = self.on_bulk_refreshed(index, ops);
+        self.around(Call::BulkRefreshed, next).await
+    }
+}
+
+#[async_trait]
+impl<L: StoreLayer> HeldCursors for L {
+    async fn close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
+        let next = self.on_close_cursor(index, cursor);
+        self.around(Call::CloseCursor, next).await
+    }
+}
+
+#[async_trait]
+impl<L: StoreLayer> Find for L {
+    async fn find(
+        &self,
+        index: &str,
+        query: &fs_model::FindQuery,
+        size: usize,
+    ) -> Result<Vec<StoredDoc>> {
+        let next = self.on_find(index, query, size);
+        self.around(Call::Find, next).await
+    }
+}
+
+#[async_trait]
+impl<L: StoreLayer> IndexAdmin for L {
+    async fn indices_exist(&self, indices: &[&str]) -> Result<bool> {
+        let next = self.on_indices_exist(indices);
+        self.around(Call::IndicesExist, next).await
+    }
+
+    async fn extend_mapping(&self, index: &str, mappings: &Value) -> Result<()> {
+        let next = self.on_extend_mapping(index, mappings);
+        self.around(Call::ExtendMapping, next).await
+    }
+}
+
+#[async_trait]
+impl<L: StoreLayer> ScriptedUpdates for L {
+    async fn put_script(&self, id: &str, source: &str) -> Result<bool> {
+        let next = self.on_put_script(id, source);
+        self.around(Call::PutScript, next).await
+    }
+
+    async fn stored_script(&self, id: &str) -> Result<Option<String>> {
+        let next = self.on_stored_script(id);
+        self.around(Call::StoredScript, next).await
+    }
+
+    async fn bulk_update(
+        &self,
+        index: &str,
+        items: Vec<ScriptedUpdate>,
+    ) -> Result<Vec<UpdateItemResult>> {
+        let next = self.on_bulk_update(index, items);
+        self.around(Call::BulkUpdate, next).await
+    }
+
+    fn chains(&self) -> bool {
+        self.on_chains()
+    }
+
+    async fn bulk_update_after(
+        &self,
+        first_index: &str,
+        first: BulkOp,
+        index: &str,
+        items: Vec<ScriptedUpdate>,
+    ) -> Result<Chained<UpdateItemResult>> {
+        let next = self.on_bulk_update_after(first_index, first, index, items);
+        self.around(Call::BulkUpdateAfter, next).await
+    }
+}
