@@ -24,28 +24,27 @@
 //! `docs/indexing.md` describes what is and is not detected.
 
 mod content;
+mod locked;
 mod moves;
 mod one;
 mod prune;
 mod walk;
 mod watch;
 
-use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fs_model::{FsDoc, FsPath};
-use fs_store::BulkOp;
+use fs_model::FsPath;
 use serde::Serialize;
 
 use crate::error::{RenameError, Result};
-use crate::ops::{mkdir, to_source, under_write_lock, LockSettings};
+use crate::ops::{mkdir, LockSettings};
 use crate::tree::{Entry, FsTree};
-use content::Plan;
 pub use content::DEFAULT_CONTENT_MAX;
+use locked::{locked_pass, second_pass, Pass};
 pub use moves::Move;
-use walk::{Walk, Walked};
+use walk::Walk;
 pub use watch::{watch_dir, WatchBatch, WatchEvent, WatchOptions, WatchReport, WatchSink};
 
 /// How [`index_dir`] works.
@@ -228,16 +227,14 @@ async fn index_unpruned(
 
     // Step 2 and 3 at once, under the tree lock on the target: one read of what the store
     // holds finds the moves, and brings up to date everything the moves do not carry.
-    let locked = locked_pass(
+    let pass = Pass {
         tree,
-        &mut walk,
-        (dir, at),
+        dir,
+        at,
         options,
-        progress,
-        &mut report,
-        true,
-    )
-    .await?;
+        find_moves: true,
+    };
+    let locked = locked_pass(pass, &mut walk, progress, &mut report).await?;
     let mut stale = locked.stale;
     if !locked.moves.is_empty() {
         // The moves, each a rename under its own locks (which the target's lock would have
@@ -267,393 +264,9 @@ async fn index_unpruned(
     Ok((report, stale))
 }
 
-/// The documents under `at` as the store has them now, in the order read (by path, on the
-/// stores that scan in that order), with where each path is among them.
-async fn existing_under(tree: &FsTree, at: &FsPath) -> Result<Existing> {
-    tree.refresh().await?;
-    let mut existing = Existing::default();
-    tree.for_each_page(at, 1_000, |page| {
-        for entry in page {
-            existing
-                .slot
-                .insert(entry.doc.path.clone(), existing.read.len());
-            existing.read.push(Some(entry));
-        }
-        Ok(())
-    })
-    .await?;
-    Ok(existing)
-}
-
-/// What [`existing_under`] read: the entries, each taken out when it is written or found
-/// stale; `slot` holds each path not yet matched (the moves' documents are matched by the
-/// path they will have, in `locked_index`).
-#[derive(Default)]
-struct Existing {
-    read: Vec<Option<Entry>>,
-    slot: HashMap<FsPath, usize>,
-}
-
-impl Existing {
-    /// Takes out the entry at `path`, if it is there and not matched yet.
-    fn take(&mut self, path: &FsPath) -> Option<Entry> {
-        let i = self.slot.remove(path)?;
-        self.read.get_mut(i)?.take()
-    }
-}
-
 fn local(path: &Path, message: &str) -> RenameError {
     RenameError::Local {
         path: path.display().to_string(),
         message: message.to_owned(),
     }
-}
-
-/// [`locked_index`] under the tree lock on `at`, released after it.
-async fn locked_pass(
-    tree: &FsTree,
-    walk: &mut Walk,
-    (dir, at): (&Path, &FsPath),
-    options: &IndexOptions,
-    progress: Option<IndexProgressSink>,
-    report: &mut IndexReport,
-    find_moves: bool,
-) -> Result<Locked> {
-    let client = options
-        .locks
-        .client(tree, format!("index {} as {at}", dir.display()));
-    let guard = client.lock_tree(at).await?;
-    let work = locked_index(tree, walk, (dir, at), options, progress, report, find_moves);
-    under_write_lock(tree, guard, work).await
-}
-
-/// What the locked pass found and left to do.
-struct Locked {
-    /// The moves found, to be made after the pass.
-    moves: Vec<moves::Planned>,
-    /// For each move, its source's subtree as read here, where the rename can use it.
-    known: Vec<Option<Vec<Entry>>>,
-    /// Entries the moves will not bring up to date (new or changed inside what moves): a
-    /// second pass is needed after them.
-    deferred: bool,
-    /// Paths the store holds after the pass, outside what moves.
-    present: HashSet<FsPath>,
-    /// Documents not on disk (at the path the moves will give them).
-    stale: Vec<Entry>,
-}
-
-/// Steps 2 and 3, under the tree lock on `at`: reads what the store holds under `at` and,
-/// with `find_moves`, finds the moves in it. Documents the moves will carry are matched with
-/// the walk at the path they will have, and left to the moves; entries new or changed in
-/// the moves' area are left to a second pass; everything else is created and updated here,
-/// with the text of the files that need it read (see `content.rs`).
-async fn locked_index(
-    tree: &FsTree,
-    walk: &mut Walk,
-    (dir, at): (&Path, &FsPath),
-    options: &IndexOptions,
-    progress: Option<IndexProgressSink>,
-    report: &mut IndexReport,
-    find_moves: bool,
-) -> Result<Locked> {
-    let (existing, walked) = tokio::join!(existing_under(tree, at), walk.entries());
-    let (mut existing, walked) = (existing?, walked?);
-    let planned = if find_moves {
-        moves::find_moves((dir, at), existing.read.iter().flatten(), walked)
-    } else {
-        Vec::new()
-    };
-    let pairs = || planned.iter().map(|m| (&m.from, &m.to));
-    let in_area = |p: &FsPath| {
-        planned
-            .iter()
-            .any(|m| p.is_inside(&m.from) || p.is_inside(&m.to))
-    };
-    // The documents the moves carry, by the path they will have: where they are in what was
-    // read (at their old path), and whether the walk found them there.
-    let mut carried: HashMap<FsPath, (usize, bool)> = HashMap::new();
-    if !planned.is_empty() {
-        carried.reserve(existing.slot.len());
-        existing.slot.retain(|path, &mut i| {
-            let to = moves::after(pairs(), path);
-            if to == *path {
-                return true;
-            }
-            carried.insert(to, (i, false));
-            false
-        });
-    }
-    let mut deferred = false;
-    let mut present = HashSet::from([at.clone()]);
-    let batch_size = options.batch_size.max(1);
-    let mut walked_so_far = 0u64;
-    for batch in walked.chunks(batch_size) {
-        walked_so_far += batch.len() as u64;
-        // What each entry needs; the files whose text is wanted are read together, off the
-        // runtime's threads, before the batch is written.
-        let mut planned_writes: Vec<(Option<Entry>, FsDoc, Plan)> = Vec::new();
-        for item in batch {
-            let doc = match item {
-                Walked::Doc(doc) => doc,
-                Walked::Symlink(s) => {
-                    report.symlinks += 1;
-                    report.skip(s.clone());
-                    continue;
-                }
-                Walked::Skipped(s) => {
-                    report.skip(s.clone());
-                    continue;
-                }
-            };
-            if doc.is_dir() {
-                report.dirs += 1;
-            } else {
-                report.files += 1;
-                report.bytes += doc.size;
-            }
-            if let Some((i, found)) = carried.get_mut(&doc.path) {
-                *found = true;
-                let as_read = existing.read.get(*i).and_then(Option::as_ref);
-                if as_read
-                    .is_some_and(|e| content::up_to_date_once_moved(&e.doc, doc, options.content))
-                {
-                    report.unchanged += 1;
-                } else {
-                    deferred = true;
-                }
-                continue;
-            }
-            if in_area(&doc.path) {
-                deferred = true;
-                continue;
-            }
-            let entry = existing.take(&doc.path);
-            let plan = content::plan(entry.as_ref().map(|e| &e.doc), doc, options.content);
-            if plan == Plan::Unchanged {
-                report.unchanged += 1;
-                present.insert(doc.path.clone());
-                continue;
-            }
-            planned_writes.push((entry, doc.clone(), plan));
-        }
-        let texts = read_texts(dir, at, &planned_writes, options.content).await?;
-        let mut ops = Vec::new();
-        let mut paths = Vec::new();
-        for ((entry, doc, plan), text) in planned_writes.into_iter().zip(texts) {
-            let had_text = text.is_some();
-            let doc = match (plan, entry) {
-                // The file holds no text: its document stays as it is.
-                (Plan::Fill, _) if !had_text => {
-                    report.unchanged += 1;
-                    present.insert(doc.path);
-                    continue;
-                }
-                (_, Some(entry)) => {
-                    let doc = doc.with_content(text);
-                    ops.push(BulkOp::Index {
-                        source: to_source(tree, &entry.id, &doc)?,
-                        id: entry.id,
-                        if_version: Some(entry.version),
-                    });
-                    doc
-                }
-                (_, None) => {
-                    let id = FsDoc::new_id();
-                    let doc = doc.with_content(text);
-                    ops.push(BulkOp::Create {
-                        source: to_source(tree, &id, &doc)?,
-                        id,
-                    });
-                    doc
-                }
-            };
-            let created = matches!(ops.last(), Some(BulkOp::Create { .. }));
-            paths.push((doc.path, created, had_text));
-        }
-        if !ops.is_empty() {
-            let context = format!("indexing under `{at}`");
-            let results = tree
-                .store()
-                .bulk(tree.index(), ops)
-                .await
-                .map_err(RenameError::store(context))?;
-            for ((path, created, had_text), result) in paths.into_iter().zip(results) {
-                match result {
-                    Ok(_) => {
-                        if created {
-                            report.created += 1;
-                        } else {
-                            report.updated += 1;
-                        }
-                        report.texts += u64::from(had_text);
-                        present.insert(path);
-                    }
-                    Err(e) => {
-                        report.failed += 1;
-                        report.skip(Skipped {
-                            path: path.to_string(),
-                            reason: format!("{REFUSED}: {e}"),
-                        });
-                    }
-                }
-            }
-        }
-        if let Some(sink) = &progress {
-            sink(IndexProgress {
-                walked: walked_so_far,
-                written: report.created + report.updated,
-            });
-        }
-    }
-    tree.refresh().await?;
-    // Not on disk: what is left of the store's documents, those the moves carry at the path
-    // they will have.
-    let Existing { mut read, slot } = existing;
-    let mut stale: Vec<Entry> = slot.into_values().filter_map(|i| read[i].take()).collect();
-    // What the moves carry stays in `read`, in the order read: the rest is taken out.
-    let mut moving = vec![false; read.len()];
-    for (to, (i, found)) in carried {
-        moving[i] = true;
-        if let (false, Some(entry)) = (found, &read[i]) {
-            stale.push(Entry {
-                doc: placed(entry.doc.clone(), to),
-                ..entry.clone()
-            });
-        }
-    }
-    let carried_as_read = read
-        .into_iter()
-        .zip(moving)
-        .filter_map(|(entry, moving)| entry.filter(|_| moving))
-        .collect();
-    let known = known_subtrees(tree, &planned, carried_as_read);
-    Ok(Locked {
-        moves: planned,
-        known,
-        deferred,
-        present,
-        stale,
-    })
-}
-
-/// For each of `planned`, the documents of its source's subtree as `existing` holds them,
-/// for the rename to write without reading them again ([`Renamer`] counts them under its
-/// locks, and reads them if anything changed): only for a move whose subtree no move before
-/// it touches (else the versions read are not those it will find), and only on a store that
-/// makes several writes in one transaction, where the rename's writes of known documents
-/// cost what its pipelined scan does; on Elasticsearch the scan overlaps its reads with its
-/// writes, and reading again costs less than writing one page at a time.
-///
-/// [`Renamer`]: crate::Renamer
-fn known_subtrees(
-    tree: &FsTree,
-    planned: &[moves::Planned],
-    carried: Vec<Entry>,
-) -> Vec<Option<Vec<Entry>>> {
-    let mut known: Vec<Option<Vec<Entry>>> = vec![None; planned.len()];
-    if !tree.store().chains_bulk() {
-        return known;
-    }
-    let touches = |a: &FsPath, b: &FsPath| a.is_inside(b) || b.is_inside(a);
-    for (k, m) in planned.iter().enumerate() {
-        let untouched = planned[..k]
-            .iter()
-            .all(|e| !touches(&m.from, &e.from) && !touches(&m.from, &e.to));
-        if untouched {
-            // A directory's move carries nearly all of them, a file's one.
-            let room = if k == 0 { carried.len() } else { 0 };
-            known[k] = Some(Vec::with_capacity(room));
-        }
-    }
-    // Each document goes with the first move whose source holds it: an untouched move's
-    // documents are no earlier move's.
-    for entry in carried {
-        let first = planned
-            .iter()
-            .position(|m| entry.doc.path.is_inside(&m.from));
-        if let Some(Some(entries)) = first.and_then(|k| known.get_mut(k)) {
-            entries.push(entry);
-        }
-    }
-    // In path order, as a scan writes them (the index on paths is updated in order): the
-    // order read, on a store that reads in that order.
-    for entries in known.iter_mut().flatten() {
-        if !entries.is_sorted_by(|a, b| a.doc.path <= b.doc.path) {
-            entries.sort_unstable_by(|a, b| a.doc.path.cmp(&b.doc.path));
-        }
-    }
-    known
-}
-
-/// `doc` as a rename puts it at `path`: the path and what derives from it changed, the rest
-/// kept.
-fn placed(doc: FsDoc, path: FsPath) -> FsDoc {
-    FsDoc {
-        parent: path.parent(),
-        name: path.name().to_owned(),
-        depth: path.depth(),
-        path,
-        ..doc
-    }
-}
-
-/// The reason given for an entry the store refused to write.
-const REFUSED: &str = "the store refused it";
-
-/// The pass after the moves, when they left entries to bring up to date: the whole target
-/// read again under its tree lock, and what is not up to date written. Returns what is
-/// stale. Its counts are added to `report` (what the first pass wrote, this one finds
-/// unchanged).
-async fn second_pass(
-    tree: &FsTree,
-    walk: &mut Walk,
-    (dir, at): (&Path, &FsPath),
-    options: &IndexOptions,
-    report: &mut IndexReport,
-) -> Result<Vec<Entry>> {
-    let mut again = IndexReport::default();
-    let locked = locked_pass(tree, walk, (dir, at), options, None, &mut again, false).await?;
-    let first_wrote = report.created + report.updated;
-    report.created += again.created;
-    report.updated += again.updated;
-    report.texts += again.texts;
-    report.failed += again.failed;
-    report.unchanged = again.unchanged.saturating_sub(first_wrote);
-    for skipped in again.skipped {
-        if skipped.reason.starts_with(REFUSED) {
-            report.skip(skipped);
-        }
-    }
-    Ok(locked.stale)
-}
-
-/// Reads the text of each planned file that wants it, on the blocking pool; `None` for the
-/// others and for files that hold no text.
-async fn read_texts(
-    dir: &Path,
-    at: &FsPath,
-    planned: &[(Option<Entry>, FsDoc, Plan)],
-    content: Option<u64>,
-) -> Result<Vec<Option<String>>> {
-    let Some(max) = content else {
-        return Ok(vec![None; planned.len()]);
-    };
-    let locals: Vec<Option<PathBuf>> = planned
-        .iter()
-        .map(|(_, doc, plan)| match plan {
-            Plan::Write { read: true } | Plan::Fill => walk::local_path(dir, at, &doc.path),
-            _ => None,
-        })
-        .collect();
-    if locals.iter().all(Option::is_none) {
-        return Ok(vec![None; planned.len()]);
-    }
-    tokio::task::spawn_blocking(move || {
-        locals
-            .iter()
-            .map(|local| local.as_deref().and_then(|l| content::read_text(l, max)))
-            .collect()
-    })
-    .await
-    .map_err(|e| local(dir, &format!("reading the files' text failed: {e}")))
 }

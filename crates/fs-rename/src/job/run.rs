@@ -9,6 +9,7 @@ use fs_store::{CountingStore, SharedStore, StoredDoc};
 use tokio::time::Instant;
 
 use super::before_write::Gate;
+use super::task::Checked;
 use super::{journaled, RenameOutcome, Renamer, Task};
 use crate::error::{RenameError, Result};
 use crate::journal::{Journal, JournalEntry, JournalLock};
@@ -184,29 +185,73 @@ impl Renamer {
             let _ = total.set(checked.subtree.len() as u64);
         }
         if !locked {
-            let counted = match total.get() {
-                Some(&n) => n,
-                None => tree.count_under(task.from()).await?,
-            };
-            self.emit(RenameEvent::Checked { total: counted });
-            // Without locks the subtree may change after the check: the writes read it again.
-            let refresh = self
-                .finish(
-                    tree,
-                    (locks, &Gate::open()),
-                    task,
-                    job_id,
-                    (&OnceLock::from(counted), Read::default()),
-                    report,
-                )
-                .await?;
-            return refresh.make(tree).await.map(|()| None);
+            return self
+                .unlocked_work(tree, locks, task, job_id, total.get().copied(), report)
+                .await
+                .map(|()| None);
         }
         if let Some(&n) = total.get() {
             self.emit(RenameEvent::Checked { total: n });
         }
-        // Read under the locks, the subtree stays as it is until they are released: a rename
-        // writes what the check read (all of it, or its first page) without reading it again.
+        let read = self
+            .read_for_writes(tree, task, checked, known, &total)
+            .await?;
+        // A job paused past its lease (by its own clock, less the allowed skew) stops here,
+        // before journaling: a recovery may already be clearing its locks. A pause after this
+        // check is caught by the fence (see `crate::journal`).
+        locks.ensure_held(task.from().as_str()).await?;
+        self.journaled_work(
+            tree,
+            (locks, guards),
+            (task, job_id),
+            (&total, read),
+            report,
+        )
+        .await
+    }
+
+    /// A job without locks, after its check: the subtree may change after the check, so the
+    /// writes read it again; no journal, and the refresh made before it returns. `total` is
+    /// the count the check found, if it read everything.
+    async fn unlocked_work(
+        &self,
+        tree: &FsTree,
+        locks: &LockClient,
+        task: &Task,
+        job_id: &str,
+        total: Option<u64>,
+        report: &mut RenameReport,
+    ) -> Result<()> {
+        let counted = match total {
+            Some(n) => n,
+            None => tree.count_under(task.from()).await?,
+        };
+        self.emit(RenameEvent::Checked { total: counted });
+        let refresh = self
+            .finish(
+                tree,
+                (locks, &Gate::open()),
+                task,
+                job_id,
+                (&OnceLock::from(counted), Read::default()),
+                report,
+            )
+            .await?;
+        refresh.make(tree).await
+    }
+
+    /// What the check read under the locks, handed to the writes: read under the locks, the
+    /// subtree stays as it is until they are released, so a rename writes what the check read
+    /// (all of it, or its first page) without reading it again; or the subtree the caller
+    /// read (`known`), if it still counts as many documents. Sets `total` where that tells it.
+    async fn read_for_writes(
+        &self,
+        tree: &FsTree,
+        task: &Task,
+        checked: Checked,
+        known: Option<&Arc<std::sync::Mutex<Vec<Entry>>>>,
+        total: &OnceLock<u64>,
+    ) -> Result<Read> {
         let known = match known {
             Some(known) if !checked.whole => {
                 // Taken, not copied: an attempt after this one reads the subtree afresh.
@@ -247,10 +292,19 @@ impl Renamer {
             },
             (Task::Copy { .. } | Task::Delete { .. }, _) => Read::default(),
         };
-        // A job paused past its lease (by its own clock, less the allowed skew) stops here,
-        // before journaling: a recovery may already be clearing its locks. A pause after this
-        // check is caught by the fence (see `crate::journal`).
-        locks.ensure_held(task.from().as_str()).await?;
+        Ok(read)
+    }
+
+    /// The journaled part of a locked job: the entry, the writes, then the close and the
+    /// refresh (or the close left to go with the release, returned).
+    async fn journaled_work(
+        &self,
+        tree: &FsTree,
+        (locks, guards): (&LockClient, &mut Vec<LockGuard>),
+        (task, job_id): (&Task, &str),
+        (total, read): (&OnceLock<u64>, Read),
+        report: &mut RenameReport,
+    ) -> Result<Option<PendingClose>> {
         if let Some(hooks) = &self.config.hooks {
             hooks.journaling(job_id).await;
         }
@@ -270,14 +324,7 @@ impl Renamer {
         }
         let found = report.found;
         let (opened, finished) = self
-            .journal_and_write(
-                tree,
-                locks,
-                task,
-                (&entry, &journal),
-                (&total, read),
-                report,
-            )
+            .journal_and_write(tree, locks, task, (&entry, &journal), (total, read), report)
             .await?;
         // Until the entry is known to have landed or not, the job may be journaled: an
         // unknown outcome counts as journaled, so the locks are left for recovery to resolve.
@@ -321,20 +368,33 @@ impl Renamer {
             job: job_id.clone(),
         });
         if let Err(e) = refreshed {
-            // The job is complete, but what it wrote may not be searchable yet: releasing
-            // now would let the next holder check against a stale view. The locks are kept
-            // until their lease runs out (the server's own refresh comes well before that).
-            let held = locks.held_items().await;
-            for guard in guards.drain(..).rev() {
-                guard.abandon().await;
-            }
-            report.locks_left = held.iter().map(fs_locks::LockItem::label).collect();
-            report.warnings.push(format!(
-                "the {} is complete, but refreshing the index failed ({e}): its locks stay until their lease ({:?}) runs out, so that nobody checks against a view without its writes; then `fsrename recover` (or a running `fsrename serve`) deletes them (journal id {job_id})",
-                report.kind, self.config.lease
-            ));
+            self.keep_locks(locks, guards, &job_id, &e, report).await;
         }
         Ok(None)
+    }
+
+    /// After a complete job whose refresh failed: what it wrote may not be searchable yet, so
+    /// its locks are kept until their lease runs out, and the report says why.
+    async fn keep_locks(
+        &self,
+        locks: &LockClient,
+        guards: &mut Vec<LockGuard>,
+        job_id: &str,
+        e: &RenameError,
+        report: &mut RenameReport,
+    ) {
+        // The job is complete, but what it wrote may not be searchable yet: releasing
+        // now would let the next holder check against a stale view. The locks are kept
+        // until their lease runs out (the server's own refresh comes well before that).
+        let held = locks.held_items().await;
+        for guard in guards.drain(..).rev() {
+            guard.abandon().await;
+        }
+        report.locks_left = held.iter().map(fs_locks::LockItem::label).collect();
+        report.warnings.push(format!(
+            "the {} is complete, but refreshing the index failed ({e}): its locks stay until their lease ({:?}) runs out, so that nobody checks against a view without its writes; then `fsrename recover` (or a running `fsrename serve`) deletes them (journal id {job_id})",
+            report.kind, self.config.lease
+        ));
     }
 
     /// Writes everything the task writes and checks the count: the part of a job that a

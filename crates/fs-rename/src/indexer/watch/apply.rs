@@ -1,0 +1,383 @@
+//! Applying one batch of changes: renames first (paired by inotify, or by identity), then
+//! each dirty path brought in step with the disk, a directory indexed again.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use fs_model::FsPath;
+
+use super::super::IndexReport;
+use super::{Applier, Change, WatchBatch, MAX_HOLD, RECENT};
+use crate::error::RenameError;
+use crate::tree::Entry;
+
+impl Applier<'_> {
+    /// Applies a batch. While the events go on (`quiet` false: the batch was cut by the
+    /// longest wait), only its renames are applied: indexing a directory then would read the
+    /// disk as it is now, ahead of events not yet received (a directory filled by moves and
+    /// moved again, indexed at its last place before the renames that lead there), and those
+    /// renames would find their destination taken. The dirty paths wait, followed through
+    /// the renames, for a quiet batch, or [`MAX_HOLD`] at most.
+    pub(super) async fn apply(&mut self, changes: Vec<Change>, quiet: bool) -> WatchBatch {
+        let mut batch = WatchBatch::default();
+        if let Some(Change::Rescan(why)) = changes.iter().find(|c| matches!(c, Change::Rescan(_))) {
+            tracing::warn!(reason = %why, "events were lost: indexing the whole tree again");
+            batch.rescan = true;
+            batch.rescan_reason = Some(why.clone());
+            // The rescan sees all that the held paths would have said.
+            self.held = (Vec::new(), BTreeSet::new(), None);
+            let mut options = self.options.index.clone();
+            options.prune = true;
+            match super::super::index_prepared(self.tree, self.root, self.at, &options, None).await
+            {
+                Ok(r) => {
+                    batch.renames += r.moves;
+                    batch.indexed += 1;
+                    batch.removed += r.pruned;
+                }
+                Err(e) => batch.failures.push(format!("rescan: {e}")),
+            }
+            return batch;
+        }
+        // What earlier batches found gone: this batch's events came after it was found gone,
+        // so a rename that explains it is among them (and carries its documents, ids and
+        // all); what is still gone after them was deleted, or moved out.
+        let hold = !quiet && self.held.2.is_none_or(|since| since.elapsed() < MAX_HOLD);
+        let (earlier, recheck): (Vec<PathBuf>, Vec<PathBuf>) = if hold {
+            (Vec::new(), Vec::new())
+        } else {
+            (
+                std::mem::take(&mut *self.postponed_list()),
+                std::mem::take(&mut *self.recheck_list()),
+            )
+        };
+        // The halves of the renames inotify paired: the rename itself says it all.
+        let paired: HashSet<usize> = changes
+            .iter()
+            .filter_map(|c| match c {
+                Change::Rename(_, _, tracker) => *tracker,
+                _ => None,
+            })
+            .collect();
+        let mut dirty: Vec<PathBuf> = std::mem::take(&mut self.held.0);
+        let mut touched: BTreeSet<PathBuf> = std::mem::take(&mut self.held.1);
+        for change in changes {
+            match change {
+                Change::Dirty(_, Some(t)) if paired.contains(&t) => {}
+                Change::Dirty(path, _) => dirty.push(path),
+                Change::Rename(from, to, _) => {
+                    // Inside a directory just moved, inotify may still name the old place:
+                    // if the destination is not on disk, its new place is taken.
+                    let (from, to) = if to.symlink_metadata().is_err() {
+                        let (f, t) = (self.follow(&from), self.follow(&to));
+                        if t.symlink_metadata().is_ok() {
+                            (f, t)
+                        } else {
+                            (from, to)
+                        }
+                    } else {
+                        (from, to)
+                    };
+                    // Inside a directory not indexed yet (made or moved in, in this batch or
+                    // one held), the store holds at most part of what moves: what it holds is
+                    // renamed, and the destination indexed.
+                    let partial = dirty.iter().any(|d| from.starts_with(d) && *d != from);
+                    // What was dirty under `from` is now under `to`.
+                    for path in &mut dirty {
+                        if let Ok(rest) = path.strip_prefix(&from) {
+                            *path = rebased(&to, rest);
+                        }
+                    }
+                    // Their directories' modification times changed.
+                    touched.extend(from.parent().map(Path::to_owned));
+                    touched.extend(to.parent().map(Path::to_owned));
+                    self.rename(&from, &to, &mut dirty, &mut batch).await;
+                    if partial {
+                        dirty.push(to.clone());
+                    }
+                    self.recent
+                        .push_back((from, to, tokio::time::Instant::now()));
+                }
+                Change::Rescan(_) => {}
+            }
+        }
+        while self
+            .recent
+            .front()
+            .is_some_and(|(_, _, at)| at.elapsed() > RECENT)
+        {
+            self.recent.pop_front();
+        }
+        if hold {
+            self.held = (
+                dirty,
+                touched,
+                self.held.2.or(Some(tokio::time::Instant::now())),
+            );
+            return batch;
+        }
+        self.held.2 = None;
+        self.confirmed.clear();
+        self.rechecking.clear();
+        for dir in recheck {
+            let moved = self.follow(&dir);
+            if moved.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+                self.rechecking.insert(moved.clone());
+                dirty.push(moved);
+            }
+        }
+        for path in earlier {
+            let moved = self.follow(&path);
+            if moved != path {
+                // Renamed since: looked at in its new place (the store rename carried what
+                // the store held there; what it did not hold is indexed there). What the
+                // store holds at the old place now came after, and is stale.
+                dirty.push(moved);
+            }
+            if path.symlink_metadata().is_err() {
+                self.confirmed.insert(path.clone());
+            }
+            dirty.push(path);
+        }
+        // An event from inside a directory just moved may carry its old path: where the old
+        // path is gone, its new place is looked at too.
+        let mut followed = Vec::new();
+        for path in &dirty {
+            if path.symlink_metadata().is_ok() {
+                continue;
+            }
+            let moved = self.follow(path);
+            if moved != *path {
+                followed.push(moved);
+            }
+        }
+        dirty.extend(followed);
+        // A directory's entries changed: its own modification time did too.
+        touched.extend(dirty.iter().filter_map(|p| p.parent()).map(Path::to_owned));
+        touched.retain(|p| p.starts_with(self.root));
+        // Directories on disk are indexed whole (created, moved in: their entries may have
+        // come before their watch); the rest, and the directories touched, one document each.
+        let (dirs, others): (Vec<PathBuf>, Vec<PathBuf>) = topmost(dirty)
+            .into_iter()
+            .partition(|p| p.symlink_metadata().is_ok_and(|m| m.is_dir()));
+        // A move into a directory made just before it has no pair: inotify had no watch there
+        // yet. What vanished in this batch and turns up under a directory to index is the
+        // same file by identity, and is renamed, not deleted and created again.
+        if !dirs.is_empty() {
+            self.pair_by_identity(&dirs, &others, &mut batch).await;
+        }
+        for dir in &dirs {
+            self.index_subtree(dir, &mut batch).await;
+        }
+        touched.retain(|p| !dirs.iter().any(|d| p.starts_with(d)));
+        let mut single: Vec<PathBuf> = others;
+        single.extend(touched);
+        single.sort();
+        single.dedup();
+        let slow = match self.sync_documents(&single, &mut batch).await {
+            Ok(slow) => slow,
+            Err(e) => {
+                batch
+                    .failures
+                    .push(format!("{} entries: {e}", single.len()));
+                Vec::new()
+            }
+        };
+        for path in slow {
+            self.sync(&path, &mut batch).await;
+        }
+        batch
+    }
+
+    /// Renames in the store what vanished from disk in this batch (`others` gone from disk)
+    /// and turns up, by identity, under one of `dirs` (see `moves.rs`).
+    pub(super) async fn pair_by_identity(
+        &self,
+        dirs: &[PathBuf],
+        others: &[PathBuf],
+        batch: &mut WatchBatch,
+    ) {
+        let mut gone: HashMap<FsPath, Entry> = HashMap::new();
+        for local in others {
+            if local.symlink_metadata().is_ok() {
+                continue;
+            }
+            let Some(path) = self.store_path(local) else {
+                continue;
+            };
+            let read = self
+                .tree
+                .for_each_page(&path, 1_000, |page| {
+                    gone.extend(page.into_iter().map(|e| (e.doc.path.clone(), e)));
+                    Ok(())
+                })
+                .await;
+            if let Err(e) = read {
+                batch.failures.push(format!("reading {path}: {e}"));
+            }
+        }
+        if gone.is_empty() {
+            return;
+        }
+        for dir in dirs {
+            let Some(path) = self.store_path(dir) else {
+                continue;
+            };
+            let (local, at) = (dir.clone(), path.clone());
+            let Ok(walked) =
+                tokio::task::spawn_blocking(move || super::super::walk::walk_all(&local, &at))
+                    .await
+            else {
+                continue;
+            };
+            let planned =
+                super::super::moves::find_moves((self.root, self.at), gone.values(), &walked);
+            match super::super::moves::apply_moves(
+                self.tree,
+                (self.root, self.at),
+                (&planned, Vec::new()),
+                &HashSet::new(),
+                &self.options.index,
+            )
+            .await
+            {
+                Ok(moves) => {
+                    batch.renames += moves.done.len() as u64;
+                    for m in &moves.done {
+                        gone.retain(|p, _| !p.is_inside(&m.from));
+                    }
+                }
+                Err(e) => batch.failures.push(format!("moves into {path}: {e}")),
+            }
+        }
+    }
+
+    /// Where `path` is after the recent renames, in order.
+    pub(super) fn follow(&self, path: &Path) -> PathBuf {
+        let mut moved = path.to_owned();
+        for (from, to, _) in &self.recent {
+            if let Ok(rest) = moved.strip_prefix(from) {
+                moved = rebased(to, rest);
+            }
+        }
+        moved
+    }
+
+    /// Indexes the directory `local` and everything under it.
+    pub(super) async fn index_subtree(&self, local: &Path, batch: &mut WatchBatch) {
+        let Some(path) = self.store_path(local) else {
+            return;
+        };
+        // A directory made or moved in is watched from when notify sees it, and what
+        // changed in it before that (an entry moved out at once, say) has no event: it is
+        // indexed once more in the next batch, when its watch is surely in place.
+        if !self.rechecking.contains(local) {
+            self.recheck_list().push(local.to_owned());
+        }
+        match super::super::index_unpruned(self.tree, local, &path, &self.options.index, None).await
+        {
+            Ok((r, stale)) => {
+                batch.indexed += 1;
+                batch.renames += r.moves;
+                // What the index found gone goes once a later batch confirms it.
+                let gone: Vec<Entry> = stale
+                    .into_iter()
+                    .filter(|e| {
+                        super::super::walk::local_path(self.root, self.at, &e.doc.path)
+                            .is_some_and(|l| self.gone_for_good(&l))
+                    })
+                    .collect();
+                if !gone.is_empty() {
+                    let mut pruned = IndexReport::default();
+                    match super::super::prune::prune(
+                        self.tree,
+                        self.root,
+                        gone,
+                        &self.options.index,
+                        &mut pruned,
+                    )
+                    .await
+                    {
+                        Ok(n) => batch.removed += n,
+                        Err(e) => batch.failures.push(format!("prune under {path}: {e}")),
+                    }
+                    batch.failures.extend(
+                        pruned
+                            .skipped
+                            .into_iter()
+                            .map(|s| format!("{}: {}", s.path, s.reason)),
+                    );
+                }
+            }
+            // Gone since the batch began: its going has events of its own.
+            Err(RenameError::Local { .. }) if local.symlink_metadata().is_err() => {}
+            Err(e) => batch
+                .failures
+                .push(format!("index {}: {e}", local.display())),
+        }
+    }
+
+    /// Applies a rename on disk to the store; what cannot be applied that way is marked
+    /// dirty instead (a source the store does not hold yet, a destination outside the tree).
+    pub(super) async fn rename(
+        &self,
+        from: &Path,
+        to: &Path,
+        dirty: &mut Vec<PathBuf>,
+        batch: &mut WatchBatch,
+    ) {
+        let (Some(f), Some(t)) = (self.store_path(from), self.store_path(to)) else {
+            dirty.push(from.to_owned());
+            dirty.push(to.to_owned());
+            return;
+        };
+        let renamer = self.renamer(format!("mv {f} {t}"));
+        let mut outcome = renamer.rename(&f, &t).await;
+        if let (Err(RenameError::DestinationParentMissing { .. }), Some(parent)) =
+            (&outcome, t.parent())
+        {
+            // A directory made on disk in this batch, not indexed yet: made in the store now
+            // (its document is brought up to date with the rest of the batch).
+            match crate::ops::mkdir(self.tree, &self.options.index.locks, &parent, true).await {
+                Ok(_) => outcome = renamer.rename(&f, &t).await,
+                Err(e) => batch.failures.push(format!("mkdir -p {parent}: {e}")),
+            }
+        }
+        if let Err(RenameError::DestinationExists { .. }) = outcome {
+            // rename(2) replaces its destination: so does the store.
+            if let Err(e) = renamer.remove(&t, true).await {
+                batch
+                    .failures
+                    .push(format!("rm -r {t} (replaced on disk): {e}"));
+            }
+            outcome = renamer.rename(&f, &t).await;
+        }
+        match outcome {
+            Ok(_) => batch.renames += 1,
+            // Not in the store yet (created in this batch), or its parent is not: indexed.
+            Err(_) => {
+                dirty.push(from.to_owned());
+                dirty.push(to.to_owned());
+            }
+        }
+    }
+}
+
+/// `to` followed by `rest` (`Path::join` of an empty `rest` would add a trailing slash, and
+/// a file's path with one is no file's).
+fn rebased(to: &Path, rest: &Path) -> PathBuf {
+    if rest.as_os_str().is_empty() {
+        to.to_owned()
+    } else {
+        to.join(rest)
+    }
+}
+
+/// The paths of `dirty` that no other one is above (or equal to), in order.
+fn topmost(dirty: Vec<PathBuf>) -> Vec<PathBuf> {
+    let all: BTreeSet<PathBuf> = dirty.into_iter().collect();
+    all.iter()
+        .filter(|p| !p.ancestors().skip(1).any(|a| all.contains(a)))
+        .cloned()
+        .collect()
+}

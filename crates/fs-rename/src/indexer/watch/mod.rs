@@ -1,0 +1,384 @@
+//! `index --watch`: following the directory after the first run (the `notify` crate: inotify
+//! on Linux).
+//!
+//! Events are gathered until the directory has been quiet for the debounce (or for at most
+//! ten debounces), then applied as one batch, in the order they came:
+//!
+//! - a rename inside the tree (inotify pairs its two halves) is a tree-locked, journaled rename
+//!   in the store: a directory moved inside the tree is one rename, ids kept;
+//! - every other event marks its path *dirty*: after the renames, each dirty path (the topmost
+//!   ones: a dirty directory covers what is under it) is brought in step with the disk: a
+//!   directory is indexed (with move detection and pruning, as `index --prune`), a file gets
+//!   its document created or updated, a path gone from disk is removed from the store (a
+//!   journaled `rm -r`). So a directory moved in is an index of that subtree, one moved out a
+//!   delete, and a burst of writes to one file one update;
+//! - a dirty path recorded before a rename of a directory above it is followed to its new
+//!   place.
+//!
+//! The disk runs ahead of the events: when a batch is applied, the disk is as it is now. So a
+//! batch cut while the events go on applies its renames only (its dirty paths wait for a quiet
+//! batch, [`MAX_HOLD`] at most); a path found gone is forgotten only one batch later, when a
+//! rename that explains it would have come; and a directory indexed is indexed once more in the
+//! next batch, for what changed in it before its watch was in place.
+//!
+//! An event-queue overflow (the kernel dropped events), or an error of the watch itself, is
+//! answered with a rescan: the whole tree indexed again with `--prune`, which finds what the
+//! lost events would have said. The watcher never gives up on its own.
+//!
+//! Every change takes the same tree locks as any other job, so `fsrename mv` jobs elsewhere in
+//! the store run beside it, and a job that renames a path the watcher owns is undone by the
+//! watcher's next change there (the disk is the truth under the watched target); see
+//! `docs/indexing.md`.
+
+use std::collections::{BTreeSet, HashSet};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fs_model::FsPath;
+use notify::event::{ModifyKind, RenameMode};
+use notify::{EventKind, RecursiveMode, Watcher};
+use serde::Serialize;
+
+use super::{index_dir, IndexOptions, IndexReport};
+use crate::error::Result;
+use crate::job::Renamer;
+use crate::tree::FsTree;
+
+mod apply;
+mod sync;
+
+/// How [`watch_dir`] works.
+#[derive(Debug, Clone)]
+pub struct WatchOptions {
+    /// The first run's options; `batch_size` and the locks serve every later change too.
+    pub index: IndexOptions,
+    /// How long the directory must be quiet before a batch of changes is applied. Default:
+    /// 250 ms.
+    pub debounce: Duration,
+    /// Events held between the watch and the batches at most; when it is full the watch
+    /// waits, and the kernel's queue takes the rest (and overflows into a rescan). Default:
+    /// 65 536.
+    pub queue: usize,
+}
+
+impl Default for WatchOptions {
+    fn default() -> WatchOptions {
+        WatchOptions {
+            index: IndexOptions {
+                prune: true,
+                ..IndexOptions::default()
+            },
+            debounce: Duration::from_millis(250),
+            queue: 65_536,
+        }
+    }
+}
+
+/// What one batch of changes did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct WatchBatch {
+    /// Events in the batch.
+    pub events: u64,
+    /// Renames applied.
+    pub renames: u64,
+    /// Directories indexed (created, moved in, or changed in ways events do not pair).
+    pub indexed: u64,
+    /// Files whose document was created or updated.
+    pub files: u64,
+    /// Paths removed from the store (deleted or moved out on disk).
+    pub removed: u64,
+    /// True if the batch was a rescan of the whole tree (the kernel dropped events).
+    pub rescan: bool,
+    /// Why it was, if it was.
+    pub rescan_reason: Option<String>,
+    /// What could not be applied (retried by the next change there, or the next rescan).
+    pub failures: Vec<String>,
+}
+
+/// What the watch did, until it stopped.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct WatchReport {
+    /// The first run.
+    pub initial: IndexReport,
+    /// Batches applied.
+    pub batches: u64,
+    /// Renames, directory indexes, file updates, removals and rescans, over all batches.
+    pub renames: u64,
+    /// See [`WatchBatch::indexed`].
+    pub indexed: u64,
+    /// See [`WatchBatch::files`].
+    pub files: u64,
+    /// See [`WatchBatch::removed`].
+    pub removed: u64,
+    /// Rescans after an overflow or a failed watch.
+    pub rescans: u64,
+    /// Failures, over all batches.
+    pub failures: u64,
+}
+
+/// Told of the first run and of every batch.
+pub enum WatchEvent<'a> {
+    /// The first run is done; changes from now on are followed.
+    Ready(&'a IndexReport),
+    /// A batch of `events` was gathered and is about to be applied (no event is taken from
+    /// the watch meanwhile).
+    Applying {
+        /// Events in the batch.
+        events: u64,
+    },
+    /// A batch was applied.
+    Batch(&'a WatchBatch),
+}
+
+/// A callback told of [`WatchEvent`]s.
+pub type WatchSink = Arc<dyn Fn(WatchEvent<'_>) + Send + Sync>;
+
+/// One change, as the events said it.
+enum Change {
+    /// A rename inside the tree: both halves, paired by inotify (which also sends each half
+    /// alone, under the same tracker).
+    Rename(PathBuf, PathBuf, Option<usize>),
+    /// Something happened at the path; `tracker` pairs a rename's halves.
+    Dirty(PathBuf, Option<usize>),
+    /// Events were lost.
+    Rescan(String),
+}
+
+/// Indexes `dir` at `at`, then follows it until `stop` resolves; returns what it did.
+///
+/// # Errors
+/// The first run's errors, and a watch that cannot be set up at all (no inotify). Failures
+/// of single changes are reported in the batches, not returned.
+pub async fn watch_dir(
+    tree: &FsTree,
+    dir: &Path,
+    at: &FsPath,
+    options: &WatchOptions,
+    stop: impl Future<Output = ()>,
+    sink: Option<WatchSink>,
+) -> Result<WatchReport> {
+    let root = std::fs::canonicalize(dir).map_err(|e| super::local(dir, &e.to_string()))?;
+    let (tx, mut rx) =
+        tokio::sync::mpsc::channel::<notify::Result<notify::Event>>(options.queue.max(1));
+    // Watching starts before the first run, so that nothing that happens during it is missed.
+    // The handler runs on notify's thread: when the queue is full it waits there, and the
+    // kernel keeps the rest (overflowing into a rescan).
+    let mut watcher = notify::recommended_watcher(move |event| {
+        let _ = tx.blocking_send(event);
+    })
+    .map_err(|e| super::local(&root, &format!("cannot watch: {e}")))?;
+    watcher
+        .watch(&root, RecursiveMode::Recursive)
+        .map_err(|e| super::local(&root, &format!("cannot watch: {e}")))?;
+    let initial = index_dir(tree, &root, at, &options.index, None).await?;
+    if let Some(sink) = &sink {
+        sink(WatchEvent::Ready(&initial));
+    }
+    let mut report = WatchReport {
+        initial,
+        ..WatchReport::default()
+    };
+    let mut applier = Applier {
+        tree,
+        root: &root,
+        at,
+        options,
+        recent: std::collections::VecDeque::new(),
+        postponed: std::sync::Mutex::default(),
+        confirmed: HashSet::new(),
+        recheck: std::sync::Mutex::default(),
+        rechecking: HashSet::new(),
+        held: (Vec::new(), BTreeSet::new(), None),
+    };
+    tokio::pin!(stop);
+    loop {
+        // Removals waiting for the next batch get one after the debounce, events or not.
+        let waiting = applier.has_postponed();
+        let first = tokio::select! {
+            event = rx.recv() => Some(event),
+            () = tokio::time::sleep(options.debounce), if waiting => None,
+            () = &mut stop => break,
+        };
+        let mut changes = Vec::new();
+        let mut events = 0u64;
+        // Whether the batch ends because the directory was quiet for the debounce (or it is
+        // the wake-up for what earlier batches left), not because the events went on.
+        let mut quiet = true;
+        match first {
+            Some(Some(first)) => {
+                events += 1;
+                push(&mut changes, first);
+            }
+            Some(None) => return Err(super::local(&root, "the watch ended by itself")),
+            None => {}
+        }
+        let deadline = tokio::time::Instant::now() + options.debounce * 10;
+        loop {
+            tokio::select! {
+                event = rx.recv() => match event {
+                    Some(event) => {
+                        events += 1;
+                        push(&mut changes, event);
+                    }
+                    None => break,
+                },
+                () = tokio::time::sleep(options.debounce) => break,
+                () = tokio::time::sleep_until(deadline) => {
+                    quiet = false;
+                    break;
+                }
+            }
+        }
+        if let Some(sink) = &sink {
+            sink(WatchEvent::Applying { events });
+        }
+        let mut batch = applier.apply(changes, quiet).await;
+        batch.events = events;
+        report.batches += 1;
+        report.renames += batch.renames;
+        report.indexed += batch.indexed;
+        report.files += batch.files;
+        report.removed += batch.removed;
+        report.rescans += u64::from(batch.rescan);
+        report.failures += batch.failures.len() as u64;
+        for failure in &batch.failures {
+            tracing::warn!(%failure, "a change was not applied; the next change there or a rescan retries it");
+        }
+        if let Some(sink) = &sink {
+            sink(WatchEvent::Batch(&batch));
+        }
+    }
+    drop(watcher);
+    Ok(report)
+}
+
+/// Turns an event into changes.
+fn push(changes: &mut Vec<Change>, event: notify::Result<notify::Event>) {
+    let event = match event {
+        Ok(event) => event,
+        // A directory gone before its watch could be added (removed or moved right after it
+        // was made): its going has events of its own; what it held is looked at again.
+        Err(e)
+            if matches!(
+                &e.kind,
+                notify::ErrorKind::PathNotFound | notify::ErrorKind::WatchNotFound
+            ) || matches!(&e.kind, notify::ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::NotFound) =>
+        {
+            changes.extend(e.paths.into_iter().map(|p| Change::Dirty(p, None)));
+            return;
+        }
+        Err(e) => {
+            changes.push(Change::Rescan(format!("the watch failed: {e}")));
+            return;
+        }
+    };
+    if event.need_rescan() {
+        changes.push(Change::Rescan("the kernel's event queue overflowed".into()));
+        return;
+    }
+    match event.kind {
+        EventKind::Access(_) => {}
+        EventKind::Modify(ModifyKind::Name(RenameMode::Both)) if event.paths.len() == 2 => {
+            let tracker = event.tracker();
+            let mut paths = event.paths.into_iter();
+            if let (Some(from), Some(to)) = (paths.next(), paths.next()) {
+                changes.push(Change::Rename(from, to, tracker));
+            }
+        }
+        _ => {
+            let tracker = event.tracker();
+            changes.extend(
+                event
+                    .paths
+                    .into_iter()
+                    .map(|path| Change::Dirty(path, tracker)),
+            );
+        }
+    }
+}
+
+/// The longest the dirty paths of batches cut while the events go on wait for a quiet one.
+const MAX_HOLD: Duration = Duration::from_secs(10);
+
+/// How long a rename is remembered: an event inside a moved directory may still come with
+/// the old path for a while (until the watch of each subdirectory follows the move).
+const RECENT: Duration = Duration::from_secs(10);
+
+/// Applies batches of changes.
+struct Applier<'a> {
+    tree: &'a FsTree,
+    root: &'a Path,
+    at: &'a FsPath,
+    options: &'a WatchOptions,
+    /// Renames on disk of the last [`RECENT`], oldest first.
+    recent: std::collections::VecDeque<(PathBuf, PathBuf, tokio::time::Instant)>,
+    /// Paths found gone from disk, whose removal from the store waits for the next batch
+    /// (see [`Applier::apply`]).
+    postponed: std::sync::Mutex<Vec<PathBuf>>,
+    /// Paths found gone in an earlier batch and still gone: removed in this one.
+    confirmed: HashSet<PathBuf>,
+    /// Directories indexed in this batch, indexed again in the next (see
+    /// [`Applier::index_subtree`]).
+    recheck: std::sync::Mutex<Vec<PathBuf>>,
+    /// Directories this batch indexes again: not to be checked a third time.
+    rechecking: HashSet<PathBuf>,
+    /// The dirty paths (and touched directories) of batches cut while the events went on,
+    /// held for a quiet one (see [`Applier::apply`]), and since when.
+    held: (
+        Vec<PathBuf>,
+        BTreeSet<PathBuf>,
+        Option<tokio::time::Instant>,
+    ),
+}
+
+impl Applier<'_> {
+    /// The store path of the local path `local`; `None` outside the tree or for a name that
+    /// is not UTF-8.
+    fn store_path(&self, local: &Path) -> Option<FsPath> {
+        let relative = local.strip_prefix(self.root).ok()?;
+        let mut path = self.at.clone();
+        for component in relative.components() {
+            path = path.join(component.as_os_str().to_str()?).ok()?;
+        }
+        Some(path)
+    }
+
+    fn postponed_list(&self) -> std::sync::MutexGuard<'_, Vec<PathBuf>> {
+        self.postponed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn has_postponed(&self) -> bool {
+        !self.postponed_list().is_empty()
+            || !self.recheck_list().is_empty()
+            || !self.held.0.is_empty()
+            || !self.held.1.is_empty()
+    }
+
+    fn recheck_list(&self) -> std::sync::MutexGuard<'_, Vec<PathBuf>> {
+        self.recheck.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the store may now forget what it holds at `local`, gone from disk: only once
+    /// a batch after the one that found it gone has confirmed it. The disk runs ahead of the
+    /// events: a path gone now may have been renamed by an event not yet received, and the
+    /// rename, when it comes, must find the documents there to carry them (ids and all).
+    fn gone_for_good(&self, local: &Path) -> bool {
+        if self.confirmed.contains(local) {
+            return true;
+        }
+        self.postponed_list().push(local.to_owned());
+        false
+    }
+
+    fn renamer(&self, what: String) -> Renamer {
+        let locks = &self.options.index.locks;
+        Renamer::builder(Arc::clone(self.tree.store()), self.tree.index())
+            .lease(locks.lease)
+            .wait(locks.wait)
+            .lock_protocol(locks.protocol)
+            .holder(format!("index --watch {}: {what}", self.root.display()))
+            .build()
+    }
+}

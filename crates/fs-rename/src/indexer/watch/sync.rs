@@ -1,0 +1,225 @@
+//! Bringing one path in step with the disk: a file's document created or updated (its text
+//! read where it needs it), a path gone from disk removed from the store.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use fs_model::{FsDoc, FsPath};
+use fs_store::{BulkOp, Scope, SearchRequest};
+
+use super::super::content::{self, Plan};
+use super::super::one::{describe_one, index_one, OneFile};
+use super::{Applier, WatchBatch};
+use crate::error::{RenameError, Result};
+use crate::ops::{to_source, under_write_lock};
+use crate::tree::Entry;
+
+impl Applier<'_> {
+    /// The document to write for the entry `found` at `local` when the store holds `stored`
+    /// at its path, with its text read if it needs it (see `content.rs`); `None` if the
+    /// document is up to date. The file is read here, under the lock, like its metadata: a
+    /// batch of the watcher holds few files.
+    pub(super) fn with_text(
+        &self,
+        local: &Path,
+        stored: Option<&FsDoc>,
+        found: &FsDoc,
+    ) -> Option<FsDoc> {
+        let max = self.options.index.content;
+        let plan = content::plan(stored, found, max);
+        let text = match (plan, max) {
+            (Plan::Unchanged, _) => return None,
+            (Plan::Write { read: true } | Plan::Fill, Some(max)) => content::read_text(local, max),
+            _ => None,
+        };
+        if plan == Plan::Fill && text.is_none() {
+            return None;
+        }
+        Some(found.clone().with_content(text))
+    }
+
+    /// Brings the one document of each of `locals` (files, directories alone, paths gone) in
+    /// step with the disk, under one tree lock on the target: one search and one bulk request
+    /// a chunk. Returns what needs more than one document written (a file whose parent the
+    /// store lacks, an entry that changed kind, a directory gone with its subtree), for
+    /// [`Applier::sync`].
+    pub(super) async fn sync_documents(
+        &self,
+        locals: &[PathBuf],
+        batch: &mut WatchBatch,
+    ) -> Result<Vec<PathBuf>> {
+        let mut wanted: Vec<(PathBuf, FsPath, Option<FsDoc>)> = Vec::new();
+        for local in locals {
+            let Some(path) = self.store_path(local) else {
+                continue;
+            };
+            let doc = match std::fs::symlink_metadata(local) {
+                Ok(meta) if meta.is_dir() || meta.is_file() => Some(describe_one(&path, &meta)),
+                // Symbolic links and special files are not indexed.
+                Ok(_) => None,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => {
+                    batch.failures.push(format!("{}: {e}", local.display()));
+                    continue;
+                }
+            };
+            wanted.push((local.clone(), path, doc));
+        }
+        if wanted.is_empty() {
+            return Ok(Vec::new());
+        }
+        let client = self
+            .options
+            .index
+            .locks
+            .client(self.tree, format!("index --watch {}", self.root.display()));
+        let guard = client.lock_tree(self.at).await?;
+        let tree = self.tree;
+        let (slow, written) = under_write_lock(tree, guard, async {
+            tree.refresh().await?;
+            let mut slow = Vec::new();
+            let mut written = (0u64, 0u64);
+            for chunk in wanted.chunks(500) {
+                let scopes = chunk
+                    .iter()
+                    .map(|(_, path, _)| Scope::Exact(path.clone()))
+                    .collect();
+                let request = SearchRequest::single_page(Scope::AnyOf(scopes), chunk.len() * 2 + 1);
+                let context = format!("reading {} documents", chunk.len());
+                let page = tree
+                    .store()
+                    .search(tree.index(), request)
+                    .await
+                    .map_err(RenameError::store(context))?;
+                let mut stored: HashMap<FsPath, Entry> = HashMap::new();
+                for doc in page.docs {
+                    let entry = Entry::from_stored(tree.index(), doc)?;
+                    stored.insert(entry.doc.path.clone(), entry);
+                }
+                let mut ops = Vec::new();
+                let mut known: HashSet<FsPath> = stored.keys().cloned().collect();
+                for (local, path, doc) in chunk {
+                    match (stored.remove(path), doc) {
+                        (Some(entry), Some(doc)) if entry.doc.kind != doc.kind => {
+                            slow.push(local.clone())
+                        }
+                        (Some(entry), Some(doc)) => {
+                            let Some(doc) = self.with_text(local, Some(&entry.doc), doc) else {
+                                continue;
+                            };
+                            ops.push(BulkOp::Index {
+                                source: to_source(tree, &entry.id, &doc)?,
+                                id: entry.id,
+                                if_version: Some(entry.version),
+                            });
+                            written.0 += u64::from(!doc.is_dir());
+                        }
+                        (None, Some(doc)) => {
+                            // Its parent must be there: in the store already, or in this
+                            // chunk before it (parents sort first).
+                            let parent_known = doc.parent.as_ref().is_none_or(|p| {
+                                known.contains(p) || p == self.at || !p.is_inside(self.at)
+                            });
+                            if !parent_known {
+                                slow.push(local.clone());
+                                continue;
+                            }
+                            let id = FsDoc::new_id();
+                            let doc = self.with_text(local, None, doc).unwrap_or(doc.clone());
+                            ops.push(BulkOp::Create {
+                                source: to_source(tree, &id, &doc)?,
+                                id,
+                            });
+                            known.insert(path.clone());
+                            written.0 += u64::from(!doc.is_dir());
+                        }
+                        (Some(entry), None) if entry.doc.is_dir() => slow.push(local.clone()),
+                        // Gone from disk (not a symbolic link or a special file put there):
+                        // forgotten once a later batch confirms it.
+                        (Some(_), None)
+                            if local.symlink_metadata().is_err() && !self.gone_for_good(local) => {}
+                        (Some(entry), None) => {
+                            ops.push(BulkOp::Delete {
+                                id: entry.id,
+                                if_version: Some(entry.version),
+                            });
+                            written.1 += 1;
+                        }
+                        (None, None) => {}
+                    }
+                }
+                if ops.is_empty() {
+                    continue;
+                }
+                let context = format!("writing {} documents", ops.len());
+                let results = tree
+                    .store()
+                    .bulk(tree.index(), ops)
+                    .await
+                    .map_err(RenameError::store(context.clone()))?;
+                if let Some(Err(e)) = results.into_iter().find(|r| r.is_err()) {
+                    return Err(RenameError::store(context)(e));
+                }
+            }
+            tree.refresh().await?;
+            Ok((slow, written))
+        })
+        .await?;
+        batch.files += written.0;
+        batch.removed += written.1;
+        Ok(slow)
+    }
+
+    /// Brings the store in step with the disk at `local`.
+    pub(super) async fn sync(&self, local: &Path, batch: &mut WatchBatch) {
+        let Some(path) = self.store_path(local) else {
+            return;
+        };
+        let shown = local.display();
+        match std::fs::symlink_metadata(local) {
+            Ok(meta) if meta.is_dir() => self.index_subtree(local, batch).await,
+            Ok(meta) if meta.is_file() => {
+                let mut outcome =
+                    index_one(self.tree, (local, &meta), &path, &self.options.index).await;
+                if let Ok(OneFile::OtherKind) = outcome {
+                    // A directory replaced by a file.
+                    if let Err(e) = self
+                        .renamer(format!("rm -r {path}"))
+                        .remove(&path, true)
+                        .await
+                    {
+                        batch.failures.push(format!("rm -r {path}: {e}"));
+                        return;
+                    }
+                    outcome =
+                        index_one(self.tree, (local, &meta), &path, &self.options.index).await;
+                }
+                match outcome {
+                    Ok(OneFile::Created | OneFile::Updated) => batch.files += 1,
+                    Ok(OneFile::Unchanged | OneFile::OtherKind) => {}
+                    Err(e) => batch.failures.push(format!("index {shown}: {e}")),
+                }
+            }
+            // A symbolic link or a special file: not indexed; whatever the store had there goes.
+            Ok(_) => self.remove(&path, batch).await,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if self.gone_for_good(local) {
+                    self.remove(&path, batch).await;
+                }
+            }
+            Err(e) => batch.failures.push(format!("{shown}: {e}")),
+        }
+    }
+
+    pub(super) async fn remove(&self, path: &FsPath, batch: &mut WatchBatch) {
+        match self
+            .renamer(format!("rm -r {path}"))
+            .remove(path, true)
+            .await
+        {
+            Ok(report) => batch.removed += report.rewritten,
+            Err(RenameError::SourceNotFound { .. }) => {}
+            Err(e) => batch.failures.push(format!("rm -r {path}: {e}")),
+        }
+    }
+}

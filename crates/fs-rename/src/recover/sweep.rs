@@ -1,0 +1,205 @@
+//! Recovery's steps on the lock index and the journal's fences: clearing what has expired,
+//! fencing the jobs whose locks it clears first, and removing old fences.
+
+use std::collections::{HashMap, HashSet};
+
+use fs_locks::{ForeignShares, LeaseClock, LockClient, LockError, Observed, Reaped};
+
+use super::{Recovery, RecoveryReport};
+use crate::error::{RenameError, Result};
+use crate::journal::{FenceOutcome, Journal};
+use crate::resend;
+
+impl Recovery {
+    /// Deletes expired exclusive locks and removes expired shares, sparing `spare`'s, and
+    /// fencing the journal id of every rename whose lock it clears.
+    pub(super) async fn sweep(
+        &self,
+        journal: &Journal,
+        spare: &HashSet<String>,
+        report: &mut RecoveryReport,
+    ) -> Result<()> {
+        let client = self.lock_client("recover: sweep".to_owned(), None);
+        let locks = match client.list_locks().await {
+            Ok(locks) => locks,
+            Err(LockError::Store {
+                cause: fs_store::StoreError::IndexNotFound { .. },
+                ..
+            }) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        // A holder may have died between its last write and the refresh that makes it
+        // searchable (a job whose journal entry is closed refreshes beside the close; a
+        // `mkdir` refreshes after its write). Whoever takes a lock after this sweep checks
+        // by search, so the writes of the holders whose locks it clears are made searchable
+        // first: the rule "searchable before released", kept for the dead.
+        if !self.dry_run && !locks.is_empty() {
+            match self.store.refresh(&self.index).await {
+                Ok(()) | Err(fs_store::StoreError::IndexNotFound { .. }) => {}
+                Err(e) => {
+                    return Err(RenameError::store(format!(
+                        "refreshing `{}` before clearing expired locks",
+                        self.index
+                    ))(e))
+                }
+            }
+        }
+        let now = LeaseClock::new().now_ms();
+        // Each job is fenced once per run, however many of its locks are cleared.
+        let mut fenced: HashMap<String, bool> = HashMap::new();
+        for lock in locks {
+            if !self.dry_run && lock.observed.foreign_shares() > 0 {
+                match client.settle_foreign(&lock.id, self.foreign_lease).await {
+                    Ok(ForeignShares::Cleared(n)) => report.foreign_cleared += n,
+                    Ok(ForeignShares::Watching { .. }) => report.foreign_watched += 1,
+                    Ok(ForeignShares::None) => {}
+                    Err(e) => {
+                        tracing::debug!(lock = %lock.id, error = %e, "foreign shares not settled")
+                    }
+                }
+            }
+            let dead_waiters = lock
+                .observed
+                .waiters()
+                .values()
+                .filter(|w| w.expires_at < now)
+                .count();
+            let candidate = dead_waiters > 0
+                || match &lock.observed {
+                    Observed::Exclusive {
+                        process_id,
+                        expires_at,
+                        ..
+                    } => {
+                        expires_at.is_some_and(|t| t > 0 && t < now)
+                            && !process_id.as_ref().is_some_and(|p| spare.contains(p))
+                    }
+                    Observed::Group { holders, .. } => holders
+                        .iter()
+                        .any(|(pid, h)| h.expires_at < now && !spare.contains(pid)),
+                };
+            if !candidate {
+                continue;
+            }
+            if self.dry_run {
+                report.waiters_reaped += dead_waiters;
+                match &lock.observed {
+                    Observed::Exclusive { .. } => report.locks_released += 1,
+                    Observed::Group { holders, .. } => {
+                        report.shares_reaped += holders
+                            .iter()
+                            .filter(|(pid, h)| h.expires_at < now && !spare.contains(*pid))
+                            .count()
+                    }
+                }
+                continue;
+            }
+            // Read again: what to clear is decided on this version, and cleared only if the
+            // document is still at it (a holder that renewed meanwhile keeps its lock). A
+            // failure (an answer lost on the way, a write made since) is answered by reading
+            // again and deciding anew, a few times; what is still left waits for the next run.
+            let mut backoff = resend::SWEEP.start();
+            loop {
+                let cleared = self
+                    .clear_expired(&client, journal, &lock.id, spare, &mut fenced, report)
+                    .await;
+                match cleared {
+                    Ok(Reaped::Exclusive(_)) => report.locks_released += 1,
+                    Ok(Reaped::Shares(pids)) => {
+                        report.shares_reaped += pids.len();
+                        report.waiters_reaped += dead_waiters;
+                    }
+                    Ok(Reaped::Nothing) => {}
+                    Err(e) => {
+                        let attempt = backoff.attempt() + 1;
+                        tracing::debug!(lock = %lock.id, attempt, error = %e, "not swept");
+                        if backoff.wait().await {
+                            continue;
+                        }
+                    }
+                }
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Clears what has expired on the lock `id`, read afresh: each expired holder whose job
+    /// (if it names one) is fenced first, except the holders in `spare`. `fenced` keeps, for
+    /// each job fenced in this run, whether its locks may be cleared.
+    async fn clear_expired(
+        &self,
+        client: &LockClient,
+        journal: &Journal,
+        id: &str,
+        spare: &HashSet<String>,
+        fenced: &mut HashMap<String, bool>,
+        report: &mut RecoveryReport,
+    ) -> Result<Reaped> {
+        let Some(expired) = client.read_expired(id).await? else {
+            return Ok(Reaped::Nothing);
+        };
+        let fencer = format!("recovery {}", client.owner().process_id);
+        let mut reap: Vec<&str> = Vec::new();
+        for holder in &expired.expired {
+            if spare.contains(&holder.process_id) {
+                continue;
+            }
+            let Some(job) = &holder.job else {
+                // A lock that protects no journaled rename: nothing to fence.
+                reap.push(&holder.process_id);
+                continue;
+            };
+            let may_clear = match fenced.get(job) {
+                Some(known) => *known,
+                None => {
+                    let may_clear = match journal
+                        .fence(job, &fencer, LeaseClock::new().now_ms())
+                        .await?
+                    {
+                        FenceOutcome::Fenced { new } => {
+                            if new {
+                                report.fenced += 1;
+                                tracing::info!(job = %job, holder = %holder.process_id, "fenced a journal id before clearing its expired locks (its job died before journaling, or finished without releasing them)");
+                            }
+                            true
+                        }
+                        // It journaled after all: its locks protect a rename the next run
+                        // recovers.
+                        FenceOutcome::Open(_) => false,
+                    };
+                    fenced.insert(job.clone(), may_clear);
+                    may_clear
+                }
+            };
+            if may_clear {
+                reap.push(&holder.process_id);
+            }
+        }
+        Ok(client.reap_expired_holders(&expired, &reap).await?)
+    }
+
+    /// Removes the fences older than the retention.
+    pub(super) async fn remove_old_fences(
+        &self,
+        journal: &Journal,
+        report: &mut RecoveryReport,
+    ) -> Result<()> {
+        let retention = i64::try_from(self.fence_retention.as_millis()).unwrap_or(i64::MAX);
+        let cutoff = LeaseClock::new().now_ms().saturating_sub(retention);
+        for (fence, version) in journal.fences().await? {
+            if fence.fenced_at >= cutoff {
+                continue;
+            }
+            if self.dry_run {
+                report.fences_removed += 1;
+                continue;
+            }
+            match journal.remove_fence(&fence.job_id, version).await {
+                Ok(()) => report.fences_removed += 1,
+                Err(e) => tracing::debug!(job = %fence.job_id, error = %e, "fence not removed"),
+            }
+        }
+        Ok(())
+    }
+}
