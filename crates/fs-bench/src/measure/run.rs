@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use fs_store::SharedStore;
 use fs_testkit::LatencyStore;
 
@@ -23,8 +24,8 @@ struct Bench {
 /// network round trip (`remote`: a store whose cost is latency, not the client's CPU), and
 /// each server given as `es=URL`.
 fn backends(plan: &Plan, embedded: SharedStore) -> anyhow::Result<Vec<Bench>> {
-    let memory: SharedStore =
-        Arc::new(fs_store::SqliteStore::in_memory().expect("in-memory store"));
+    let memory = fs_store::SqliteStore::in_memory().context("opening an in-memory store")?;
+    let memory: SharedStore = Arc::new(memory);
     let remote: SharedStore = Arc::new(LatencyStore::new(memory, plan.rtt));
     let about = match plan.embedded {
         Embedded::File => "a SQLite database file with the default options, as `fsrename` opens it",
