@@ -12,6 +12,9 @@
 //! (the store's request rate while renames run through `fsrename serve`, with and without open
 //! pages on the live feed)
 
+// Library code returns its errors; tests may unwrap (clippy.toml allows it in tests).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 mod book;
 mod fairness;
 mod feed_load;

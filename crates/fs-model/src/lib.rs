@@ -26,6 +26,8 @@
 //! # Ok::<(), fs_model::PathError>(())
 //! ```
 #![deny(missing_docs)]
+// Library code returns its errors; tests may unwrap (clippy.toml allows it in tests).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod doc;
 pub mod entropy;

@@ -124,6 +124,7 @@ pub enum Verb {
         /// Its new path; its parent must be an existing directory.
         #[arg(value_parser = parse_path)]
         to: FsPath,
+        /// The options of a job (clap shows the fields' own help, not this).
         #[command(flatten)]
         job: JobArgs,
     },
@@ -148,6 +149,7 @@ pub enum Verb {
         /// directory.
         #[arg(value_parser = parse_path)]
         to: FsPath,
+        /// The options of a job (clap shows the fields' own help, not this).
         #[command(flatten)]
         job: JobArgs,
     },
@@ -167,6 +169,7 @@ pub enum Verb {
         /// What to remove.
         #[arg(value_parser = parse_path)]
         path: FsPath,
+        /// The options of a job (clap shows the fields' own help, not this).
         #[command(flatten)]
         job: JobArgs,
     },
@@ -222,6 +225,7 @@ pub enum Verb {
         /// Prints the entries as JSON lines.
         #[arg(long)]
         json: bool,
+        /// `--consistent` and its `--wait` (clap shows the fields' own help, not this).
         #[command(flatten)]
         consistent: ConsistentArgs,
     },
@@ -273,6 +277,7 @@ pub enum Verb {
         /// Prints the report as JSON.
         #[arg(long)]
         json: bool,
+        /// `--consistent` and its `--wait` (clap shows the fields' own help, not this).
         #[command(flatten)]
         consistent: ConsistentArgs,
     },

@@ -6,6 +6,10 @@
 //! output early (`fsrename ls -R / | head -1`) ends the output quietly; it does not change the
 //! exit code.
 
+#![deny(missing_docs)]
+// Library code returns its errors; tests may unwrap (clippy.toml allows it in tests).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 mod cli;
 mod output;
 pub mod serve;
