@@ -112,8 +112,7 @@ impl LockClient {
             return (Ok(None), 0);
         }
         let mut calls = self.calls();
-        let times = (self.clock(), self.lease());
-        let round = adopt_round(&mut calls, &pending, self.owner(), predecessors, times).await;
+        let round = adopt_round(&mut calls, &pending, predecessors, self.clock()).await;
         let AdoptRound {
             taken,
             expires_at,

@@ -5,7 +5,6 @@
 //! else's lock.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
 
 use fs_model::FsPath;
 use fs_store::{BulkOp, StoredDoc};
@@ -179,26 +178,26 @@ pub(crate) struct AdoptRound {
     pub(crate) failure: Option<LockError>,
 }
 
-/// One round of an adoption of `pending` for `owner`, on behalf of `predecessors`: reads
-/// them and writes what can be taken, with leases of `lease` by `clock`.
+/// One round of an adoption of `pending` by the owner of `calls`, on behalf of
+/// `predecessors`: reads them and writes what can be taken, with leases that start when
+/// `clock` says once the read is back.
 ///
 /// # Errors
 /// The read failed (nothing was taken).
 pub(crate) async fn adopt_round(
     calls: &mut Calls<'_>,
     pending: &[&LockItem],
-    owner: &Owner,
     predecessors: &[String],
-    (clock, lease): (&LeaseClock, Duration),
+    clock: &LeaseClock,
 ) -> Result<AdoptRound> {
     let ids: Vec<String> = pending.iter().map(|i| i.id.clone()).collect();
     let current: HashMap<String, StoredDoc> = calls.mget(&ids).await?;
     let now = clock.now_ms();
     let adopter = Adopter {
-        owner,
+        owner: calls.owner,
         predecessors,
         now,
-        expires_at: lease_end(now, lease),
+        expires_at: lease_end(now, calls.lease),
     };
     let mut round = AdoptRound {
         taken: Vec::new(),
