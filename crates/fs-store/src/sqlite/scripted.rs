@@ -11,7 +11,7 @@
 use async_trait::async_trait;
 use fs_model::lock_scripts::LockScript;
 
-use super::ops::Writer;
+use super::writer::Writer;
 use super::SqliteStore;
 use crate::error::{Result, StoreError};
 use crate::scripted::{
