@@ -254,13 +254,8 @@ impl DocStore for SqliteStore {
 
     async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
         let (index, id) = (index.to_owned(), id.to_owned());
-        self.run(move |conn, nrt| {
-            let mut writer = Writer::begin(conn, &index, nrt)?;
-            let version = writer.create(&id, &source)?;
-            writer.finish()?;
-            Ok(version)
-        })
-        .await
+        self.run(move |conn, nrt| Writer::write(conn, &index, nrt, |w| w.create(&id, &source)))
+            .await
     }
 
     async fn index(
@@ -272,34 +267,21 @@ impl DocStore for SqliteStore {
     ) -> Result<Version> {
         let (index, id) = (index.to_owned(), id.to_owned());
         self.run(move |conn, nrt| {
-            let mut writer = Writer::begin(conn, &index, nrt)?;
-            let version = writer.index(&id, &source, if_version)?;
-            writer.finish()?;
-            Ok(version)
+            Writer::write(conn, &index, nrt, |w| w.index(&id, &source, if_version))
         })
         .await
     }
 
     async fn delete(&self, index: &str, id: &str, if_version: Option<Version>) -> Result<Version> {
         let (index, id) = (index.to_owned(), id.to_owned());
-        self.run(move |conn, nrt| {
-            let mut writer = Writer::begin(conn, &index, nrt)?;
-            let version = writer.delete(&id, if_version)?;
-            writer.finish()?;
-            Ok(version)
-        })
-        .await
+        self.run(move |conn, nrt| Writer::write(conn, &index, nrt, |w| w.delete(&id, if_version)))
+            .await
     }
 
     async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
         let index = index.to_owned();
-        self.run(move |conn, nrt| {
-            let mut writer = Writer::begin(conn, &index, nrt)?;
-            let results = writer.bulk(&ops)?;
-            writer.finish()?;
-            Ok(results)
-        })
-        .await
+        self.run(move |conn, nrt| Writer::write(conn, &index, nrt, |w| w.bulk(&ops)))
+            .await
     }
 
     async fn search(&self, index: &str, request: SearchRequest) -> Result<Page> {
@@ -339,9 +321,7 @@ impl RefreshedBulk for SqliteStore {
     async fn bulk_refreshed(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
         let index = index.to_owned();
         self.run(move |conn, nrt| {
-            let mut writer = Writer::begin(conn, &index, nrt)?;
-            let results = writer.bulk(&ops)?;
-            writer.finish()?;
+            let results = Writer::write(conn, &index, nrt, |w| w.bulk(&ops))?;
             if nrt {
                 ops::refresh(conn, nrt, &index)?;
             }

@@ -46,6 +46,19 @@ impl<'c> Writer<'c> {
         })
     }
 
+    /// Runs `write` in one transaction on `index`, committed if it succeeds.
+    pub(super) fn write<T>(
+        conn: &'c mut Connection,
+        index: &str,
+        nrt: bool,
+        write: impl FnOnce(&mut Writer<'c>) -> Result<T>,
+    ) -> Result<T> {
+        let mut writer = Writer::begin(conn, index, nrt)?;
+        let written = write(&mut writer)?;
+        writer.finish()?;
+        Ok(written)
+    }
+
     /// One transaction: `first` (one write to `first_index`), then, only if it landed, `rest`
     /// on `index`, committed. A first write that does not land (a conflict, a missing index)
     /// rolls back and comes back as [`Chained::FirstFailed`].
