@@ -1,6 +1,6 @@
 //! The error type of every store call.
 
-use crate::types::Version;
+use crate::version::Version;
 
 /// Why a store call failed.
 ///

@@ -50,6 +50,7 @@ mod scripted;
 mod sqlite;
 mod store;
 mod types;
+mod version;
 
 pub use capabilities::{Capabilities, ChainedBulk, Find, HeldCursors, IndexAdmin, RefreshedBulk};
 pub use counting::CountingStore;

@@ -5,16 +5,7 @@ use fs_model::FsPath;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// A document's version as Elasticsearch reports it: every write gives the document a new
-/// `seq_no`; `primary_term` changes when a new primary shard takes over. Conditional writes pass
-/// both back (`if_seq_no`, `if_primary_term`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Version {
-    /// The sequence number of the write that produced this version.
-    pub seq_no: i64,
-    /// The primary term under which it was written.
-    pub primary_term: i64,
-}
+pub use crate::version::Version;
 
 /// A document as read back from the store.
 #[derive(Debug, Clone, PartialEq)]

@@ -14,6 +14,17 @@ use super::ElasticStore;
 use crate::error::{Result, StoreError};
 use crate::types::{BulkItemResult, BulkOp, StoredDoc, Version};
 
+/// Makes a request builder (an index or a delete, whose builders share no trait) conditional
+/// on the document's version: `if_seq_no` and `if_primary_term`.
+macro_rules! if_version {
+    ($request:expr, $if_version:expr) => {
+        match $if_version {
+            Some(v) => $request.if_seq_no(v.seq_no).if_primary_term(v.primary_term),
+            None => $request,
+        }
+    };
+}
+
 impl ElasticStore {
     pub(super) async fn get_doc(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
         let context = format!("getting `{index}/{id}`");
@@ -94,16 +105,8 @@ impl ElasticStore {
         let client = &self.inner.client;
         let body = self
             .ok(&context, index, id, Retry::IfNotCarriedOut, || {
-                let request = client
-                    .index(IndexParts::IndexId(index, id))
-                    .body(source.clone());
-                match if_version {
-                    Some(v) => request
-                        .if_seq_no(v.seq_no)
-                        .if_primary_term(v.primary_term)
-                        .send(),
-                    None => request.send(),
-                }
+                let request = client.index(IndexParts::IndexId(index, id));
+                if_version!(request, if_version).body(source.clone()).send()
             })
             .await?;
         written_version(context, &body)
@@ -120,13 +123,7 @@ impl ElasticStore {
         let (status, body) = self
             .send(&context, Retry::IfNotCarriedOut, || {
                 let request = client.delete(DeleteParts::IndexId(index, id));
-                match if_version {
-                    Some(v) => request
-                        .if_seq_no(v.seq_no)
-                        .if_primary_term(v.primary_term)
-                        .send(),
-                    None => request.send(),
-                }
+                if_version!(request, if_version).send()
             })
             .await?;
         match status {

@@ -1,10 +1,8 @@
 //! `find`: the tree searched by name pattern and by the words of the content, in one request.
 
-use elasticsearch::SearchParts;
 use fs_model::FindQuery;
 use serde_json::{json, Value};
 
-use super::request::Retry;
 use super::search::{docs_of, scope_query};
 use super::ElasticStore;
 use crate::error::Result;
@@ -18,17 +16,8 @@ impl ElasticStore {
         size: usize,
     ) -> Result<Vec<StoredDoc>> {
         let context = format!("searching `{index}` by name and content");
-        let indices = [index];
         let body = find_body(query, size);
-        let client = &self.inner.client;
-        let answer = self
-            .ok(&context, index, "", Retry::Always, || {
-                client
-                    .search(SearchParts::Index(&indices))
-                    .body(body.clone())
-                    .send()
-            })
-            .await?;
+        let answer = self.search_body(&context, index, &body, None).await?;
         docs_of(&context, &answer)
     }
 }

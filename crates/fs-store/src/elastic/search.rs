@@ -5,7 +5,7 @@
 //! opens nothing. A paged search opens its context with its first page and renews it with
 //! every page for the configured keep-alive; the last page (short or empty) closes it before
 //! it returns, and so does a page that fails. A caller that stops earlier closes it with
-//! [`DocStore::close_cursor`](crate::DocStore::close_cursor).
+//! [`HeldCursors::close_cursor`](crate::HeldCursors::close_cursor).
 
 use elasticsearch::{CountParts, ScrollParts, SearchParts};
 use serde_json::{json, Value};
@@ -66,6 +66,28 @@ impl ElasticStore {
         })
     }
 
+    /// Sends a search of `index` with `body`, opening a scroll kept alive for `scroll` if
+    /// given; returns the answer. A search changes nothing, so it is always sent again.
+    pub(super) async fn search_body(
+        &self,
+        context: &str,
+        index: &str,
+        body: &Value,
+        scroll: Option<&str>,
+    ) -> Result<Value> {
+        let indices = [index];
+        let client = &self.inner.client;
+        self.ok(context, index, "", Retry::Always, || {
+            let request = client.search(SearchParts::Index(&indices));
+            let request = match scroll {
+                Some(keep_alive) => request.scroll(keep_alive),
+                None => request,
+            };
+            request.body(body.clone()).send()
+        })
+        .await
+    }
+
     /// One page, nothing kept open.
     async fn search_once(
         &self,
@@ -73,7 +95,6 @@ impl ElasticStore {
         index: &str,
         request: &SearchRequest,
     ) -> Result<Page> {
-        let indices = [index];
         let sort = match &request.scope {
             Scope::InTurn(_) => {
                 request.one_page_in_turn(context)?;
@@ -85,15 +106,7 @@ impl ElasticStore {
         };
         let body = json!({ "size": request.size, "query": scope_query(&request.scope), "sort": sort,
                            "seq_no_primary_term": true, "track_total_hits": false });
-        let client = &self.inner.client;
-        let answer = self
-            .ok(context, index, "", Retry::Always, || {
-                client
-                    .search(SearchParts::Index(&indices))
-                    .body(body.clone())
-                    .send()
-            })
-            .await?;
+        let answer = self.search_body(context, index, &body, None).await?;
         let docs = docs_of(context, &answer)?;
         Ok(Page { docs, next: None })
     }
@@ -105,20 +118,12 @@ impl ElasticStore {
         index: &str,
         request: &SearchRequest,
     ) -> Result<Page> {
-        let indices = [index];
         let body = json!({ "size": request.size, "query": scope_query(&request.scope),
                            "sort": scope_sort(&request.scope, Paging::Scroll),
                            "seq_no_primary_term": true });
         let keep_alive = self.inner.config.keep_alive_param();
-        let client = &self.inner.client;
         let answer = self
-            .ok(context, index, "", Retry::Always, || {
-                client
-                    .search(SearchParts::Index(&indices))
-                    .scroll(&keep_alive)
-                    .body(body.clone())
-                    .send()
-            })
+            .search_body(context, index, &body, Some(&keep_alive))
             .await?;
         match answer["_scroll_id"].as_str() {
             Some(id) => {

@@ -8,7 +8,10 @@
 mod ops;
 mod schema;
 mod scripted;
+mod search;
+mod sql;
 mod text;
+mod writer;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -25,7 +28,7 @@ use crate::store::DocStore;
 use crate::types::{
     BulkItemResult, BulkOp, Chained, Page, Scope, SearchRequest, StoredDoc, Version,
 };
-use ops::Writer;
+use writer::Writer;
 
 /// How a [`SqliteStore`] is opened.
 #[derive(Debug, Clone)]
@@ -125,7 +128,7 @@ impl SqliteStore {
     pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteStore> {
         let location = format!("sqlite database `{}`", path.as_ref().display());
         let conn = Connection::open(path.as_ref())
-            .map_err(|e| ops::sql_error(&format!("opening {location}"), e))?;
+            .map_err(|e| sql::sql_error(&format!("opening {location}"), e))?;
         SqliteStore::from_connection(conn, location, options)
     }
 
@@ -144,7 +147,7 @@ impl SqliteStore {
     pub fn in_memory_with(options: SqliteOptions) -> Result<SqliteStore> {
         let location = "in-memory sqlite database".to_owned();
         let conn = Connection::open_in_memory()
-            .map_err(|e| ops::sql_error(&format!("opening {location}"), e))?;
+            .map_err(|e| sql::sql_error(&format!("opening {location}"), e))?;
         SqliteStore::from_connection(conn, location, options)
     }
 
@@ -251,13 +254,8 @@ impl DocStore for SqliteStore {
 
     async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
         let (index, id) = (index.to_owned(), id.to_owned());
-        self.run(move |conn, nrt| {
-            let mut writer = Writer::begin(conn, &index, nrt)?;
-            let version = writer.create(&id, &source)?;
-            writer.finish()?;
-            Ok(version)
-        })
-        .await
+        self.run(move |conn, nrt| Writer::write(conn, &index, nrt, |w| w.create(&id, &source)))
+            .await
     }
 
     async fn index(
@@ -269,45 +267,32 @@ impl DocStore for SqliteStore {
     ) -> Result<Version> {
         let (index, id) = (index.to_owned(), id.to_owned());
         self.run(move |conn, nrt| {
-            let mut writer = Writer::begin(conn, &index, nrt)?;
-            let version = writer.index(&id, &source, if_version)?;
-            writer.finish()?;
-            Ok(version)
+            Writer::write(conn, &index, nrt, |w| w.index(&id, &source, if_version))
         })
         .await
     }
 
     async fn delete(&self, index: &str, id: &str, if_version: Option<Version>) -> Result<Version> {
         let (index, id) = (index.to_owned(), id.to_owned());
-        self.run(move |conn, nrt| {
-            let mut writer = Writer::begin(conn, &index, nrt)?;
-            let version = writer.delete(&id, if_version)?;
-            writer.finish()?;
-            Ok(version)
-        })
-        .await
+        self.run(move |conn, nrt| Writer::write(conn, &index, nrt, |w| w.delete(&id, if_version)))
+            .await
     }
 
     async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
         let index = index.to_owned();
-        self.run(move |conn, nrt| {
-            let mut writer = Writer::begin(conn, &index, nrt)?;
-            let results = writer.bulk(&ops)?;
-            writer.finish()?;
-            Ok(results)
-        })
-        .await
+        self.run(move |conn, nrt| Writer::write(conn, &index, nrt, |w| w.bulk(&ops)))
+            .await
     }
 
     async fn search(&self, index: &str, request: SearchRequest) -> Result<Page> {
         let index = index.to_owned();
-        self.run(move |conn, nrt| ops::search(conn, nrt, &index, &request))
+        self.run(move |conn, nrt| search::search(conn, nrt, &index, &request))
             .await
     }
 
     async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {
         let (index, scope) = (index.to_owned(), scope.clone());
-        self.run(move |conn, nrt| ops::count(conn, nrt, &index, &scope))
+        self.run(move |conn, nrt| search::count(conn, nrt, &index, &scope))
             .await
     }
 
@@ -336,9 +321,7 @@ impl RefreshedBulk for SqliteStore {
     async fn bulk_refreshed(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
         let index = index.to_owned();
         self.run(move |conn, nrt| {
-            let mut writer = Writer::begin(conn, &index, nrt)?;
-            let results = writer.bulk(&ops)?;
-            writer.finish()?;
+            let results = Writer::write(conn, &index, nrt, |w| w.bulk(&ops))?;
             if nrt {
                 ops::refresh(conn, nrt, &index)?;
             }

@@ -10,15 +10,11 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
-use super::ops::sql_error;
+use super::sql::{sql_error, LIVE, SEARCHABLE};
 use crate::error::{Result, StoreError};
 
 /// How many prepared statements a connection keeps.
 const STATEMENT_CACHE: usize = 256;
-
-/// The tables searches read in each mode.
-pub(super) const LIVE: &str = "docs";
-pub(super) const SEARCHABLE: &str = "searchable";
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -11,7 +11,7 @@
 use async_trait::async_trait;
 use fs_model::lock_scripts::LockScript;
 
-use super::ops::Writer;
+use super::writer::Writer;
 use super::SqliteStore;
 use crate::error::{Result, StoreError};
 use crate::scripted::{
@@ -37,16 +37,12 @@ impl ScriptedUpdates for SqliteStore {
         index: &str,
         items: Vec<ScriptedUpdate>,
     ) -> Result<Vec<UpdateItemResult>> {
-        let scripts: Vec<Option<&'static LockScript>> = items
-            .iter()
-            .map(|u| self.inner.scripts.get(&u.script))
-            .collect();
+        let scripts = self.scripts_of(&items);
         let index = index.to_owned();
         self.run(move |conn, nrt| {
-            let mut writer = Writer::begin(conn, &index, nrt)?;
-            let results = update_all(&mut writer, &index, &items, &scripts)?;
-            writer.finish()?;
-            Ok(results)
+            Writer::write(conn, &index, nrt, |w| {
+                update_all(w, &index, &items, &scripts)
+            })
         })
         .await
     }
@@ -64,10 +60,7 @@ impl ScriptedUpdates for SqliteStore {
         index: &str,
         items: Vec<ScriptedUpdate>,
     ) -> Result<Chained<UpdateItemResult>> {
-        let scripts: Vec<Option<&'static LockScript>> = items
-            .iter()
-            .map(|u| self.inner.scripts.get(&u.script))
-            .collect();
+        let scripts = self.scripts_of(&items);
         let (first_index, index) = (first_index.to_owned(), index.to_owned());
         self.run(move |conn, nrt| {
             Writer::chained(conn, nrt, (&first_index, &first), &index, |w| {
@@ -75,6 +68,16 @@ impl ScriptedUpdates for SqliteStore {
             })
         })
         .await
+    }
+}
+
+impl SqliteStore {
+    /// The stored lock script each of `items` names, if any.
+    fn scripts_of(&self, items: &[ScriptedUpdate]) -> Vec<Option<&'static LockScript>> {
+        items
+            .iter()
+            .map(|u| self.inner.scripts.get(&u.script))
+            .collect()
     }
 }
 

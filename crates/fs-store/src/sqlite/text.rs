@@ -10,8 +10,8 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::Connection;
 use serde_json::Value;
 
-use super::ops::{index_seq, scope_filter, sql_error, stored_doc};
-use super::schema::{LIVE, SEARCHABLE};
+use super::search::scope_filter;
+use super::sql::{reading, searched, sql_error, stored_doc};
 use crate::error::Result;
 use crate::types::{Scope, StoredDoc};
 use fs_model::FindQuery;
@@ -75,9 +75,8 @@ pub(super) fn find(
 ) -> Result<Vec<StoredDoc>> {
     let context = format!("searching `{index}` by name and content");
     let err = |e| sql_error(&context, e);
-    let table = if nrt { SEARCHABLE } else { LIVE };
-    let tx = conn.transaction().map_err(err)?;
-    index_seq(&tx, index)?;
+    let table = searched(nrt);
+    let tx = reading(conn, index, &context)?;
     let mut binds = vec![SqlValue::Text(index.to_owned())];
     let subtree = scope_filter(&Scope::Subtree(query.under.clone()), &mut binds);
     let sql = if query.words.is_empty() {
