@@ -21,23 +21,8 @@ impl Applier<'_> {
     pub(super) async fn apply(&mut self, changes: Vec<Change>, quiet: bool) -> WatchBatch {
         let mut batch = WatchBatch::default();
         if let Some(Change::Rescan(why)) = changes.iter().find(|c| matches!(c, Change::Rescan(_))) {
-            tracing::warn!(reason = %why, "events were lost: indexing the whole tree again");
-            batch.rescan = true;
-            batch.rescan_reason = Some(why.clone());
-            // The rescan sees all that the held paths would have said.
-            self.held = (Vec::new(), BTreeSet::new(), None);
-            let mut options = self.options.index.clone();
-            options.prune = true;
-            match super::super::index_prepared(self.tree, self.root, self.at, &options, None).await
-            {
-                Ok(r) => {
-                    batch.renames += r.moves;
-                    batch.indexed += 1;
-                    batch.removed += r.pruned;
-                }
-                Err(e) => batch.failures.push(format!("rescan: {e}")),
-            }
-            return batch;
+            let why = why.clone();
+            return self.rescan(why).await;
         }
         // What earlier batches found gone: this batch's events came after it was found gone,
         // so a rename that explains it is among them (and carries its documents, ids and
@@ -51,56 +36,10 @@ impl Applier<'_> {
                 std::mem::take(&mut *self.recheck_list()),
             )
         };
-        // The halves of the renames inotify paired: the rename itself says it all.
-        let paired: HashSet<usize> = changes
-            .iter()
-            .filter_map(|c| match c {
-                Change::Rename(_, _, tracker) => *tracker,
-                _ => None,
-            })
-            .collect();
         let mut dirty: Vec<PathBuf> = std::mem::take(&mut self.held.0);
         let mut touched: BTreeSet<PathBuf> = std::mem::take(&mut self.held.1);
-        for change in changes {
-            match change {
-                Change::Dirty(_, Some(t)) if paired.contains(&t) => {}
-                Change::Dirty(path, _) => dirty.push(path),
-                Change::Rename(from, to, _) => {
-                    // Inside a directory just moved, inotify may still name the old place:
-                    // if the destination is not on disk, its new place is taken.
-                    let (from, to) = if to.symlink_metadata().is_err() {
-                        let (f, t) = (self.follow(&from), self.follow(&to));
-                        if t.symlink_metadata().is_ok() {
-                            (f, t)
-                        } else {
-                            (from, to)
-                        }
-                    } else {
-                        (from, to)
-                    };
-                    // Inside a directory not indexed yet (made or moved in, in this batch or
-                    // one held), the store holds at most part of what moves: what it holds is
-                    // renamed, and the destination indexed.
-                    let partial = dirty.iter().any(|d| from.starts_with(d) && *d != from);
-                    // What was dirty under `from` is now under `to`.
-                    for path in &mut dirty {
-                        if let Ok(rest) = path.strip_prefix(&from) {
-                            *path = rebased(&to, rest);
-                        }
-                    }
-                    // Their directories' modification times changed.
-                    touched.extend(from.parent().map(Path::to_owned));
-                    touched.extend(to.parent().map(Path::to_owned));
-                    self.rename(&from, &to, &mut dirty, &mut batch).await;
-                    if partial {
-                        dirty.push(to.clone());
-                    }
-                    self.recent
-                        .push_back((from, to, tokio::time::Instant::now()));
-                }
-                Change::Rescan(_) => {}
-            }
-        }
+        self.apply_renames(changes, (&mut dirty, &mut touched), &mut batch)
+            .await;
         while self
             .recent
             .front()
@@ -187,6 +126,86 @@ impl Applier<'_> {
             self.sync(&path, &mut batch).await;
         }
         batch
+    }
+
+    /// Indexes the whole tree again, with pruning, after events were lost (`why`).
+    async fn rescan(&mut self, why: String) -> WatchBatch {
+        let mut batch = WatchBatch::default();
+        tracing::warn!(reason = %why, "events were lost: indexing the whole tree again");
+        batch.rescan = true;
+        batch.rescan_reason = Some(why.clone());
+        // The rescan sees all that the held paths would have said.
+        self.held = (Vec::new(), BTreeSet::new(), None);
+        let mut options = self.options.index.clone();
+        options.prune = true;
+        match super::super::index_prepared(self.tree, self.root, self.at, &options, None).await {
+            Ok(r) => {
+                batch.renames += r.moves;
+                batch.indexed += 1;
+                batch.removed += r.pruned;
+            }
+            Err(e) => batch.failures.push(format!("rescan: {e}")),
+        }
+        batch
+    }
+
+    /// Applies the renames among `changes` to the store, in order, and gathers the other
+    /// changes' paths into `dirty` (followed through the renames) and the directories whose
+    /// entries the renames changed into `touched`.
+    async fn apply_renames(
+        &mut self,
+        changes: Vec<Change>,
+        (dirty, touched): (&mut Vec<PathBuf>, &mut BTreeSet<PathBuf>),
+        batch: &mut WatchBatch,
+    ) {
+        // The halves of the renames inotify paired: the rename itself says it all.
+        let paired: HashSet<usize> = changes
+            .iter()
+            .filter_map(|c| match c {
+                Change::Rename(_, _, tracker) => *tracker,
+                _ => None,
+            })
+            .collect();
+        for change in changes {
+            match change {
+                Change::Dirty(_, Some(t)) if paired.contains(&t) => {}
+                Change::Dirty(path, _) => dirty.push(path),
+                Change::Rename(from, to, _) => {
+                    // Inside a directory just moved, inotify may still name the old place:
+                    // if the destination is not on disk, its new place is taken.
+                    let (from, to) = if to.symlink_metadata().is_err() {
+                        let (f, t) = (self.follow(&from), self.follow(&to));
+                        if t.symlink_metadata().is_ok() {
+                            (f, t)
+                        } else {
+                            (from, to)
+                        }
+                    } else {
+                        (from, to)
+                    };
+                    // Inside a directory not indexed yet (made or moved in, in this batch or
+                    // one held), the store holds at most part of what moves: what it holds is
+                    // renamed, and the destination indexed.
+                    let partial = dirty.iter().any(|d| from.starts_with(d) && *d != from);
+                    // What was dirty under `from` is now under `to`.
+                    for path in dirty.iter_mut() {
+                        if let Ok(rest) = path.strip_prefix(&from) {
+                            *path = rebased(&to, rest);
+                        }
+                    }
+                    // Their directories' modification times changed.
+                    touched.extend(from.parent().map(Path::to_owned));
+                    touched.extend(to.parent().map(Path::to_owned));
+                    self.rename(&from, &to, dirty, batch).await;
+                    if partial {
+                        dirty.push(to.clone());
+                    }
+                    self.recent
+                        .push_back((from, to, tokio::time::Instant::now()));
+                }
+                Change::Rescan(_) => {}
+            }
+        }
     }
 
     /// Renames in the store what vanished from disk in this batch (`others` gone from disk)
