@@ -87,8 +87,10 @@ impl Call {
     }
 }
 
-/// A store that wraps another: see the [module documentation](self). Implementing it makes
-/// the type a [`DocStore`] that forwards everything it does not override.
+/// A store that wraps another. Implementing it makes the type a [`DocStore`] that forwards
+/// every call, through [`StoreLayer::around`] and the `on_` method for it, and offers every
+/// capability of the wrapped store unless [`StoreLayer::on_capabilities`] hides one or adds
+/// one.
 #[async_trait]
 pub trait StoreLayer: Send + Sync + std::fmt::Debug {
     /// Returns the wrapped store.

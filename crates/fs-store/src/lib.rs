@@ -4,10 +4,15 @@
 //!   [`get`](DocStore::get) and [`mget`](DocStore::mget) with `seq_no`/`primary_term`,
 //!   [`create`](DocStore::create), conditional [`index`](DocStore::index) and
 //!   [`delete`](DocStore::delete), [`bulk`](DocStore::bulk) with a result per item, paged
-//!   [`search`](DocStore::search) by path, [`find`](DocStore::find) by name pattern and words
-//!   of the content, [`count`](DocStore::count) and
+//!   [`search`](DocStore::search) by path, [`count`](DocStore::count) and
 //!   [`refresh`](DocStore::refresh). One call is one round trip. A caller that stops paging
-//!   early closes the search with [`close_cursor`](DocStore::close_cursor).
+//!   early closes the search with `close_cursor`.
+//! - [`Capabilities`]: what a store can do beyond those, each capability the object that does
+//!   it ([`ChainedBulk`], [`RefreshedBulk`], [`ScriptedUpdates`], [`HeldCursors`], [`Find`],
+//!   [`IndexAdmin`]); callers ask a store handle (`chains_bulk`, `bulk_after`, `find`,
+//!   `scripted`, ...), which answers from them.
+//! - [`StoreLayer`]: a store that wraps another, with its forwarding written once: it offers
+//!   every capability of the wrapped store unless it hides one on purpose.
 //! - [`StoreError`]: conflict, not found, transient, rejected; [`StoreError::is_retryable`]
 //!   answers "may a retry help?".
 //! - [`SqliteStore`]: the embedded implementation, a database file shared safely by several
@@ -17,7 +22,7 @@
 //! - [`Scan`]: reads a paged search page by page and closes what the store keeps open for it
 //!   (a point in time or a scroll) on every way out; [`Scan::pipeline`] works on several
 //!   pages at once while it reads the next.
-//! - [`CountingStore`]: counts the round trips made through it.
+//! - [`CountingStore`]: a layer that counts the round trips made through it.
 //!
 //! ```
 //! use fs_store::{DocStore, SqliteStore, StoreError};

@@ -4,7 +4,7 @@
 //! book's shared-lock increment happens on the server in one round trip, with no read first.
 //! The embedded store runs the lock scripts' Rust twins the same way, inside one transaction
 //! ([`plan_update`] is the logic it shares with the test servers). osmem-server runs no
-//! scripts; [`DocStore::scripted`](crate::DocStore::scripted) returns `None` for it and callers
+//! scripts; its [`Capabilities::scripts`](crate::Capabilities::scripts) is `None` for it and callers
 //! use compare-and-set instead.
 
 use async_trait::async_trait;

@@ -1,4 +1,6 @@
-//! [`DocStore`]: the per-document primitives of Elasticsearch, and nothing more.
+//! [`DocStore`]: the per-document primitives of Elasticsearch, which every store has, and
+//! what it can do beyond them ([`Capabilities`]); the calls that need a capability are
+//! answered from it, for every store handle alike.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -133,7 +135,7 @@ pub type SharedStore = Arc<dyn DocStore>;
 /// methods of every store handle (`&dyn DocStore`, [`SharedStore`]), as `dyn Any`'s are in
 /// std, so that no store or wrapper can answer them differently from what it says it can do.
 impl<'s> dyn DocStore + 's {
-    /// Whether [`bulk_after`](Self::bulk_after) makes its write and the bulk request in one
+    /// Whether `bulk_after` makes its write and the bulk request in one
     /// request and one transaction. Elasticsearch cannot (a bulk request neither orders its
     /// items across indices nor stops at a failed one); the embedded store can.
     pub fn chains_bulk(&self) -> bool {
@@ -142,9 +144,9 @@ impl<'s> dyn DocStore + 's {
 
     /// Makes `first` (one write to `first_index`) and, only if it landed, the bulk `ops` on
     /// `index` (refreshed in the same call with `refresh`, as by
-    /// [`bulk_refreshed`](Self::bulk_refreshed)), in one request and one transaction: a job's
+    /// `bulk_refreshed`), in one request and one transaction: a job's
     /// journal entry and its first writes, so that neither lands without the other. Ask
-    /// [`chains_bulk`](Self::chains_bulk) first: a store that cannot chain answers
+    /// `chains_bulk` first: a store that cannot chain answers
     /// [`StoreError::Rejected`] and changes nothing.
     ///
     /// # Errors

@@ -60,7 +60,7 @@ impl BulkOp {
 pub type BulkItemResult = Result<Version, crate::StoreError>;
 
 /// What a chained request did: one write, then (only if it landed) the writes that depend on
-/// it, in one transaction ([`DocStore::bulk_after`](crate::DocStore::bulk_after),
+/// it, in one transaction ([`ChainedBulk::bulk_after`](crate::ChainedBulk::bulk_after),
 /// [`ScriptedUpdates::bulk_update_after`](crate::ScriptedUpdates::bulk_update_after)).
 #[derive(Debug)]
 pub enum Chained<T> {
@@ -222,6 +222,6 @@ pub struct Page {
     pub docs: Vec<StoredDoc>,
     /// Where the next page starts; `None` when this page was the last (and the store has
     /// closed whatever it kept open for the search). A caller that does not go on passes it to
-    /// [`DocStore::close_cursor`](crate::DocStore::close_cursor).
+    /// [`HeldCursors::close_cursor`](crate::HeldCursors::close_cursor).
     pub next: Option<Cursor>,
 }

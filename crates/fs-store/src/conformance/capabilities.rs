@@ -40,7 +40,7 @@ pub async fn indices_exist_and_bulk_refreshed(store: SharedStore) {
     );
 }
 
-/// A chained request ([`DocStore::bulk_after`]): where the store chains, the first write and
+/// A chained request ([`ChainedBulk::bulk_after`](crate::ChainedBulk::bulk_after)): where the store chains, the first write and
 /// the bulk land together, refreshed; a first write that fails (a conflict, a missing index)
 /// leaves everything as it was. Where it does not chain, it refuses and changes nothing.
 pub async fn chained_writes_land_together_or_not_at_all(store: SharedStore) {

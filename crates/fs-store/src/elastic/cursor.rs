@@ -5,7 +5,7 @@
 //! and a server holds only so many (`search.max_open_scroll_context`, 500 by default): past
 //! that, every search fails. So a context is closed, and the close waited for, as soon as its
 //! search is over: after the last page, after a failed page, or when the caller stops early
-//! ([`DocStore::close_cursor`](crate::DocStore::close_cursor)). A close spawned and not waited
+//! ([`HeldCursors::close_cursor`](crate::HeldCursors::close_cursor)). A close spawned and not waited
 //! for never runs in a process that exits next, which is how a CLI run used to leave its
 //! scrolls behind.
 //!
@@ -144,7 +144,7 @@ impl ElasticStore {
     /// has not closed yet.
     ///
     /// A paged search holds one from its first page to its last, or until its caller closes
-    /// it ([`DocStore::close_cursor`](crate::DocStore::close_cursor)); one-page searches open
+    /// it ([`HeldCursors::close_cursor`](crate::HeldCursors::close_cursor)); one-page searches open
     /// none. Anything counted once every search is over is a context left on the server until
     /// its keep-alive runs out. A context whose close failed still counts.
     pub fn open_cursors(&self) -> usize {

@@ -3,7 +3,7 @@
 //!
 //! Every trait call is one HTTP request, except that a paged search opens a point in time (or
 //! a scroll) with its first page and closes it, waiting for the answer, after its last page,
-//! after a failed page, or when its caller stops early ([`DocStore::close_cursor`]).
+//! after a failed page, or when its caller stops early ([`HeldCursors::close_cursor`](crate::HeldCursors::close_cursor)).
 //!
 //! Where each part lives:
 //!
