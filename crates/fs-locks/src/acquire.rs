@@ -25,11 +25,11 @@ use crate::clock::lease_end;
 use crate::error::{Blocker, LockError, Result};
 use crate::events::LockEvent;
 use crate::guard::LockGuard;
-use crate::mode::LockMode;
 use crate::outcome::{Attempt, Grant};
 use crate::plan::{LockItem, TreeLockRequest};
 use crate::protocol::Protocol;
 use crate::script_params::Request;
+use fs_model::LockMode;
 
 impl LockClient {
     /// Takes the book's tree lock on `path`: shared on its ancestors, exclusive on it.

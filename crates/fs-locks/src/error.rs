@@ -6,7 +6,7 @@ use fs_model::FsPath;
 use fs_store::StoreError;
 
 use crate::lock_doc::Conflict;
-use crate::mode::LockMode;
+use fs_model::LockMode;
 
 /// A lock that stood in the way: where it is and who holds it (or waits there before us).
 #[derive(Debug, Clone, PartialEq, Eq)]

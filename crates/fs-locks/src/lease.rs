@@ -19,9 +19,9 @@ use crate::guard::LockGuard;
 use crate::lock_doc::{
     exclusive_source, lock_label, shared_without, without_dead_waiters, Observed,
 };
-use crate::mode::LockMode;
 use crate::outcome::{Grant, Taken};
 use crate::plan::LockItem;
+use fs_model::LockMode;
 
 /// A holder of a lock document whose lease has ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

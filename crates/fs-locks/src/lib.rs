@@ -29,7 +29,7 @@
 //!
 //! The modules stand in five floors; each imports only from the floors below it.
 //!
-//! 1. **Values, no I/O.** `mode` ([`LockMode`] and Gray's compatibility table), `lock_doc`
+//! 1. **Values, no I/O.** [`LockMode`] and Gray's compatibility table (defined once in `fs_model`, with the painless built from it), `lock_doc`
 //!    (the lock documents: [`Observed`], the entries, the shapes fsrename writes,
 //!    [`FOREIGN_SEEN`]), `plan` ([`TreeLockRequest`], [`LockItem`]), `outcome` ([`Grant`],
 //!    [`FirstWrite`], [`ReleaseReport`], and the protocols' results), `error`, `events`,
@@ -71,7 +71,6 @@ mod clock;
 mod error;
 mod events;
 mod lock_doc;
-mod mode;
 mod outcome;
 mod plan;
 mod script_params;
@@ -98,11 +97,11 @@ pub use clock::{AnchoredThread, LeaseClock};
 pub use error::{Blocker, LockError, Result};
 pub use events::{EventSink, LockEvent};
 pub use foreign::ForeignShares;
+pub use fs_model::LockMode;
 pub use guard::LockGuard;
 pub use lease::{ExpiredHolder, ExpiredLock, Reaped};
 pub use listing::LockInfo;
 pub use lock_doc::{Conflict, HolderEntry, Observed, Owner, WaiterEntry, FOREIGN_SEEN};
-pub use mode::LockMode;
 pub use outcome::{FirstWrite, Grant, ReleaseReport, ReleasedAfter};
 pub use plan::{LockItem, TreeLockRequest};
 pub use protocol::{LockProtocol, ProtocolMemo};

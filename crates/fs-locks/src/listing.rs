@@ -7,7 +7,7 @@ use fs_store::{BulkOp, Scan, Scope};
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
 use crate::lock_doc::Observed;
-use crate::mode::LockMode;
+use fs_model::LockMode;
 
 /// One lock document as found in the lock index.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use fs_model::{tree_lock_id, FsPath};
 
 use crate::error::{LockError, Result};
-use crate::mode::LockMode;
+use fs_model::LockMode;
 
 /// One lock document an acquisition takes.
 #[derive(Debug, Clone, PartialEq, Eq)]

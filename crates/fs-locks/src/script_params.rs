@@ -7,8 +7,8 @@ use serde_json::{json, Value};
 
 use crate::error::Blocker;
 use crate::lock_doc::{exclusive_source, shared_with, HolderEntry, Observed, Owner, WaiterEntry};
-use crate::mode::LockMode;
 use crate::plan::LockItem;
+use fs_model::LockMode;
 
 /// The stored scripts. Their painless sources sit in [`fs_model::lock_scripts`], each beside
 /// the same logic in Rust (which stores and test servers without painless run instead).

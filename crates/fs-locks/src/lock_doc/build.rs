@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 use super::entries::{HolderEntry, Owner};
 use super::observed::Observed;
 use super::FOREIGN_SEEN;
-use crate::mode::LockMode;
+use fs_model::LockMode;
 
 /// Returns the source of an exclusive lock document (also a global or document lock).
 pub fn exclusive_source(owner: &Owner, path: Option<&FsPath>, now: i64, expires_at: i64) -> Value {

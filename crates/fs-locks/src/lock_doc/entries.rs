@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::mode::LockMode;
+use fs_model::LockMode;
 
 /// Who holds a lock: a process id (a UUID per lock client), a readable label, and the
 /// journaled rename it works for, if any.

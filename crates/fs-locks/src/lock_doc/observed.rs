@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::entries::{HolderEntry, WaiterEntry};
-use crate::mode::LockMode;
+use fs_model::LockMode;
 
 /// What an existing lock document says, read leniently: the book's documents carry only some
 /// of the fields, and anything unreadable counts as an exclusive lock held by someone else.
@@ -59,11 +59,10 @@ impl Observed {
             .get("waiters")
             .and_then(|w| serde_json::from_value(w.clone()).ok())
             .unwrap_or_default();
-        let holders_field = source.get("holders").filter(|h| !h.is_null());
-        if holders_field.is_some()
-            || source.get("lock_type").and_then(Value::as_str) == Some("shared")
-        {
-            let holders: BTreeMap<String, HolderEntry> = holders_field
+        // The painless and its Rust twins tell the two shapes apart the same way.
+        if fs_model::lock_scripts::is_group_source(source) {
+            let holders: BTreeMap<String, HolderEntry> = source
+                .get("holders")
                 .and_then(|h| serde_json::from_value(h.clone()).ok())
                 .unwrap_or_default();
             let lock_count = source

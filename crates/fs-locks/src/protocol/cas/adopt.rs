@@ -15,10 +15,10 @@ use crate::calls::Calls;
 use crate::clock::{lease_end, LeaseClock};
 use crate::error::{Blocker, LockError, Result};
 use crate::lock_doc::{shared_with, shared_without, HolderEntry, Observed, Owner};
-use crate::mode::LockMode;
 use crate::outcome::Taken;
 use crate::plan::LockItem;
 use crate::script_params::{fresh_source, Request};
+use fs_model::LockMode;
 
 /// What to do with one item of an adoption, given what the store holds.
 enum Step {

@@ -11,10 +11,10 @@ use super::written::{sort_written, MAX_ROUNDS};
 use crate::calls::Calls;
 use crate::error::{Blocker, LockError, Result};
 use crate::lock_doc::{Observed, Owner};
-use crate::mode::LockMode;
 use crate::outcome::{Attempt, Taken};
 use crate::plan::LockItem;
 use crate::script_params::{acquire_params, fresh_source, run_locally, Request};
+use fs_model::LockMode;
 
 /// How one item of an attempt is to be handled, given what the store holds.
 enum Decision {

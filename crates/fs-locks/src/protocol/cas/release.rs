@@ -11,9 +11,9 @@ use crate::backoff::Backoff;
 use crate::calls::Calls;
 use crate::error::{LockError, Result};
 use crate::lock_doc::{Observed, Owner};
-use crate::mode::LockMode;
 use crate::outcome::{Released, Taken};
 use crate::script_params::{release_params, run_locally};
+use fs_model::LockMode;
 
 /// The shortest time a contended release keeps trying. A release that gives up strands locks
 /// until their leases expire, so it persists, backing off (jittered, exponential) between

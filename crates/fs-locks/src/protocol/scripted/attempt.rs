@@ -186,9 +186,9 @@ fn unreachable_state() -> LockError {
 mod tests {
     use super::*;
     use crate::lock_doc::{exclusive_source, shared_with};
-    use crate::mode::LockMode;
     use crate::plan::TreeLockRequest;
     use fs_model::FsPath;
+    use fs_model::LockMode;
 
     fn owner() -> Owner {
         Owner {
