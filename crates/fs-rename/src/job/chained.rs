@@ -1,5 +1,5 @@
 //! A small rename in one transaction with its journal entry, where the store can chain them
-//! ([`fs_store::DocStore::bulk_after`], the embedded store).
+//! ([`fs_store::ChainedBulk::bulk_after`], the embedded store).
 //!
 //! When the check read the whole subtree and it fits one bulk request, the entry's `_create`
 //! and the rewrite go in one request: the entry lands exactly when the writes do, so the

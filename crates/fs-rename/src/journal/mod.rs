@@ -122,7 +122,7 @@ impl Journal {
     }
 
     /// Returns the creation of `entry` as one write, to send with the job's first writes in
-    /// one transaction where the store chains them ([`fs_store::DocStore::bulk_after`]): the
+    /// one transaction where the store chains them ([`fs_store::ChainedBulk::bulk_after`]): the
     /// same `_create` as [`Journal::open`], which a fence at the id makes fail.
     ///
     /// # Errors
