@@ -14,7 +14,9 @@
 //! - [`StoreLayer`]: a store that wraps another, with its forwarding written once: it offers
 //!   every capability of the wrapped store unless it hides one on purpose.
 //! - [`StoreError`]: conflict, not found, transient, rejected; [`StoreError::is_retryable`]
-//!   answers "may a retry help?".
+//!   answers "may a retry help?"; [`RetryPolicy`] says how long to wait before the next try
+//!   (jittered exponential backoff with a limit on attempts and a deadline, seedable): the one
+//!   retry policy of the workspace.
 //! - [`SqliteStore`]: the embedded implementation, a database file shared safely by several
 //!   processes, or in memory; optionally near-real-time, like Elasticsearch's search.
 //! - [`ElasticStore`]: the same trait on Elasticsearch 7.x/8.x or OpenSearch over HTTP, through
