@@ -254,7 +254,7 @@ impl LockClient {
         let ids: Vec<String> = ids.iter().cloned().collect();
         let mut calls = self.calls();
         let removed = match self.steps().await {
-            Ok(steps) => steps.unregister_waiter(&mut calls, &ids).await,
+            Ok(steps) => steps.leave_queue(&mut calls, &ids).await,
             Err(e) => Err(e),
         };
         if let Err(e) = removed {
@@ -288,6 +288,7 @@ impl LockClient {
             let now = calls.now;
             let req = Request {
                 owner: self.owner(),
+                items: &needed,
                 now,
                 expires_at: lease_end(now, self.lease()),
                 waiter_expires_at: lease_end(now, self.waiter_lease()),
@@ -299,7 +300,7 @@ impl LockClient {
                 Ok(steps) => steps,
                 Err(e) => return Tried::of(Err(e), &calls),
             };
-            match steps.attempt(&mut calls, &needed, &req).await {
+            match steps.attempt(&mut calls, &req).await {
                 Ok(Attempt::Granted(taken)) => {
                     for t in taken {
                         waiting_on.remove(&t.item.id);
@@ -329,7 +330,11 @@ impl LockClient {
         (steps, calls, req): (&dyn Protocol, &mut Calls<'_>, &Request<'_>),
         refusing: &[LockItem],
     ) -> Vec<String> {
-        match steps.register_waiter(calls, refusing, req).await {
+        let req = Request {
+            items: refusing,
+            ..*req
+        };
+        match steps.join_queue(calls, &req).await {
             Ok(ids) => ids,
             Err(e) => {
                 tracing::debug!(error = %e, "could not register as a waiter; the next attempt tries again");

@@ -4,6 +4,7 @@
 use crate::client::LockClient;
 use crate::error::{LockError, Result};
 use crate::outcome::{FirstWrite, ReleaseReport, ReleasedAfter};
+use crate::protocol::Giveback;
 
 impl LockClient {
     /// Returns true if the store makes a write and the release of this client's locks in one
@@ -40,7 +41,13 @@ impl LockClient {
         let given_up = held.give_up(ids, self.max_clock_skew_ms());
         let mut calls = self.calls();
         let released = match self.steps().await {
-            Ok(steps) => steps.release(&mut calls, given_up.last, first).await,
+            Ok(steps) => {
+                let back = Giveback {
+                    taken: given_up.last,
+                    first,
+                };
+                steps.release(&mut calls, back).await
+            }
             Err(e) => Err(e),
         };
         drop(held);

@@ -22,10 +22,12 @@ pub(crate) const RENEW: &str = lock_scripts::RENEW.id;
 pub(crate) const WAIT: &str = lock_scripts::WAIT.id;
 pub(crate) const UNWAIT: &str = lock_scripts::UNWAIT.id;
 
-/// One acquisition's context: who asks, when, and its place in the queue.
+/// One acquisition's context: who asks for what, when, and its place in the queue.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Request<'a> {
     pub(crate) owner: &'a Owner,
+    /// The lock items asked for, in plan order (none of them held by the client yet).
+    pub(crate) items: &'a [LockItem],
     /// This attempt's time, epoch milliseconds by the lease clock.
     pub(crate) now: i64,
     /// Where a lease granted now ends.

@@ -13,7 +13,6 @@ use serde_json::Value;
 use crate::calls::Calls;
 use crate::error::{LockError, Result};
 use crate::outcome::{Attempt, FirstWrite, Released, Taken};
-use crate::plan::LockItem;
 use crate::script_params::{Request, SCRIPTS};
 
 mod cas;
@@ -174,6 +173,14 @@ impl LockProtocol {
     }
 }
 
+/// What a release gives back: the locks no guard holds any more, and the write that must land
+/// before they go ([`FirstWrite`], a job's journal entry closed).
+#[derive(Debug)]
+pub(crate) struct Giveback {
+    pub(crate) taken: Vec<Taken>,
+    pub(crate) first: Option<FirstWrite>,
+}
+
 /// What a renewal did to one held lock.
 #[derive(Debug)]
 pub(crate) enum Renewal {
@@ -192,46 +199,31 @@ pub(crate) enum Renewal {
 /// twins and writes conditionally; scripted sends the stored scripts.
 #[async_trait]
 pub(crate) trait Protocol: Send + Sync {
-    /// Makes one attempt at `items`, none of which the client holds yet. Never waits for a
-    /// holder; gives back what it took unless every item is granted.
-    async fn attempt(
-        &self,
-        calls: &mut Calls<'_>,
-        items: &[LockItem],
-        req: &Request<'_>,
-    ) -> Result<Attempt>;
+    /// Makes one attempt at `req.items`, none of which the client holds yet. Never waits for
+    /// a holder; gives back what it took unless every item is granted.
+    async fn attempt(&self, calls: &mut Calls<'_>, req: &Request<'_>) -> Result<Attempt>;
 
-    /// Registers the request as a waiter on the documents of `items` (fair waiting), or renews
-    /// its registration (until `req.waiter_expires_at`). Returns the ids where it is
+    /// Registers the request as a waiter on the documents of `req.items` (fair waiting), or
+    /// renews its registration (until `req.waiter_expires_at`). Returns the ids where it is
     /// registered.
-    async fn register_waiter(
-        &self,
-        calls: &mut Calls<'_>,
-        items: &[LockItem],
-        req: &Request<'_>,
-    ) -> Result<Vec<String>>;
+    async fn join_queue(&self, calls: &mut Calls<'_>, req: &Request<'_>) -> Result<Vec<String>>;
 
     /// Removes the owner's waiter entries from `ids` (it gave up).
-    async fn unregister_waiter(&self, calls: &mut Calls<'_>, ids: &[String]) -> Result<()>;
+    async fn leave_queue(&self, calls: &mut Calls<'_>, ids: &[String]) -> Result<()>;
 
-    /// Makes `first` (if any), then releases `taken` if it landed: in one request where the
-    /// protocol and the store chain them, else one after the other. Keeps trying for about
-    /// the owner's lease while the documents keep changing.
-    async fn release(
-        &self,
-        calls: &mut Calls<'_>,
-        taken: Vec<Taken>,
-        first: Option<FirstWrite>,
-    ) -> Result<Released>;
+    /// Makes `back.first` (if any), then releases `back.taken` if it landed: in one request
+    /// where the protocol and the store chain them, else one after the other. Keeps trying
+    /// for about the owner's lease while the documents keep changing.
+    async fn release(&self, calls: &mut Calls<'_>, back: Giveback) -> Result<Released>;
 
-    /// Pushes the leases of `ids` to `expires_at`; says which were renewed and which are
-    /// lost. A lock neither renewed nor lost (a race, a failed item) is renewed by the next
-    /// round.
+    /// Pushes the leases of `ids` to `until` (epoch milliseconds); says which were renewed
+    /// and which are lost. A lock neither renewed nor lost (a race, a failed item) is renewed
+    /// by the next round.
     async fn renew(
         &self,
         calls: &mut Calls<'_>,
         ids: &[String],
-        expires_at: i64,
+        until: i64,
     ) -> Result<Vec<Renewal>>;
 
     /// Returns true if this protocol makes a write and the release after it in one request

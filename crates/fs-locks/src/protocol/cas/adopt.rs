@@ -47,6 +47,7 @@ impl Adopter<'_> {
     fn request(&self) -> Request<'_> {
         Request {
             owner: self.owner,
+            items: &[],
             now: self.now,
             expires_at: self.expires_at,
             waiter_expires_at: self.expires_at,

@@ -75,13 +75,9 @@ enum Round<'i> {
     Again(Vec<&'i LockItem>),
 }
 
-/// Makes one attempt at `items` (none of which the client holds yet). Never waits.
-pub(super) async fn read_decide_write(
-    calls: &mut Calls<'_>,
-    items: &[LockItem],
-    req: &Request<'_>,
-) -> Result<Attempt> {
-    let owner = req.owner;
+/// Makes one attempt at `req.items` (none of which the client holds yet). Never waits.
+pub(super) async fn read_decide_write(calls: &mut Calls<'_>, req: &Request<'_>) -> Result<Attempt> {
+    let (owner, items) = (req.owner, req.items);
     let mut taken: Vec<Taken> = Vec::with_capacity(items.len());
     let mut pending: Vec<&LockItem> = items.iter().collect();
     let mut read = items.iter().any(|i| i.mode != LockMode::Exclusive);

@@ -27,11 +27,10 @@
 use async_trait::async_trait;
 use fs_store::DocStore;
 
-use super::{write_first, Protocol, Renewal};
+use super::{write_first, Giveback, Protocol, Renewal};
 use crate::calls::Calls;
 use crate::error::Result;
-use crate::outcome::{Attempt, FirstWrite, Released, Taken};
-use crate::plan::LockItem;
+use crate::outcome::{Attempt, Released};
 use crate::script_params::Request;
 
 pub(crate) mod adopt;
@@ -46,48 +45,33 @@ pub(crate) struct Cas;
 
 #[async_trait]
 impl Protocol for Cas {
-    async fn attempt(
-        &self,
-        calls: &mut Calls<'_>,
-        items: &[LockItem],
-        req: &Request<'_>,
-    ) -> Result<Attempt> {
-        attempt::read_decide_write(calls, items, req).await
+    async fn attempt(&self, calls: &mut Calls<'_>, req: &Request<'_>) -> Result<Attempt> {
+        attempt::read_decide_write(calls, req).await
     }
 
-    async fn register_waiter(
-        &self,
-        calls: &mut Calls<'_>,
-        items: &[LockItem],
-        req: &Request<'_>,
-    ) -> Result<Vec<String>> {
-        wait::register_waiter(calls, items, req).await
+    async fn join_queue(&self, calls: &mut Calls<'_>, req: &Request<'_>) -> Result<Vec<String>> {
+        wait::register_waiter(calls, req).await
     }
 
-    async fn unregister_waiter(&self, calls: &mut Calls<'_>, ids: &[String]) -> Result<()> {
+    async fn leave_queue(&self, calls: &mut Calls<'_>, ids: &[String]) -> Result<()> {
         wait::unregister_waiter(calls, ids).await
     }
 
-    async fn release(
-        &self,
-        calls: &mut Calls<'_>,
-        taken: Vec<Taken>,
-        first: Option<FirstWrite>,
-    ) -> Result<Released> {
-        if let Some(why) = write_first(calls, first).await? {
+    async fn release(&self, calls: &mut Calls<'_>, back: Giveback) -> Result<Released> {
+        if let Some(why) = write_first(calls, back.first).await? {
             return Ok(Released::first_failed(why));
         }
         let (owner, patience) = (calls.owner, calls.lease);
-        release::release(calls, taken, owner, patience).await
+        release::release(calls, back.taken, owner, patience).await
     }
 
     async fn renew(
         &self,
         calls: &mut Calls<'_>,
         ids: &[String],
-        expires_at: i64,
+        until: i64,
     ) -> Result<Vec<Renewal>> {
-        renew::renew(calls, ids, expires_at).await
+        renew::renew(calls, ids, until).await
     }
 
     fn chains_release(&self, _store: &dyn DocStore) -> bool {

@@ -14,7 +14,7 @@ use crate::lock_doc::Observed;
 use crate::plan::LockItem;
 use crate::script_params::{release_params, run_locally, wait_params, Request};
 
-/// Registers the request as a waiter on the documents of `items` (fair waiting), or renews its
+/// Registers the request as a waiter on the documents of `req.items` (fair waiting), or renews its
 /// registration there: an `mget` and a conditional `bulk`, again at once for the documents
 /// that changed in between (a busy ancestor changes all the time, and a request that cannot
 /// get its registration in is the one that starves), a bounded number of rounds. A document
@@ -22,9 +22,9 @@ use crate::script_params::{release_params, run_locally, wait_params, Request};
 /// the request is now registered.
 pub(super) async fn register_waiter(
     calls: &mut Calls<'_>,
-    items: &[LockItem],
     req: &Request<'_>,
 ) -> Result<Vec<String>> {
+    let items = req.items;
     let lease_ms = req.waiter_expires_at.saturating_sub(req.now);
     let mut registered = Vec::new();
     let mut pending: Vec<&LockItem> = items.iter().collect();

@@ -16,9 +16,9 @@ use crate::outcome::{Attempt, Taken};
 use crate::plan::LockItem;
 use crate::script_params::{acquire_params, fresh_source, Request, ACQUIRE};
 
-/// Returns the update items that acquire `items`, in order.
-fn acquire_items(items: &[LockItem], req: &Request<'_>) -> Vec<ScriptedUpdate> {
-    items
+/// Returns the update items that acquire `req.items`, in order.
+fn acquire_items(req: &Request<'_>) -> Vec<ScriptedUpdate> {
+    req.items
         .iter()
         .map(|item| ScriptedUpdate {
             id: item.id.clone(),
@@ -103,16 +103,11 @@ impl Answers {
     }
 }
 
-/// Makes one scripted attempt at `items`. Never waits for a holder; resends items that lost a
+/// Makes one scripted attempt at `req.items`. Never waits for a holder; resends items that lost a
 /// race with another update of the same document.
-pub(super) async fn send_acquire(
-    calls: &mut Calls<'_>,
-    items: &[LockItem],
-    req: &Request<'_>,
-) -> Result<Attempt> {
-    let lease = calls.lease;
-    let owner = req.owner;
-    let updates = acquire_items(items, req);
+pub(super) async fn send_acquire(calls: &mut Calls<'_>, req: &Request<'_>) -> Result<Attempt> {
+    let (lease, owner, items) = (calls.lease, req.owner, req.items);
+    let updates = acquire_items(req);
     let mut answers = Answers::default();
     let mut pending: Vec<usize> = (0..items.len()).collect();
     let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(50));
@@ -205,13 +200,14 @@ mod tests {
         let owner = owner();
         let req = Request {
             owner: &owner,
+            items: &items,
             now: 10,
             expires_at: 40,
             waiter_expires_at: 20,
             since: 10,
             queue: true,
         };
-        let updates = acquire_items(&items, &req);
+        let updates = acquire_items(&req);
         assert_eq!(updates.len(), 3);
         let clinton = FsPath::parse("/clinton").expect("path");
         assert_eq!(

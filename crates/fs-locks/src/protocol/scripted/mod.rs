@@ -10,12 +10,11 @@
 use async_trait::async_trait;
 use fs_store::{DocStore, ScriptedUpdate, Version};
 
-use super::{write_first, Protocol, Renewal};
+use super::{write_first, Giveback, Protocol, Renewal};
 use crate::calls::{self, Calls};
 use crate::error::Result;
 use crate::lock_doc::Owner;
-use crate::outcome::{Attempt, FirstWrite, Released, Taken};
-use crate::plan::LockItem;
+use crate::outcome::{Attempt, Released};
 use crate::script_params::{
     release_params, renew_params, wait_params, Request, RENEW, UNWAIT, WAIT,
 };
@@ -28,22 +27,13 @@ pub(crate) struct Scripted;
 
 #[async_trait]
 impl Protocol for Scripted {
-    async fn attempt(
-        &self,
-        calls: &mut Calls<'_>,
-        items: &[LockItem],
-        req: &Request<'_>,
-    ) -> Result<Attempt> {
-        attempt::send_acquire(calls, items, req).await
+    async fn attempt(&self, calls: &mut Calls<'_>, req: &Request<'_>) -> Result<Attempt> {
+        attempt::send_acquire(calls, req).await
     }
 
     /// No upsert: a document gone meanwhile has nothing to wait for.
-    async fn register_waiter(
-        &self,
-        calls: &mut Calls<'_>,
-        items: &[LockItem],
-        req: &Request<'_>,
-    ) -> Result<Vec<String>> {
+    async fn join_queue(&self, calls: &mut Calls<'_>, req: &Request<'_>) -> Result<Vec<String>> {
+        let items = req.items;
         let updates: Vec<ScriptedUpdate> = items
             .iter()
             .map(|item| ScriptedUpdate {
@@ -62,7 +52,7 @@ impl Protocol for Scripted {
             .collect())
     }
 
-    async fn unregister_waiter(&self, calls: &mut Calls<'_>, ids: &[String]) -> Result<()> {
+    async fn leave_queue(&self, calls: &mut Calls<'_>, ids: &[String]) -> Result<()> {
         let (owner, now) = (calls.owner, calls.now);
         let updates = ids
             .iter()
@@ -76,13 +66,9 @@ impl Protocol for Scripted {
         calls.bulk_update(updates).await.map(|_| ())
     }
 
-    async fn release(
-        &self,
-        calls: &mut Calls<'_>,
-        taken: Vec<Taken>,
-        first: Option<FirstWrite>,
-    ) -> Result<Released> {
+    async fn release(&self, calls: &mut Calls<'_>, back: Giveback) -> Result<Released> {
         let (owner, patience) = (calls.owner, calls.lease);
+        let Giveback { taken, first } = back;
         // Where the store chains them, `first` and the release go in one transaction.
         if first.is_some() && !taken.is_empty() && calls.chains() {
             return release::release(calls, taken, owner, patience, first).await;
@@ -98,10 +84,10 @@ impl Protocol for Scripted {
         &self,
         calls: &mut Calls<'_>,
         ids: &[String],
-        expires_at: i64,
+        until: i64,
     ) -> Result<Vec<Renewal>> {
         let results = calls
-            .bulk_update(renew_items(ids, calls.owner, expires_at))
+            .bulk_update(renew_items(ids, calls.owner, until))
             .await?;
         let mut renewals = Vec::with_capacity(ids.len());
         for (id, result) in ids.iter().zip(results) {
