@@ -65,7 +65,7 @@ pub enum Verb {
         /// The local directory.
         dir: PathBuf,
         /// Where in the tree to put it. Default: `/` followed by the directory's name.
-        #[arg(long = "as", value_name = "PATH", value_parser = parse_path)]
+        #[arg(long = "as", value_name = "PATH")]
         at: Option<FsPath>,
         /// Documents per bulk request.
         #[arg(long, default_value_t = 1_000)]
@@ -103,13 +103,11 @@ pub enum Verb {
         #[arg(short = 'p', long)]
         parents: bool,
         /// The directory to create.
-        #[arg(value_parser = parse_path)]
         path: FsPath,
     },
     /// Creates an empty file, or updates the modification time of an existing one.
     Touch {
         /// The file.
-        #[arg(value_parser = parse_path)]
         path: FsPath,
     },
     /// Renames a file or directory (and everything under it) under locks.
@@ -119,10 +117,8 @@ pub enum Verb {
     /// dies half-way, `fsrename recover` finishes the rename once its locks' lease runs out.
     Mv {
         /// What to rename.
-        #[arg(value_parser = parse_path)]
         from: FsPath,
         /// Its new path; its parent must be an existing directory.
-        #[arg(value_parser = parse_path)]
         to: FsPath,
         /// The options of a job (clap shows the fields' own help, not this).
         #[command(flatten)]
@@ -143,11 +139,9 @@ pub enum Verb {
         #[arg(short = 'r', short_alias = 'R', long)]
         recursive: bool,
         /// What to copy.
-        #[arg(value_parser = parse_path)]
         from: FsPath,
         /// Where the copy goes; it must not exist, and its parent must be an existing
         /// directory.
-        #[arg(value_parser = parse_path)]
         to: FsPath,
         /// The options of a job (clap shows the fields' own help, not this).
         #[command(flatten)]
@@ -167,7 +161,6 @@ pub enum Verb {
         #[arg(short = 'r', short_alias = 'R', long)]
         recursive: bool,
         /// What to remove.
-        #[arg(value_parser = parse_path)]
         path: FsPath,
         /// The options of a job (clap shows the fields' own help, not this).
         #[command(flatten)]
@@ -214,7 +207,7 @@ pub enum Verb {
     /// after the last, so nothing under PATH is renamed, copied over or deleted meanwhile.
     Ls {
         /// The directory (or file) to list.
-        #[arg(default_value = "/", value_parser = parse_path)]
+        #[arg(default_value = "/")]
         path: FsPath,
         /// Lists everything under it, with full paths.
         #[arg(short = 'R', long)]
@@ -238,11 +231,11 @@ pub enum Verb {
     /// searchable.
     Find {
         /// Where to look: this path and everything under it.
-        #[arg(default_value = "/", value_parser = parse_path)]
+        #[arg(default_value = "/")]
         path: FsPath,
         /// A shell pattern the name must match: `*`, `?`, `[a-z]`, `[!a-z]`, `\` before a
         /// character meant as itself. Case-sensitive; quote it from the shell.
-        #[arg(long, value_name = "GLOB", value_parser = parse_glob)]
+        #[arg(long, value_name = "GLOB")]
         name: Option<NameGlob>,
         /// Words the text must hold, all of them.
         #[arg(long, value_name = "WORDS")]
@@ -272,7 +265,7 @@ pub enum Verb {
     /// reads, so the report describes one state of the subtree.
     Fsck {
         /// The subtree to check.
-        #[arg(default_value = "/", value_parser = parse_path)]
+        #[arg(default_value = "/")]
         path: FsPath,
         /// Prints the report as JSON.
         #[arg(long)]
@@ -408,16 +401,7 @@ pub enum ProgressMode {
     None,
 }
 
-/// Parses a path argument, so a bad one is a usage error (exit 2) naming the rule it breaks.
-fn parse_path(s: &str) -> Result<FsPath, String> {
-    FsPath::parse(s).map_err(|e| e.to_string())
-}
-
-/// Parses `30s`, `500ms`, `2m`, `1h 30m`.
-fn parse_glob(s: &str) -> Result<NameGlob, String> {
-    NameGlob::parse(s).map_err(|e| e.to_string())
-}
-
+/// A limit on how many results are shown: 1 to 10 000.
 fn parse_limit(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(n) if (1..=10_000).contains(&n) => Ok(n),
@@ -441,11 +425,13 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
     n.checked_mul(scale).ok_or_else(bad)
 }
 
+/// Parses `30s`, `500ms`, `2m`, `1h 30m`.
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s)
         .map_err(|e| format!("`{s}` is not a duration like 30s, 500ms or 2m: {e}"))
 }
 
+/// A page size: at least 1.
 fn parse_page_size(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(n) if n > 0 => Ok(n),
