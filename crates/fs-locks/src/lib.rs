@@ -64,6 +64,8 @@
 //! # }
 //! ```
 #![deny(missing_docs)]
+// A panic in library code takes a job or the service down with it: errors go up instead.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 // Floor 1: values.
 mod backoff;

@@ -1,7 +1,6 @@
 //! Copies (`cp -r`) and deletes (`rm [-r]`) on every backend: what they write, each check's
 //! error, every strategy, resent writes, a job killed half-way and finished by recovery, and
 //! the consistent reads (a listing and fsck under a shared lock).
-#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
 

@@ -1,7 +1,6 @@
 //! Recovery: jobs that die half-way are finished, zombies do no harm, live jobs are left
 //! alone, and expired locks are swept with exactly the expired shares. On both backends, in
 //! real time with a short lease.
-#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
 

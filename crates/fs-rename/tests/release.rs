@@ -2,7 +2,6 @@
 //! turn it into a failure (issue 14). The job reports it done, names the locks it left, and
 //! those locks expire with their lease and are cleared by recovery. On both backends, in real
 //! time with a short lease.
-#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
 

@@ -41,6 +41,8 @@
 //! # }).unwrap();
 //! ```
 #![deny(missing_docs)]
+// A panic in library code takes a job or the service down with it: errors go up instead.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod capabilities;
 #[cfg(feature = "conformance")]

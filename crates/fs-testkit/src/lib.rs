@@ -25,7 +25,6 @@
 //! osmem-server comes from PyPI (`pip install osmem-server==0.1.6`, which `.ci/run` does). The
 //! binary is found through `FSRENAME_OSMEM_BIN`, else through the installed Python package.
 #![deny(missing_docs)]
-#![allow(clippy::expect_used)]
 
 mod es_proxy;
 mod faulty;

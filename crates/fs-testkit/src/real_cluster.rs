@@ -4,7 +4,6 @@
 //! (`FSRENAME_TEST_ES_KILL`, `FSRENAME_TEST_ES_START`, each run by `sh -c` with the node's
 //! URL as its one argument, `$1`; the start command of a node that runs must do nothing).
 //! `docs/elasticsearch.md` says how to run them.
-#![allow(clippy::expect_used)]
 
 use std::time::{Duration, Instant};
 

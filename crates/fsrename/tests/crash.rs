@@ -16,7 +16,6 @@
 //! delete is also checked right after the kill: deepest first, it never leaves an orphan.
 //! `FSRENAME_CRASH_ROUNDS` sets the rounds per job kind and backend (default 100 for `mv`, 50
 //! for `cp` and `rm`); the kill moments follow `FSRENAME_CRASH_SEED` (printed).
-#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 use std::io::BufRead;

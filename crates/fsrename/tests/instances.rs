@@ -3,7 +3,6 @@
 //! every instance, one instance killed with SIGKILL half-way. Every job must end `done` or
 //! `failed` with a reason, the tree be whole (fsck clean, count unchanged, every done rename
 //! in place), and no lock or journal entry be left.
-#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};

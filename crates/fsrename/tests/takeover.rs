@@ -9,7 +9,6 @@
 //! - journal id, entry closed (the rename finished and its instance died before saying so):
 //!   `done` at once (run again, it would fail: its source is gone);
 //! - finished a week ago: deleted.
-#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -37,7 +37,6 @@
 //! (`FOUND_BEYOND`), spread over `FSRENAME_SIM_THREADS` threads (default: the
 //! available cores, at most 4); each seed runs alone on one of them. `FSRENAME_SIM_TRACE=1`
 //! prints every call and answer as it happens (for one seed).
-#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod invariants;
 mod watch;

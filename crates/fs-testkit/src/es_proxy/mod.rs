@@ -28,7 +28,6 @@
 //!
 //! Everything else is forwarded as it is. The proxy runs on a thread of its own, with its own
 //! runtime, so that it outlives the runtime of any one test.
-#![allow(clippy::expect_used)]
 
 mod bulk;
 mod contexts;
