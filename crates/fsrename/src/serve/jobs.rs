@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fs_rename::{JobKind, RenameError, RenameEvent, RenameHooks, Renamer, Strategy};
+use fs_rename::{JobKind, RenameError, RenameEvent, RenameHooks, RenameOutcome, Renamer, Strategy};
 use fs_store::{SharedStore, Version};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -297,56 +297,13 @@ impl Jobs {
             j.started_at = Some(now_ms());
         });
         self.persist(&id).await;
-        let c = &self.inner.config;
-        let sink_jobs = self.clone();
-        let sink_id = id.clone();
-        let renamer = Renamer::builder(Arc::clone(&self.inner.store), c.index.clone())
-            .strategy(job.strategy)
-            .lease(c.lease)
-            .wait(c.wait)
-            .lock_protocol(c.protocol)
-            .holder(format!("serve job {id}: {}", job.work.describe()))
-            .cancel(self.inner.cancel_tx.subscribe())
-            .progress(Arc::new(move |event| sink_jobs.on_event(&sink_id, event)))
-            .hooks(Arc::new(StoreJournalId {
-                jobs: self.clone(),
-                id: id.clone(),
-            }))
-            .build();
+        let renamer = self.renamer(&id, &job);
         let outcome = match &job.work {
             Work::Rename { from, to } => renamer.rename_reporting(from, to).await,
             Work::Copy { from, to } => renamer.copy_reporting(from, to).await,
             Work::Delete { path, recursive } => renamer.remove_reporting(path, *recursive).await,
         };
-        let m = &self.inner.metrics;
-        Metrics::add(&m.retries, outcome.report.retries);
-        Metrics::add(&m.documents, outcome.report.rewritten);
-        // A job that stopped after its first write is not over: its journal entry lets
-        // recovery finish it, and the job is `done` when the entry closes.
-        let mut follow = None;
-        let (state, error) = match &outcome.result {
-            // Done even if its release failed: the job has happened (see
-            // `RenameReport::locks_left`); what it left is cleared once it expires.
-            Ok(()) => {
-                Metrics::add(&m.done, 1);
-                if !outcome.report.locks_left.is_empty() {
-                    self.clear_when_expired(&id, &outcome.report.locks_left);
-                }
-                (JobState::Done, None)
-            }
-            Err(e @ RenameError::Unfinished { job, .. }) => {
-                follow = Some(job.clone());
-                tracing::warn!(job = %id, error = %e, "the job stopped half-way; recovery finishes it");
-                (JobState::Rewriting, None)
-            }
-            Err(e) => {
-                Metrics::add(&m.failed, 1);
-                if matches!(e, RenameError::Conflict { .. }) {
-                    Metrics::add(&m.conflicts, 1);
-                }
-                (JobState::Failed, Some(e.to_string()))
-            }
-        };
+        let (state, error, follow) = self.settle(&id, &outcome);
         tracing::info!(job = %id, work = %job.work.describe(), state = state.name(),
             documents = outcome.report.rewritten, error = error.as_deref().unwrap_or(""), "job finished");
         let report = serde_json::to_value(&outcome.report).ok();
@@ -376,6 +333,61 @@ impl Jobs {
                 self.follow_recovery(id, journal_id);
             }
             None => self.forget_old(),
+        }
+    }
+
+    /// The renamer that runs job `id`: the service's settings, its events into the job's
+    /// record, its journal id stored with it, cancelled at shutdown.
+    fn renamer(&self, id: &str, job: &Job) -> Renamer {
+        let c = &self.inner.config;
+        let (sink_jobs, sink_id) = (self.clone(), id.to_owned());
+        Renamer::builder(Arc::clone(&self.inner.store), c.index.clone())
+            .strategy(job.strategy)
+            .lease(c.lease)
+            .wait(c.wait)
+            .lock_protocol(c.protocol)
+            .holder(format!("serve job {id}: {}", job.work.describe()))
+            .cancel(self.inner.cancel_tx.subscribe())
+            .progress(Arc::new(move |event| sink_jobs.on_event(&sink_id, event)))
+            .hooks(Arc::new(StoreJournalId {
+                jobs: self.clone(),
+                id: id.to_owned(),
+            }))
+            .build()
+    }
+
+    /// Counts job `id`'s outcome in the metrics and returns its state, its error and, for a
+    /// job that stopped after its first write, the journal entry recovery finishes it from:
+    /// such a job is not over, and is `done` when the entry closes.
+    fn settle(
+        &self,
+        id: &str,
+        outcome: &RenameOutcome,
+    ) -> (JobState, Option<String>, Option<String>) {
+        let m = &self.inner.metrics;
+        Metrics::add(&m.retries, outcome.report.retries);
+        Metrics::add(&m.documents, outcome.report.rewritten);
+        match &outcome.result {
+            // Done even if its release failed: the job has happened (see
+            // `RenameReport::locks_left`); what it left is cleared once it expires.
+            Ok(()) => {
+                Metrics::add(&m.done, 1);
+                if !outcome.report.locks_left.is_empty() {
+                    self.clear_when_expired(id, &outcome.report.locks_left);
+                }
+                (JobState::Done, None, None)
+            }
+            Err(e @ RenameError::Unfinished { job, .. }) => {
+                tracing::warn!(job = %id, error = %e, "the job stopped half-way; recovery finishes it");
+                (JobState::Rewriting, None, Some(job.clone()))
+            }
+            Err(e) => {
+                Metrics::add(&m.failed, 1);
+                if matches!(e, RenameError::Conflict { .. }) {
+                    Metrics::add(&m.conflicts, 1);
+                }
+                (JobState::Failed, Some(e.to_string()), None)
+            }
         }
     }
 

@@ -79,20 +79,10 @@ impl Server {
             .map(Arc::from);
         let body_limit = config.body_limit;
         // Stopped between runs, never in the middle of one.
-        let (stop_recovery, mut stopped) = tokio::sync::watch::channel(false);
-        let recoverer = config.recover_every.map(|every| {
-            tokio::spawn(async move {
-                let mut ticker =
-                    tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    tokio::select! {
-                        _ = ticker.tick() => recover_once(&recovery).await,
-                        _ = stopped.changed() => return,
-                    }
-                }
-            })
-        });
+        let (stop_recovery, stopped) = tokio::sync::watch::channel(false);
+        let recoverer = config
+            .recover_every
+            .map(|every| tokio::spawn(recover_every(recovery, every, stopped)));
         let instance = config.instance.clone();
         let jobs = Jobs::new(store, config);
         jobs.records().ensure_index().await.with_context(|| {
@@ -118,22 +108,7 @@ impl Server {
             token,
             guesses: Arc::default(),
         };
-        let app = api::routes(jobs.clone(), feed)
-            .route(
-                "/session",
-                axum::routing::post(middleware::session).with_state(auth.clone()),
-            )
-            .layer(DefaultBodyLimit::max(body_limit))
-            .layer(axum::middleware::from_fn_with_state(
-                auth,
-                middleware::bearer,
-            ))
-            .layer(axum::middleware::from_fn(middleware::same_origin))
-            .layer(axum::middleware::from_fn_with_state(
-                addr.ip().is_loopback(),
-                middleware::loopback_host,
-            ))
-            .layer(axum::middleware::from_fn(middleware::request_log));
+        let app = guarded(api::routes(jobs.clone(), feed), auth, body_limit, addr);
         tracing::info!(%addr, instance = %jobs.instance(), "serving");
         let done = tokio::spawn(async move {
             // With each client's address: the token's guesses are counted by address.
@@ -185,6 +160,50 @@ impl Server {
 }
 
 /// Runs recovery once; its failures are logged, not fatal: the next run tries again.
+/// Runs recovery every `every` until `stopped` changes: between runs, never in the middle of one.
+async fn recover_every(
+    recovery: fs_rename::Recovery,
+    every: std::time::Duration,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => recover_once(&recovery).await,
+            _ = stopped.changed() => return,
+        }
+    }
+}
+
+/// The routes behind the service's guards, outermost last: the request log, the loopback
+/// `Host` check (only when listening on loopback), the same-origin check, the bearer token
+/// (with `/session`, which trades it for a cookie) and the body limit.
+fn guarded(
+    routes: axum::Router,
+    auth: middleware::Auth,
+    body_limit: usize,
+    addr: SocketAddr,
+) -> axum::Router {
+    routes
+        .route(
+            "/session",
+            axum::routing::post(middleware::session).with_state(auth.clone()),
+        )
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            auth,
+            middleware::bearer,
+        ))
+        .layer(axum::middleware::from_fn(middleware::same_origin))
+        .layer(axum::middleware::from_fn_with_state(
+            addr.ip().is_loopback(),
+            middleware::loopback_host,
+        ))
+        .layer(axum::middleware::from_fn(middleware::request_log))
+}
+
+/// One run of recovery; its outcome is logged, never fatal: the next run tries again.
 async fn recover_once(recovery: &fs_rename::Recovery) {
     match recovery.run().await {
         Ok(report) if report.is_idle() => tracing::debug!("recovery: nothing to do"),
