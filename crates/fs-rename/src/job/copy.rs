@@ -16,18 +16,17 @@
 //! once a read shows it is exactly the copy. Anything else there is a conflict, and the job
 //! stops.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use fs_locks::LockClient;
 use fs_model::{FsDoc, FsPath};
-use fs_store::{BulkOp, Scan, Scope, StoreError, Version};
+use fs_store::{BulkOp, Scope, StoreError, Version};
 use serde_json::Value;
 
 use super::before_write::Gate;
 use super::Renamer;
 use crate::error::{RenameError, Result};
 use crate::report::{RenameEvent, RenameReport};
-use crate::strategy::Strategy;
 use crate::tree::{Entry, FsTree};
 
 impl Renamer {
@@ -42,18 +41,11 @@ impl Renamer {
         total: &OnceLock<u64>,
         report: &mut RenameReport,
     ) -> Result<()> {
-        let store = tree.store();
         let index = tree.index();
-        let scope = Scope::Subtree(from.clone());
         let page_size = self.config.page_size;
-        // Under locks nothing is added under the source, so a subtree that fits in one page
-        // needs no point in time on Elasticsearch (as for a rename).
-        let locked = self.config.strategy != Strategy::None;
-        let mut scan = if locked && total.get().is_some_and(|&n| n < page_size as u64) {
-            Scan::single_page(Arc::clone(store), index, scope, page_size)
-        } else {
-            Scan::new(Arc::clone(store), index, scope, page_size)
-        };
+        // Under locks nothing is added under the source (as for a rename).
+        let mut scan =
+            self.subtree_scan(tree, Scope::Subtree(from.clone()), total.get(), page_size);
         let copied = async {
             let context = || format!("scanning under `{from}`");
             // The scan is in path order, so a directory's page is written (and acknowledged)
