@@ -94,52 +94,15 @@ impl Renamer {
         job_id: &str,
         report: &mut RenameReport,
     ) -> Result<()> {
-        let mut copies = Vec::with_capacity(entries.len());
-        for entry in entries {
-            // A copy is no file on disk: it has no identity (see `FsDoc::identity`).
-            let copy = entry.doc.renamed(from, to)?.with_identity(None);
-            let id = FsDoc::copy_id(job_id, &entry.id);
-            let source = serde_json::to_value(&copy).map_err(|e| RenameError::BadDocument {
-                index: tree.index().to_owned(),
-                id: id.clone(),
-                message: e.to_string(),
-            })?;
-            copies.push(Copy { id, source });
-        }
+        let copies = copies_of(tree, entries, (from, to), job_id)?;
         let context = format!("copying documents under `{from}` to `{to}`");
         // Every item's fate is tallied before any failure is reported: the other items of a
         // bulk request are written whatever happens to one of them.
         let mut failure: Option<(usize, StoreError)> = None;
-
-        // 1. Claims. A claim already there is this job's (the id is derived from the job):
-        //    an earlier send whose answer was lost, or the job a recovery is finishing.
-        let claims: Vec<BulkOp> = copies
-            .iter()
-            .map(|c| BulkOp::Create {
-                id: c.id.clone(),
-                source: FsDoc::claim(job_id),
-            })
-            .collect();
-        let mut claimed: Vec<(usize, Version)> = Vec::new();
-        let mut taken: Vec<(usize, StoreError)> = Vec::new();
-        for answer in self.send_page(tree, claims, &context, report).await? {
-            match answer.result {
-                Ok(version) => claimed.push((answer.index, version)),
-                Err(e) if e.is_conflict() => taken.push((answer.index, e)),
-                Err(e) => {
-                    failure.get_or_insert((answer.index, e));
-                }
-            }
-        }
-        for (i, found) in self.read_copies(tree, &copies, &taken).await? {
-            match found {
-                Found::Copy => report.rewritten += 1,
-                Found::Claim(version) => claimed.push((i, version)),
-                Found::Other => {
-                    failure.get_or_insert((i, conflict(tree, &copies[i])));
-                }
-            }
-        }
+        // 1. Claims.
+        let mut claimed = self
+            .claim(tree, &copies, job_id, &context, &mut failure, report)
+            .await?;
         if let Some((i, e)) = failure {
             return Err(copy_failure(entries, i, e, (from, to), report));
         }
@@ -187,6 +150,50 @@ impl Renamer {
         }
     }
 
+    /// Claims the id of each of `copies` in one bulk request; returns the claims to write
+    /// over, by index in `copies`, with their versions. A claim already there is this job's
+    /// (the id is derived from the job): an earlier send whose answer was lost, or the job a
+    /// recovery is finishing. A copy found already there counts as written; the first other
+    /// failure goes to `failure`.
+    async fn claim(
+        &self,
+        tree: &FsTree,
+        copies: &[Copy],
+        job_id: &str,
+        context: &str,
+        failure: &mut Option<(usize, StoreError)>,
+        report: &mut RenameReport,
+    ) -> Result<Vec<(usize, Version)>> {
+        let claims: Vec<BulkOp> = copies
+            .iter()
+            .map(|c| BulkOp::Create {
+                id: c.id.clone(),
+                source: FsDoc::claim(job_id),
+            })
+            .collect();
+        let mut claimed: Vec<(usize, Version)> = Vec::new();
+        let mut taken: Vec<(usize, StoreError)> = Vec::new();
+        for answer in self.send_page(tree, claims, context, report).await? {
+            match answer.result {
+                Ok(version) => claimed.push((answer.index, version)),
+                Err(e) if e.is_conflict() => taken.push((answer.index, e)),
+                Err(e) => {
+                    failure.get_or_insert((answer.index, e));
+                }
+            }
+        }
+        for (i, found) in self.read_copies(tree, copies, &taken).await? {
+            match found {
+                Found::Copy => report.rewritten += 1,
+                Found::Claim(version) => claimed.push((i, version)),
+                Found::Other => {
+                    failure.get_or_insert((i, conflict(tree, &copies[i])));
+                }
+            }
+        }
+        Ok(claimed)
+    }
+
     /// Reads the documents at the ids of `copies[i]` for each `(i, conflict)` of `which` in one
     /// request (none for none; again for those a lagging copy answered); returns, by `i`, what
     /// each holds.
@@ -222,6 +229,29 @@ impl Renamer {
 struct Copy {
     id: String,
     source: Value,
+}
+
+/// The copies of `entries`, moved from under `from` to under `to`, with the ids derived
+/// from `job_id` and each entry's id.
+fn copies_of(
+    tree: &FsTree,
+    entries: &[Entry],
+    (from, to): (&FsPath, &FsPath),
+    job_id: &str,
+) -> Result<Vec<Copy>> {
+    let mut copies = Vec::with_capacity(entries.len());
+    for entry in entries {
+        // A copy is no file on disk: it has no identity (see `FsDoc::identity`).
+        let copy = entry.doc.renamed(from, to)?.with_identity(None);
+        let id = FsDoc::copy_id(job_id, &entry.id);
+        let source = serde_json::to_value(&copy).map_err(|e| RenameError::BadDocument {
+            index: tree.index().to_owned(),
+            id: id.clone(),
+            message: e.to_string(),
+        })?;
+        copies.push(Copy { id, source });
+    }
+    Ok(copies)
 }
 
 /// What is at a copy's id.
