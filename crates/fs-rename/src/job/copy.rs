@@ -27,7 +27,7 @@ use super::before_write::Gate;
 use super::Renamer;
 use crate::error::{RenameError, Result};
 use crate::report::{RenameEvent, RenameReport};
-use crate::tree::{Entry, FsTree};
+use crate::tree::{next_entries, Entry, FsTree};
 
 impl Renamer {
     /// Copies everything at or under `from` to `to`; `total` is the count the checks found
@@ -41,7 +41,6 @@ impl Renamer {
         total: &OnceLock<u64>,
         report: &mut RenameReport,
     ) -> Result<()> {
-        let index = tree.index();
         let page_size = self.config.page_size;
         // Under locks nothing is added under the source (as for a rename).
         let mut scan =
@@ -50,15 +49,8 @@ impl Renamer {
             let context = || format!("scanning under `{from}`");
             // The scan is in path order, so a directory's page is written (and acknowledged)
             // before the page of anything under it is sent.
-            while let Some(docs) = scan
-                .next_page()
-                .await
-                .map_err(RenameError::store(context()))?
-            {
-                let entries = docs
-                    .into_iter()
-                    .map(|d| Entry::from_stored(index, d))
-                    .collect::<Result<Vec<_>>>()?;
+            while let Some(page) = next_entries(&mut scan, tree.index(), context).await? {
+                let entries = page.collect::<Result<Vec<_>>>()?;
                 report.found += entries.len() as u64;
                 self.before_page(
                     (locks, gate),
