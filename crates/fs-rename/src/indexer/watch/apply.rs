@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use fs_model::FsPath;
 
-use super::super::IndexReport;
+use super::super::{index_prepared, index_unpruned, IndexReport, Target};
 use super::{Applier, Change, WatchBatch, MAX_HOLD, RECENT};
 use crate::error::RenameError;
 use crate::tree::Entry;
@@ -161,7 +161,12 @@ impl Applier<'_> {
         self.held = (Vec::new(), BTreeSet::new(), None);
         let mut options = self.options.index.clone();
         options.prune = true;
-        match super::super::index_prepared(self.tree, self.root, self.at, &options, None).await {
+        let target = Target {
+            tree: self.tree,
+            dir: self.root,
+            at: self.at,
+        };
+        match index_prepared(target, &options, None).await {
             Ok(r) => {
                 batch.renames += r.moves;
                 batch.indexed += 1;
@@ -316,8 +321,12 @@ impl Applier<'_> {
         if !self.rechecking.contains(local) {
             self.recheck_list().push(local.to_owned());
         }
-        match super::super::index_unpruned(self.tree, local, &path, &self.options.index, None).await
-        {
+        let target = Target {
+            tree: self.tree,
+            dir: local,
+            at: &path,
+        };
+        match index_unpruned(target, &self.options.index, None).await {
             Ok((r, stale)) => {
                 batch.indexed += 1;
                 batch.renames += r.moves;
