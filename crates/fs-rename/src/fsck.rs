@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use fs_locks::{LockClient, LockInfo, Observed};
 use fs_model::{DocKind, FsDoc, FsPath};
-use fs_store::{Scan, Scope, SharedStore, StoreError};
+use fs_store::{Scan, Scope, SharedStore, StoreError, StoredDoc};
 use serde::Serialize;
 
 use crate::error::{RenameError, Result};
@@ -104,12 +104,7 @@ pub(crate) async fn fsck_ignoring(
 ) -> Result<FsckReport> {
     let tree = FsTree::new(Arc::clone(&store), index);
     tree.refresh().await?;
-    let mut report = FsckReport {
-        scope: scope.to_string(),
-        ..FsckReport::default()
-    };
-    let mut problems = Vec::new();
-    let mut kinds: HashMap<FsPath, DocKind> = HashMap::new();
+    let mut check = TreeCheck::new(scope);
     let mut scan = Scan::new(
         Arc::clone(&store),
         index,
@@ -124,78 +119,12 @@ pub(crate) async fn fsck_ignoring(
         .map_err(RenameError::store(context()))?
     {
         for hit in hits {
-            report.documents += 1;
-            let doc: FsDoc = match serde_json::from_value(hit.source) {
-                Ok(doc) => doc,
-                Err(e) => {
-                    problems.push(format!(
-                        "document `{}` is not a valid tree document: {e}",
-                        hit.id
-                    ));
-                    continue;
-                }
-            };
-            match doc.kind {
-                DocKind::Dir => report.dirs += 1,
-                DocKind::File => report.files += 1,
-            }
-            if !doc.is_consistent() {
-                problems.push(format!(
-                    "`{}` (document `{}`): parent/name/depth ({:?}, {:?}, {}) disagree with the path",
-                    doc.path, hit.id, doc.parent.as_ref().map(FsPath::as_str), doc.name, doc.depth
-                ));
-            }
-            if kinds.insert(doc.path.clone(), doc.kind).is_some() {
-                problems.push(format!(
-                    "`{}` is stored twice (again as document `{}`)",
-                    doc.path, hit.id
-                ));
-            }
+            check.document(hit);
         }
     }
     scan.close().await;
-    if kinds.get(&FsPath::root()) == Some(&DocKind::File) {
-        problems.push("the root `/` is stored as a file".to_owned());
-    }
-    let mut outside: HashMap<FsPath, Option<DocKind>> = HashMap::new();
-    let mut paths: Vec<&FsPath> = kinds.keys().collect();
-    paths.sort();
-    for path in paths {
-        let Some(parent) = path.parent() else {
-            continue;
-        };
-        let kind = if parent.is_root() {
-            Some(DocKind::Dir)
-        } else if let Some(kind) = kinds.get(&parent) {
-            Some(*kind)
-        } else if !parent.is_inside(scope) {
-            // Only the scope's own parent lies outside what was scanned.
-            match outside.get(&parent) {
-                Some(kind) => *kind,
-                None => {
-                    let kind = tree.kind_of(&parent).await?;
-                    outside.insert(parent.clone(), kind);
-                    kind
-                }
-            }
-        } else {
-            None
-        };
-        match kind {
-            None => problems.push(format!(
-                "`{path}`: parent directory `{parent}` does not exist"
-            )),
-            Some(DocKind::File) => problems.push(format!("`{path}`: parent `{parent}` is a file")),
-            Some(DocKind::Dir) => {}
-        }
-    }
-    report.problem_count = problems.len() as u64;
-    if problems.len() > MAX_LISTED {
-        let more = problems.len() - MAX_LISTED;
-        problems.truncate(MAX_LISTED);
-        problems.push(format!("... and {more} more"));
-    }
-    report.problems = problems;
+    check.parents(&tree, scope).await?;
+    let mut report = check.into_report();
     let (active, expired) = count_locks(&store, &tree.lock_index(), ignore).await?;
     report.locks_active = active;
     report.locks_expired = expired;
@@ -204,6 +133,126 @@ pub(crate) async fn fsck_ignoring(
         .await?
         .len();
     Ok(report)
+}
+
+/// The tree half of a check under way: the documents counted, the problems found so far,
+/// and the kind of each path seen, for the parents' check once every page is read.
+struct TreeCheck {
+    report: FsckReport,
+    problems: Vec<String>,
+    kinds: HashMap<FsPath, DocKind>,
+}
+
+impl TreeCheck {
+    fn new(scope: &FsPath) -> TreeCheck {
+        TreeCheck {
+            report: FsckReport {
+                scope: scope.to_string(),
+                ..FsckReport::default()
+            },
+            problems: Vec::new(),
+            kinds: HashMap::new(),
+        }
+    }
+
+    /// Counts the document `hit`, and checks that it parses, that its fields agree with its
+    /// path, and that no document seen before has its path.
+    fn document(&mut self, hit: StoredDoc) {
+        let (report, problems) = (&mut self.report, &mut self.problems);
+        report.documents += 1;
+        let doc: FsDoc = match serde_json::from_value(hit.source) {
+            Ok(doc) => doc,
+            Err(e) => {
+                problems.push(format!(
+                    "document `{}` is not a valid tree document: {e}",
+                    hit.id
+                ));
+                return;
+            }
+        };
+        match doc.kind {
+            DocKind::Dir => report.dirs += 1,
+            DocKind::File => report.files += 1,
+        }
+        if !doc.is_consistent() {
+            problems.push(format!(
+                "`{}` (document `{}`): parent/name/depth ({:?}, {:?}, {}) disagree with the path",
+                doc.path,
+                hit.id,
+                doc.parent.as_ref().map(FsPath::as_str),
+                doc.name,
+                doc.depth
+            ));
+        }
+        if self.kinds.insert(doc.path.clone(), doc.kind).is_some() {
+            problems.push(format!(
+                "`{}` is stored twice (again as document `{}`)",
+                doc.path, hit.id
+            ));
+        }
+    }
+
+    /// Checks that the parent of every path seen is a directory: seen in the scan, or, for
+    /// the scope's own parent, read from `tree`.
+    async fn parents(&mut self, tree: &FsTree, scope: &FsPath) -> Result<()> {
+        let (kinds, problems) = (&self.kinds, &mut self.problems);
+        if kinds.get(&FsPath::root()) == Some(&DocKind::File) {
+            problems.push("the root `/` is stored as a file".to_owned());
+        }
+        let mut outside: HashMap<FsPath, Option<DocKind>> = HashMap::new();
+        let mut paths: Vec<&FsPath> = kinds.keys().collect();
+        paths.sort();
+        for path in paths {
+            let Some(parent) = path.parent() else {
+                continue;
+            };
+            let kind = if parent.is_root() {
+                Some(DocKind::Dir)
+            } else if let Some(kind) = kinds.get(&parent) {
+                Some(*kind)
+            } else if !parent.is_inside(scope) {
+                // Only the scope's own parent lies outside what was scanned.
+                match outside.get(&parent) {
+                    Some(kind) => *kind,
+                    None => {
+                        let kind = tree.kind_of(&parent).await?;
+                        outside.insert(parent.clone(), kind);
+                        kind
+                    }
+                }
+            } else {
+                None
+            };
+            match kind {
+                None => problems.push(format!(
+                    "`{path}`: parent directory `{parent}` does not exist"
+                )),
+                Some(DocKind::File) => {
+                    problems.push(format!("`{path}`: parent `{parent}` is a file"))
+                }
+                Some(DocKind::Dir) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The report of the tree's check: the problems counted, and the first
+    /// [`MAX_LISTED`] listed.
+    fn into_report(self) -> FsckReport {
+        let TreeCheck {
+            mut report,
+            mut problems,
+            ..
+        } = self;
+        report.problem_count = problems.len() as u64;
+        if problems.len() > MAX_LISTED {
+            let more = problems.len() - MAX_LISTED;
+            problems.truncate(MAX_LISTED);
+            problems.push(format!("... and {more} more"));
+        }
+        report.problems = problems;
+        report
+    }
 }
 
 /// Counts lock documents with a running lease and with an expired one, but those held by

@@ -15,7 +15,7 @@ use fs_store::{BulkOp, Scan, Scope, SharedStore};
 use serde_json::Value;
 
 use crate::error::{RenameError, Result};
-use crate::tree::{Entry, FsTree};
+use crate::tree::{next_entries, Entry, FsTree};
 
 /// How tree operations take their locks.
 #[derive(Debug, Clone)]
@@ -305,13 +305,9 @@ async fn scan_entries(
     let mut scan = Scan::new(Arc::clone(store), index, scope, page);
     let read = async {
         let context = || format!("listing `{dir}`");
-        while let Some(hits) = scan
-            .next_page()
-            .await
-            .map_err(RenameError::store(context()))?
-        {
-            for hit in hits {
-                if each(Entry::from_stored(index, hit)?)?.is_break() {
+        while let Some(page) = next_entries(&mut scan, index, context).await? {
+            for entry in page {
+                if each(entry?)?.is_break() {
                     return Ok(());
                 }
             }

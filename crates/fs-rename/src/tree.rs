@@ -235,16 +235,8 @@ impl FsTree {
         let mut scan = Scan::new(Arc::clone(&self.store), &self.index, scope, size);
         let scanned = async {
             let context = || format!("scanning under `{path}`");
-            while let Some(docs) = scan
-                .next_page()
-                .await
-                .map_err(RenameError::store(context()))?
-            {
-                let entries = docs
-                    .into_iter()
-                    .map(|d| Entry::from_stored(&self.index, d))
-                    .collect::<Result<Vec<_>>>()?;
-                each(entries)?;
+            while let Some(page) = next_entries(&mut scan, &self.index, context).await? {
+                each(page.collect::<Result<Vec<_>>>()?)?;
             }
             Ok(())
         }
@@ -252,4 +244,26 @@ impl FsTree {
         scan.close().await;
         scanned
     }
+}
+
+/// Reads the next page of `scan`, a scan of `index`: its documents as entries, each read as
+/// it is taken (a caller that stops early never reads the rest), or `None` once the scan is
+/// done. `context` says what the scan is for, in a failure's message.
+///
+/// # Errors
+/// [`RenameError::Store`] if the page cannot be read; each entry is
+/// [`RenameError::BadDocument`] if its document is not a tree document.
+pub(crate) async fn next_entries<'i>(
+    scan: &mut Scan,
+    index: &'i str,
+    context: impl FnOnce() -> String,
+) -> Result<Option<impl Iterator<Item = Result<Entry>> + 'i>> {
+    let page = scan
+        .next_page()
+        .await
+        .map_err(RenameError::store(context()))?;
+    Ok(page.map(|docs| {
+        docs.into_iter()
+            .map(move |doc| Entry::from_stored(index, doc))
+    }))
 }

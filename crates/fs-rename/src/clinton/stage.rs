@@ -148,74 +148,14 @@ impl Stage {
             entries: Arc::default(),
             narrator: self.narrator.clone(),
         };
-        let cues = Arc::new(Cues::default());
-        // The leader starts at once; the follower starts on the leader's cue.
-        let (leader, follower) = match scenario {
-            Scenario::TreeLocksBFirst => ('B', 'A'),
-            _ => ('A', 'B'),
-        };
         let pages = usize::try_from(before).unwrap_or(usize::MAX) / PAGE_SIZE + 1;
-        let renamer = |job: char, from: &FsPath, to: &FsPath| {
-            let (events, cue) = (timeline.clone(), Arc::clone(&cues));
-            let plan = LockPlan::of(scenario, from, to);
-            Renamer::builder(Arc::clone(store), index)
-                .strategy(scenario.strategy())
-                .versioned(scenario.versioned())
-                .page_size(PAGE_SIZE)
-                .wait(self.pace.wait(pages))
-                .holder(format!("job {job}"))
-                .progress(Arc::new(move |event| {
-                    if job == follower && matches!(event, RenameEvent::Waiting { attempts: 1, .. })
-                    {
-                        cue.other_waiting.notify_one();
-                    }
-                    events.heard(job, &event, &plan);
-                }))
-                .hooks(Arc::new(JobHooks {
-                    scenario,
-                    leader: job == leader,
-                    pace: self.pace,
-                    cues: Arc::clone(&cues),
-                    readme_id: readme_id.clone(),
-                    timeline: timeline.clone(),
-                    job,
-                }))
-                .build()
-        };
-        let (clinton, gormley) = (FsPath::parse(CLINTON)?, FsPath::parse(GORMLEY)?);
-        let asciidoc = FsPath::parse(README_ASCIIDOC)?;
-        let run = |job: char, from: FsPath, to: FsPath| {
-            let renamer = renamer(job, &from, &to);
-            let (timeline, cues) = (timeline.clone(), Arc::clone(&cues));
-            tokio::spawn(async move {
-                if job == follower {
-                    cues.start_other.notified().await;
-                }
-                timeline.push(job, format!("starts: rename {from} → {to}"));
-                let outcome = renamer.rename_reporting(&from, &to).await;
-                timeline.push(job, describe_outcome(&outcome));
-                if job == follower {
-                    cues.other_done.notify_one();
-                }
-                outcome
-            })
-        };
-        let a = run('A', clinton.clone(), gormley);
-        let b = run('B', readme.clone(), asciidoc);
-        let joined = |r: std::result::Result<RenameOutcome, tokio::task::JoinError>| {
-            r.map_err(|e| RenameError::Store {
-                context: "running a scenario job".to_owned(),
-                cause: fs_store::StoreError::Backend {
-                    context: "join".into(),
-                    message: e.to_string(),
-                },
-            })
-        };
-        let (a, b) = (joined(a.await)?, joined(b.await)?);
+        let (a, b) = self
+            .run_jobs(scenario, pages, &readme_id, &timeline)
+            .await?;
 
         tree.refresh().await?;
         let after = tree.count_under(&FsPath::root()).await?;
-        let left_under_clinton = tree.count_under(&clinton).await?;
+        let left_under_clinton = tree.count_under(&FsPath::parse(CLINTON)?).await?;
         let readme_at = store
             .get(index, &readme_id)
             .await
@@ -242,6 +182,88 @@ impl Stage {
         (outcome.as_expected, outcome.verdict) = judge(&outcome);
         Ok(outcome)
     }
+
+    /// Runs the two jobs of `scenario` on their own tasks, cued by each other, and waits for
+    /// both: job A moves `/clinton`, job B renames its README (the document `readme_id`);
+    /// the other job's run may take `pages` pages of writes.
+    async fn run_jobs(
+        &self,
+        scenario: Scenario,
+        pages: usize,
+        readme_id: &str,
+        timeline: &Timeline,
+    ) -> Result<(RenameOutcome, RenameOutcome)> {
+        let store = &self.store;
+        let index = self.index.as_str();
+        let cues = Arc::new(Cues::default());
+        // The leader starts at once; the follower starts on the leader's cue.
+        let (leader, follower) = match scenario {
+            Scenario::TreeLocksBFirst => ('B', 'A'),
+            _ => ('A', 'B'),
+        };
+        let renamer = |job: char, from: &FsPath, to: &FsPath| {
+            let (events, cue) = (timeline.clone(), Arc::clone(&cues));
+            let plan = LockPlan::of(scenario, from, to);
+            Renamer::builder(Arc::clone(store), index)
+                .strategy(scenario.strategy())
+                .versioned(scenario.versioned())
+                .page_size(PAGE_SIZE)
+                .wait(self.pace.wait(pages))
+                .holder(format!("job {job}"))
+                .progress(Arc::new(move |event| {
+                    if job == follower && matches!(event, RenameEvent::Waiting { attempts: 1, .. })
+                    {
+                        cue.other_waiting.notify_one();
+                    }
+                    events.heard(job, &event, &plan);
+                }))
+                .hooks(Arc::new(JobHooks {
+                    scenario,
+                    leader: job == leader,
+                    pace: self.pace,
+                    cues: Arc::clone(&cues),
+                    readme_id: readme_id.to_owned(),
+                    timeline: timeline.clone(),
+                    job,
+                }))
+                .build()
+        };
+        let run = |job: char, from: FsPath, to: FsPath| {
+            let renamer = renamer(job, &from, &to);
+            let (timeline, cues) = (timeline.clone(), Arc::clone(&cues));
+            tokio::spawn(async move {
+                if job == follower {
+                    cues.start_other.notified().await;
+                }
+                timeline.push(job, format!("starts: rename {from} → {to}"));
+                let outcome = renamer.rename_reporting(&from, &to).await;
+                timeline.push(job, describe_outcome(&outcome));
+                if job == follower {
+                    cues.other_done.notify_one();
+                }
+                outcome
+            })
+        };
+        let (clinton, gormley) = (FsPath::parse(CLINTON)?, FsPath::parse(GORMLEY)?);
+        let (readme, asciidoc) = (FsPath::parse(README_TXT)?, FsPath::parse(README_ASCIIDOC)?);
+        let a = run('A', clinton, gormley);
+        let b = run('B', readme, asciidoc);
+        Ok((joined(a.await)?, joined(b.await)?))
+    }
+}
+
+/// The outcome of a scenario job's task; a task that panicked or was cancelled is a failure
+/// of the run, not of the job.
+fn joined(
+    task: std::result::Result<RenameOutcome, tokio::task::JoinError>,
+) -> Result<RenameOutcome> {
+    task.map_err(|e| RenameError::Store {
+        context: "running a scenario job".to_owned(),
+        cause: fs_store::StoreError::Backend {
+            context: "join".into(),
+            message: e.to_string(),
+        },
+    })
 }
 
 /// Records timeline entries from both jobs, and tells the narrator.

@@ -68,19 +68,11 @@ pub(super) async fn locked_pass(
     progress: Option<IndexProgressSink>,
     report: &mut IndexReport,
 ) -> Result<Locked> {
-    let Pass {
-        tree,
-        dir,
-        at,
-        options,
-        ..
-    } = pass;
-    let client = options
-        .locks
-        .client(tree, format!("index {} as {at}", dir.display()));
-    let guard = client.lock_tree(at).await?;
+    let holder = format!("index {} as {}", pass.dir.display(), pass.at);
+    let client = pass.options.locks.client(pass.tree, holder);
+    let guard = client.lock_tree(pass.at).await?;
     let work = locked_index(pass, walk, progress, report);
-    under_write_lock(tree, guard, work).await
+    under_write_lock(pass.tree, guard, work).await
 }
 
 /// What the locked pass found and left to do.

@@ -178,20 +178,27 @@ pub async fn index_dir(
         .extend_mapping(tree.index(), &fs_model::tree_index_mappings())
         .await
         .map_err(RenameError::store(context))?;
-    index_prepared(tree, dir, at, options, progress).await
+    index_prepared(Target { tree, dir, at }, options, progress).await
+}
+
+/// Where a run of the indexer goes: the local directory `dir`, indexed at `at` in `tree`.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    tree: &'a FsTree,
+    dir: &'a Path,
+    at: &'a FsPath,
 }
 
 /// [`index_dir`] on a tree whose indices and mapping are known to be ready: the watcher's
 /// later runs (a subtree, a rescan), which need not ask again each time.
 async fn index_prepared(
-    tree: &FsTree,
-    dir: &Path,
-    at: &FsPath,
+    target: Target<'_>,
     options: &IndexOptions,
     progress: Option<IndexProgressSink>,
 ) -> Result<IndexReport> {
+    let Target { tree, dir, .. } = target;
     let started = Instant::now();
-    let (mut report, stale) = index_unpruned(tree, dir, at, options, progress).await?;
+    let (mut report, stale) = index_unpruned(target, options, progress).await?;
     if options.prune && !stale.is_empty() {
         report.pruned = prune::prune(tree, dir, stale, options, &mut report).await?;
         tree.refresh().await?;
@@ -203,12 +210,11 @@ async fn index_prepared(
 /// Steps 1 to 3 of [`index_prepared`]; returns the report and what is stale, whatever
 /// `options.prune` says (the watcher decides for itself when to remove what it found gone).
 async fn index_unpruned(
-    tree: &FsTree,
-    dir: &Path,
-    at: &FsPath,
+    target: Target<'_>,
     options: &IndexOptions,
     progress: Option<IndexProgressSink>,
 ) -> Result<(IndexReport, Vec<Entry>)> {
+    let Target { tree, dir, at } = target;
     let meta = std::fs::metadata(dir).map_err(|e| local(dir, &e.to_string()))?;
     if !meta.is_dir() {
         return Err(local(dir, "not a directory"));

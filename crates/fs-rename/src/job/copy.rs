@@ -16,19 +16,18 @@
 //! once a read shows it is exactly the copy. Anything else there is a conflict, and the job
 //! stops.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use fs_locks::LockClient;
 use fs_model::{FsDoc, FsPath};
-use fs_store::{BulkOp, Scan, Scope, StoreError, Version};
+use fs_store::{BulkOp, Scope, StoreError, Version};
 use serde_json::Value;
 
 use super::before_write::Gate;
 use super::Renamer;
 use crate::error::{RenameError, Result};
 use crate::report::{RenameEvent, RenameReport};
-use crate::strategy::Strategy;
-use crate::tree::{Entry, FsTree};
+use crate::tree::{next_entries, Entry, FsTree};
 
 impl Renamer {
     /// Copies everything at or under `from` to `to`; `total` is the count the checks found
@@ -42,31 +41,16 @@ impl Renamer {
         total: &OnceLock<u64>,
         report: &mut RenameReport,
     ) -> Result<()> {
-        let store = tree.store();
-        let index = tree.index();
-        let scope = Scope::Subtree(from.clone());
         let page_size = self.config.page_size;
-        // Under locks nothing is added under the source, so a subtree that fits in one page
-        // needs no point in time on Elasticsearch (as for a rename).
-        let locked = self.config.strategy != Strategy::None;
-        let mut scan = if locked && total.get().is_some_and(|&n| n < page_size as u64) {
-            Scan::single_page(Arc::clone(store), index, scope, page_size)
-        } else {
-            Scan::new(Arc::clone(store), index, scope, page_size)
-        };
+        // Under locks nothing is added under the source (as for a rename).
+        let mut scan =
+            self.subtree_scan(tree, Scope::Subtree(from.clone()), total.get(), page_size);
         let copied = async {
             let context = || format!("scanning under `{from}`");
             // The scan is in path order, so a directory's page is written (and acknowledged)
             // before the page of anything under it is sent.
-            while let Some(docs) = scan
-                .next_page()
-                .await
-                .map_err(RenameError::store(context()))?
-            {
-                let entries = docs
-                    .into_iter()
-                    .map(|d| Entry::from_stored(index, d))
-                    .collect::<Result<Vec<_>>>()?;
+            while let Some(page) = next_entries(&mut scan, tree.index(), context).await? {
+                let entries = page.collect::<Result<Vec<_>>>()?;
                 report.found += entries.len() as u64;
                 self.before_page(
                     (locks, gate),
@@ -102,52 +86,15 @@ impl Renamer {
         job_id: &str,
         report: &mut RenameReport,
     ) -> Result<()> {
-        let mut copies = Vec::with_capacity(entries.len());
-        for entry in entries {
-            // A copy is no file on disk: it has no identity (see `FsDoc::identity`).
-            let copy = entry.doc.renamed(from, to)?.with_identity(None);
-            let id = FsDoc::copy_id(job_id, &entry.id);
-            let source = serde_json::to_value(&copy).map_err(|e| RenameError::BadDocument {
-                index: tree.index().to_owned(),
-                id: id.clone(),
-                message: e.to_string(),
-            })?;
-            copies.push(Copy { id, source });
-        }
+        let copies = copies_of(tree, entries, (from, to), job_id)?;
         let context = format!("copying documents under `{from}` to `{to}`");
         // Every item's fate is tallied before any failure is reported: the other items of a
         // bulk request are written whatever happens to one of them.
         let mut failure: Option<(usize, StoreError)> = None;
-
-        // 1. Claims. A claim already there is this job's (the id is derived from the job):
-        //    an earlier send whose answer was lost, or the job a recovery is finishing.
-        let claims: Vec<BulkOp> = copies
-            .iter()
-            .map(|c| BulkOp::Create {
-                id: c.id.clone(),
-                source: FsDoc::claim(job_id),
-            })
-            .collect();
-        let mut claimed: Vec<(usize, Version)> = Vec::new();
-        let mut taken: Vec<(usize, StoreError)> = Vec::new();
-        for answer in self.send_page(tree, claims, &context, report).await? {
-            match answer.result {
-                Ok(version) => claimed.push((answer.index, version)),
-                Err(e) if e.is_conflict() => taken.push((answer.index, e)),
-                Err(e) => {
-                    failure.get_or_insert((answer.index, e));
-                }
-            }
-        }
-        for (i, found) in self.read_copies(tree, &copies, &taken).await? {
-            match found {
-                Found::Copy => report.rewritten += 1,
-                Found::Claim(version) => claimed.push((i, version)),
-                Found::Other => {
-                    failure.get_or_insert((i, conflict(tree, &copies[i])));
-                }
-            }
-        }
+        // 1. Claims.
+        let mut claimed = self
+            .claim(tree, &copies, job_id, &context, &mut failure, report)
+            .await?;
         if let Some((i, e)) = failure {
             return Err(copy_failure(entries, i, e, (from, to), report));
         }
@@ -195,6 +142,50 @@ impl Renamer {
         }
     }
 
+    /// Claims the id of each of `copies` in one bulk request; returns the claims to write
+    /// over, by index in `copies`, with their versions. A claim already there is this job's
+    /// (the id is derived from the job): an earlier send whose answer was lost, or the job a
+    /// recovery is finishing. A copy found already there counts as written; the first other
+    /// failure goes to `failure`.
+    async fn claim(
+        &self,
+        tree: &FsTree,
+        copies: &[Copy],
+        job_id: &str,
+        context: &str,
+        failure: &mut Option<(usize, StoreError)>,
+        report: &mut RenameReport,
+    ) -> Result<Vec<(usize, Version)>> {
+        let claims: Vec<BulkOp> = copies
+            .iter()
+            .map(|c| BulkOp::Create {
+                id: c.id.clone(),
+                source: FsDoc::claim(job_id),
+            })
+            .collect();
+        let mut claimed: Vec<(usize, Version)> = Vec::new();
+        let mut taken: Vec<(usize, StoreError)> = Vec::new();
+        for answer in self.send_page(tree, claims, context, report).await? {
+            match answer.result {
+                Ok(version) => claimed.push((answer.index, version)),
+                Err(e) if e.is_conflict() => taken.push((answer.index, e)),
+                Err(e) => {
+                    failure.get_or_insert((answer.index, e));
+                }
+            }
+        }
+        for (i, found) in self.read_copies(tree, copies, &taken).await? {
+            match found {
+                Found::Copy => report.rewritten += 1,
+                Found::Claim(version) => claimed.push((i, version)),
+                Found::Other => {
+                    failure.get_or_insert((i, conflict(tree, &copies[i])));
+                }
+            }
+        }
+        Ok(claimed)
+    }
+
     /// Reads the documents at the ids of `copies[i]` for each `(i, conflict)` of `which` in one
     /// request (none for none; again for those a lagging copy answered); returns, by `i`, what
     /// each holds.
@@ -230,6 +221,29 @@ impl Renamer {
 struct Copy {
     id: String,
     source: Value,
+}
+
+/// The copies of `entries`, moved from under `from` to under `to`, with the ids derived
+/// from `job_id` and each entry's id.
+fn copies_of(
+    tree: &FsTree,
+    entries: &[Entry],
+    (from, to): (&FsPath, &FsPath),
+    job_id: &str,
+) -> Result<Vec<Copy>> {
+    let mut copies = Vec::with_capacity(entries.len());
+    for entry in entries {
+        // A copy is no file on disk: it has no identity (see `FsDoc::identity`).
+        let copy = entry.doc.renamed(from, to)?.with_identity(None);
+        let id = FsDoc::copy_id(job_id, &entry.id);
+        let source = serde_json::to_value(&copy).map_err(|e| RenameError::BadDocument {
+            index: tree.index().to_owned(),
+            id: id.clone(),
+            message: e.to_string(),
+        })?;
+        copies.push(Copy { id, source });
+    }
+    Ok(copies)
 }
 
 /// What is at a copy's id.

@@ -8,14 +8,14 @@ use fs_locks::LockClient;
 use fs_store::Version;
 use tokio::time::Instant;
 
-use super::before_write::Gate;
+use super::before_write::{Gate, Keeper};
 use super::chained::Journaled;
 use super::run::{Read, Refresh};
 use super::{journaled, Renamer, Task};
 use crate::error::Result;
 use crate::journal::{Journal, JournalEntry};
 use crate::report::{RenameEvent, RenameReport};
-use crate::tree::FsTree;
+use crate::tree::{Entry, FsTree};
 
 impl Renamer {
     /// Journals the job (`entry`) and makes its writes. Returns whether the entry landed (its
@@ -43,7 +43,10 @@ impl Renamer {
                     .await?;
                 match sent {
                     Journaled::Landed { version, failed } => {
-                        landed = Some((version, failed, started))
+                        if failed.is_empty() {
+                            report.phases.rewriting = started.elapsed();
+                        }
+                        landed = Some((version, failed));
                     }
                     Journaled::NotLanded(entries) => read.known = Some(entries),
                     // The outcome is unknown: the job counts as journaled.
@@ -54,26 +57,10 @@ impl Renamer {
             }
         }
         Ok(match landed {
-            Some((version, failed, started)) => {
-                let finished = if failed.is_empty() {
-                    report.phases.rewriting = started.elapsed();
-                    self.written_all(task, report).await.map(|()| Refresh::Done)
-                } else {
-                    // Items that failed in the transaction go again, the usual way.
-                    let again = Read {
-                        known: Some(failed),
-                        first: Vec::new(),
-                    };
-                    self.finish(
-                        tree,
-                        (locks, &Gate::open()),
-                        task,
-                        &entry.job_id,
-                        (total, again),
-                        report,
-                    )
-                    .await
-                };
+            Some((version, failed)) => {
+                let finished = self
+                    .finish_chained(tree, locks, task, &entry.job_id, (total, failed), report)
+                    .await;
                 (Ok(version), finished)
             }
             None => {
@@ -81,35 +68,8 @@ impl Renamer {
                 // subtree) while the first pages are read; their writes wait for it at the
                 // gate (`before_write.rs`).
                 let (keeper, gate) = Gate::shut();
-                let open = async {
-                    let count = async {
-                        match total.get() {
-                            Some(_) => None,
-                            None => Some(tree.count_under(task.from()).await),
-                        }
-                    };
-                    let (opened, counted) = tokio::join!(journaled(|| journal.open(entry)), count);
-                    match counted {
-                        Some(Ok(n)) => {
-                            let _ = total.set(n);
-                            self.emit(RenameEvent::Checked { total: n });
-                        }
-                        // Only the progress's total is missing: the job goes on without it.
-                        Some(Err(e)) => {
-                            tracing::warn!(error = %e, from = %task.from(), "counting the documents to write failed; progress goes on without a total");
-                        }
-                        None => {}
-                    }
-                    if opened.is_ok() {
-                        self.emit(RenameEvent::Journaled {
-                            job: entry.job_id.clone(),
-                        });
-                    }
-                    keeper.decide(opened.is_ok());
-                    opened
-                };
                 tokio::join!(
-                    open,
+                    self.open_entry(tree, task, (entry, journal), total, keeper),
                     self.finish(
                         tree,
                         (locks, &gate),
@@ -121,5 +81,72 @@ impl Renamer {
                 )
             }
         })
+    }
+
+    /// Ends a job whose entry and writes landed in one transaction: the items that `failed`
+    /// in it go again, the usual way, and the job is done once they are written.
+    async fn finish_chained(
+        &self,
+        tree: &FsTree,
+        locks: &LockClient,
+        task: &Task,
+        job_id: &str,
+        (total, failed): (&OnceLock<u64>, Vec<Entry>),
+        report: &mut RenameReport,
+    ) -> Result<Refresh> {
+        if failed.is_empty() {
+            return self.written_all(task, report).await.map(|()| Refresh::Done);
+        }
+        let again = Read {
+            known: Some(failed),
+            first: Vec::new(),
+        };
+        self.finish(
+            tree,
+            (locks, &Gate::open()),
+            task,
+            job_id,
+            (total, again),
+            report,
+        )
+        .await
+    }
+
+    /// Opens the journal `entry`, counting the documents to write at the same time if
+    /// `total` is not known yet, and tells `keeper` whether the entry landed, for the writes
+    /// waiting at its gate.
+    async fn open_entry(
+        &self,
+        tree: &FsTree,
+        task: &Task,
+        (entry, journal): (&JournalEntry, &Journal),
+        total: &OnceLock<u64>,
+        keeper: Keeper,
+    ) -> Result<Version> {
+        let count = async {
+            match total.get() {
+                Some(_) => None,
+                None => Some(tree.count_under(task.from()).await),
+            }
+        };
+        let (opened, counted) = tokio::join!(journaled(|| journal.open(entry)), count);
+        match counted {
+            Some(Ok(n)) => {
+                let _ = total.set(n);
+                self.emit(RenameEvent::Checked { total: n });
+            }
+            // Only the progress's total is missing: the job goes on without it.
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, from = %task.from(), "counting the documents to write failed; progress goes on without a total");
+            }
+            None => {}
+        }
+        if opened.is_ok() {
+            self.emit(RenameEvent::Journaled {
+                job: entry.job_id.clone(),
+            });
+        }
+        keeper.decide(opened.is_ok());
+        opened
     }
 }

@@ -33,6 +33,56 @@ fn stored_path(index: &str, doc: &StoredDoc) -> Result<FsPath> {
     FsPath::parse(path).map_err(|e| bad(e.to_string()))
 }
 
+/// Where [`Renamer::rewrite`]'s scan starts, given what the check read.
+struct Resume {
+    /// What the scan reads: the whole subtree, or what comes after the check's first page.
+    scope: Scope,
+    /// The check's first page, written as it is; empty if the check read a page or less.
+    first: Vec<StoredDoc>,
+    /// The ids of `first` that the scan reads again, to leave out.
+    again: HashSet<String>,
+}
+
+impl Resume {
+    /// Where to start under `from`, `read` being what the check read there.
+    ///
+    /// The check read a page and more: its first page is written as it is, and the scan
+    /// starts at the first document after it (under the locks nothing but this job changes
+    /// the subtree, so nothing need be kept open between the two reads). Only documents
+    /// sharing that path with the page (a tree with duplicate paths) come twice: those
+    /// already in the page are left out, by id.
+    fn after(
+        index: &str,
+        from: &FsPath,
+        mut read: Vec<StoredDoc>,
+        page_size: usize,
+    ) -> Result<Resume> {
+        if read.len() <= page_size {
+            return Ok(Resume {
+                scope: Scope::Subtree(from.clone()),
+                first: Vec::new(),
+                again: HashSet::new(),
+            });
+        }
+        let rest = read.split_off(page_size);
+        let start = stored_path(index, &rest[0])?;
+        let again = read
+            .iter()
+            .filter(|d| d.source.get("path").and_then(Value::as_str) == Some(start.as_str()))
+            .map(|d| d.id.clone())
+            .collect();
+        let scope = Scope::SubtreeFrom {
+            root: from.clone(),
+            start,
+        };
+        Ok(Resume {
+            scope,
+            first: read,
+            again,
+        })
+    }
+}
+
 impl Renamer {
     /// Rewrites every document at or under `from`: first what the check read of them, if
     /// anything (`read`: more than a page), then the rest, scanned from where that stopped.
@@ -42,42 +92,18 @@ impl Renamer {
         tree: &FsTree,
         (locks, gate): (&LockClient, &Gate),
         (from, to): (&FsPath, &FsPath),
-        (total, mut read): (&OnceLock<u64>, Vec<StoredDoc>),
+        (total, read): (&OnceLock<u64>, Vec<StoredDoc>),
         report: &mut RenameReport,
     ) -> Result<()> {
-        let store = tree.store();
-        let index = tree.index();
         let page_size = self.config.page_size.max(1);
-        // The check read a page and more: its first page is written as it is, and the scan
-        // starts at the first document after it (under the locks nothing but this job changes
-        // the subtree, so nothing need be kept open between the two reads). Only documents
-        // sharing that path with the page (a tree with duplicate paths) come twice: those
-        // already in the page are left out, by id.
-        let (scope, first, again) = if read.len() > page_size {
-            let rest = read.split_off(page_size);
-            let start = stored_path(index, &rest[0])?;
-            let again: HashSet<String> = read
-                .iter()
-                .filter(|d| d.source.get("path").and_then(Value::as_str) == Some(start.as_str()))
-                .map(|d| d.id.clone())
-                .collect();
-            let scope = Scope::SubtreeFrom {
-                root: from.clone(),
-                start,
-            };
-            (scope, read, again)
-        } else {
-            (Scope::Subtree(from.clone()), Vec::new(), HashSet::new())
-        };
-        // Under locks the count cannot grow, so a subtree that fits in one page needs no
-        // point in time on Elasticsearch (opening one costs more than a small scan).
-        let locked = self.config.strategy != Strategy::None;
-        let fits = first.is_empty() && total.get().is_some_and(|&n| n < page_size as u64);
-        let mut scan = if locked && fits {
-            Scan::single_page(Arc::clone(store), index, scope, page_size)
-        } else {
-            Scan::new(Arc::clone(store), index, scope, page_size)
-        };
+        let Resume {
+            scope,
+            first,
+            again,
+        } = Resume::after(tree.index(), from, read, page_size)?;
+        // A subtree the check read more than a page of does not fit in one.
+        let known = if first.is_empty() { total.get() } else { None };
+        let mut scan = self.subtree_scan(tree, scope, known, page_size);
         // The next page is read while the pages before it are written, up to `in_flight` bulk
         // requests at once: each document is written conditionally on the version its own
         // page read, so the pages need no order among themselves.
@@ -95,26 +121,8 @@ impl Renamer {
                         if scanned && !again.is_empty() {
                             docs.retain(|d| !again.contains(&d.id));
                         }
-                        let found = docs.len() as u64;
-                        if found == 0 {
-                            return (found, Written::default(), Ok(()));
-                        }
-                        let mut written = Written::default();
-                        let result = async {
-                            let entries = docs
-                                .into_iter()
-                                .map(|d| Entry::from_stored(index, d))
-                                .collect::<Result<Vec<_>>>()?;
-                            // The page was read while the locks were ours only if they still are
-                            // now: past this point a recoverer may have taken over, and what was
-                            // read may be stale.
-                            self.before_page((locks, gate), &entries, from, (0, 0))
-                                .await?;
-                            self.write_page(tree, &entries, (from, to), false, &mut written)
-                                .await
-                        }
-                        .await;
-                        (found, written, result)
+                        self.write_scanned_page(tree, (locks, gate), (from, to), docs)
+                            .await
                     }
                 },
                 |(found, written, result)| {
@@ -143,6 +151,54 @@ impl Renamer {
             return Err(recounted(e, report));
         }
         scanned.map_err(RenameError::store(format!("scanning under `{from}`")))
+    }
+
+    /// A scan of `scope`, a subtree, in pages of `page_size`. Under locks the count cannot
+    /// grow, so a subtree `known` to fit in one page needs no point in time on
+    /// Elasticsearch (opening one costs more than a small scan).
+    pub(super) fn subtree_scan(
+        &self,
+        tree: &FsTree,
+        scope: Scope,
+        known: Option<&u64>,
+        page_size: usize,
+    ) -> Scan {
+        let (store, index) = (Arc::clone(tree.store()), tree.index());
+        let locked = self.config.strategy != Strategy::None;
+        if locked && known.is_some_and(|&n| n < page_size as u64) {
+            Scan::single_page(store, index, scope, page_size)
+        } else {
+            Scan::new(store, index, scope, page_size)
+        }
+    }
+
+    /// One page of [`Renamer::rewrite`]'s pipeline, as the scan read it: its documents
+    /// found, what was written, and how it ended.
+    async fn write_scanned_page(
+        &self,
+        tree: &FsTree,
+        (locks, gate): (&LockClient, &Gate),
+        (from, to): (&FsPath, &FsPath),
+        docs: Vec<StoredDoc>,
+    ) -> (u64, Written, Result<()>) {
+        let found = docs.len() as u64;
+        if found == 0 {
+            return (found, Written::default(), Ok(()));
+        }
+        let entries = docs
+            .into_iter()
+            .map(|d| Entry::from_stored(tree.index(), d))
+            .collect::<Result<Vec<_>>>();
+        match entries {
+            // The page was read while the locks were ours only if they still are now: past
+            // this point a recoverer may have taken over, and what was read may be stale
+            // (the check before the page's writes says which).
+            Ok(entries) => {
+                self.write_known_page(tree, (locks, gate), (from, to), &entries)
+                    .await
+            }
+            Err(e) => (found, Written::default(), Err(e)),
+        }
     }
 
     /// Rewrites `entries`, every document under `from`, read under the locks (by the check, or

@@ -231,11 +231,7 @@ impl Recovery {
         }
         let described = entry.kind.describe(&entry.from, &entry.to);
         let client = self.lock_client(format!("recover {described}"), Some(&entry.job_id));
-        let mut claimed = entry.clone();
-        claimed.previous_owners.push(claimed.owner.clone());
-        claimed.owner = client.owner().process_id.clone();
-        claimed.holder = client.owner().holder.clone();
-        claimed.recoveries += 1;
+        let claimed = claimed_by(entry, &client);
         let mut done = Recovered {
             job_id: entry.job_id.clone(),
             kind: entry.kind,
@@ -273,17 +269,10 @@ impl Recovery {
             }
             return Ok(Step::LeftAlone(None));
         }
-        let mut renamer = Renamer::builder(Arc::clone(&self.store), self.index.clone())
-            .strategy(claimed.strategy)
-            .lease(self.lease)
-            .page_size(self.page_size);
-        if let Some(hooks) = &self.hooks {
-            renamer = renamer.hooks(Arc::clone(hooks));
-        }
-        if let Some(progress) = &self.progress {
-            renamer = renamer.progress(Arc::clone(progress));
-        }
-        let outcome = renamer.build().roll_forward(&client, &claimed).await;
+        let outcome = self
+            .renamer_for(&claimed)
+            .roll_forward(&client, &claimed)
+            .await;
         done.rewritten = outcome.report.rewritten;
         let closed = match outcome.result {
             Ok(()) => journaled(|| journal.close(&claimed.job_id, version)).await,
@@ -303,6 +292,22 @@ impl Recovery {
                 Err(e)
             }
         }
+    }
+
+    /// The renamer that rolls the `claimed` job forward: its strategy, this recovery's
+    /// lease, page size, hooks and progress.
+    fn renamer_for(&self, claimed: &JournalEntry) -> Renamer {
+        let mut renamer = Renamer::builder(Arc::clone(&self.store), self.index.clone())
+            .strategy(claimed.strategy)
+            .lease(self.lease)
+            .page_size(self.page_size);
+        if let Some(hooks) = &self.hooks {
+            renamer = renamer.hooks(Arc::clone(hooks));
+        }
+        if let Some(progress) = &self.progress {
+            renamer = renamer.progress(Arc::clone(progress));
+        }
+        renamer.build()
     }
 
     /// True if any exclusive lock of the entry is still valid (its owner renews it), or was
@@ -362,4 +367,15 @@ const FOREIGN_LEASE: Duration = Duration::from_secs(60 * 60);
 fn spare_owners(spare: &mut HashSet<String>, entry: &JournalEntry) {
     spare.insert(entry.owner.clone());
     spare.extend(entry.previous_owners.iter().cloned());
+}
+
+/// `entry` claimed by the owner of `client`: the last owner joins the previous ones (whose
+/// locks the claimant adopts), and the count of recoveries goes up by one.
+fn claimed_by(entry: &JournalEntry, client: &LockClient) -> JournalEntry {
+    let mut claimed = entry.clone();
+    claimed.previous_owners.push(claimed.owner.clone());
+    claimed.owner = client.owner().process_id.clone();
+    claimed.holder = client.owner().holder.clone();
+    claimed.recoveries += 1;
+    claimed
 }

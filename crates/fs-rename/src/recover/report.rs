@@ -133,11 +133,23 @@ impl RecoveryReport {
 
 impl std::fmt::Display for RecoveryReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (finish, release, reap) = if self.dry_run {
+        let verbs = if self.dry_run {
             ("would finish", "would release", "would remove")
         } else {
             ("finished", "released", "removed")
         };
+        self.write_finished(f, verbs.0)?;
+        self.write_running(f)?;
+        for failure in &self.failed {
+            writeln!(f, "not finished: {failure}")?;
+        }
+        self.write_counts(f, verbs)
+    }
+}
+
+impl RecoveryReport {
+    /// Writes a line for each job finished (`finish`: "finished", or what a dry run would).
+    fn write_finished(&self, f: &mut std::fmt::Formatter<'_>, finish: &str) -> std::fmt::Result {
         for r in &self.finished {
             let done = match r.kind {
                 JobKind::Rename => "moved",
@@ -153,6 +165,11 @@ impl std::fmt::Display for RecoveryReport {
                 r.rewritten
             )?;
         }
+        Ok(())
+    }
+
+    /// Writes a line for each job left running, with how long its owner's leases last.
+    fn write_running(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let now = LeaseClock::new().now_ms();
         for r in &self.running {
             match r.lease_left(now) {
@@ -172,9 +189,16 @@ impl std::fmt::Display for RecoveryReport {
                 )?,
             }
         }
-        for failure in &self.failed {
-            writeln!(f, "not finished: {failure}")?;
-        }
+        Ok(())
+    }
+
+    /// Writes the counts, on one line: jobs, then what the sweep cleared (`finish`,
+    /// `release` and `reap`: the verbs of a real run or a dry one).
+    fn write_counts(
+        &self,
+        f: &mut std::fmt::Formatter<'_>,
+        (finish, release, reap): (&str, &str, &str),
+    ) -> std::fmt::Result {
         let count = |kind| self.finished_of(kind).count();
         write!(
             f,

@@ -28,23 +28,13 @@ impl Recovery {
             }) => return Ok(()),
             Err(e) => return Err(e.into()),
         };
-        // A holder may have died between its last write and the refresh that makes it
-        // searchable (a job whose journal entry is closed refreshes beside the close; a
-        // `mkdir` refreshes after its write). Whoever takes a lock after this sweep checks
-        // by search, so the writes of the holders whose locks it clears are made searchable
-        // first: the rule "searchable before released", kept for the dead.
         if !self.dry_run && !locks.is_empty() {
-            match self.store.refresh(&self.index).await {
-                Ok(()) | Err(fs_store::StoreError::IndexNotFound { .. }) => {}
-                Err(e) => {
-                    return Err(RenameError::store(format!(
-                        "refreshing `{}` before clearing expired locks",
-                        self.index
-                    ))(e))
-                }
-            }
+            self.refresh_before_clearing().await?;
         }
-        let now = LeaseClock::new().now_ms();
+        let expiry = Expiry {
+            now: LeaseClock::new().now_ms(),
+            spare,
+        };
         // Each job is fenced once per run, however many of its locks are cleared.
         let mut fenced: HashMap<String, bool> = HashMap::new();
         for lock in locks {
@@ -58,38 +48,16 @@ impl Recovery {
                     }
                 }
             }
-            let dead_waiters = lock
-                .observed
-                .waiters()
-                .values()
-                .filter(|w| w.expires_at < now)
-                .count();
-            let candidate = dead_waiters > 0
-                || match &lock.observed {
-                    Observed::Exclusive {
-                        process_id,
-                        expires_at,
-                        ..
-                    } => {
-                        expires_at.is_some_and(|t| t > 0 && t < now)
-                            && !process_id.as_ref().is_some_and(|p| spare.contains(p))
-                    }
-                    Observed::Group { holders, .. } => holders
-                        .iter()
-                        .any(|(pid, h)| h.expires_at < now && !spare.contains(pid)),
-                };
-            if !candidate {
+            let dead_waiters = expiry.dead_waiters(&lock.observed);
+            if dead_waiters == 0 && !expiry.has_clearable_holder(&lock.observed) {
                 continue;
             }
             if self.dry_run {
                 report.waiters_reaped += dead_waiters;
                 match &lock.observed {
                     Observed::Exclusive { .. } => report.locks_released += 1,
-                    Observed::Group { holders, .. } => {
-                        report.shares_reaped += holders
-                            .iter()
-                            .filter(|(pid, h)| h.expires_at < now && !spare.contains(*pid))
-                            .count()
+                    Observed::Group { .. } => {
+                        report.shares_reaped += expiry.clearable_shares(&lock.observed)
                     }
                 }
                 continue;
@@ -122,6 +90,23 @@ impl Recovery {
             }
         }
         Ok(())
+    }
+
+    /// Makes the writes of every holder searchable before any of their locks is cleared.
+    ///
+    /// A holder may have died between its last write and the refresh that makes it
+    /// searchable (a job whose journal entry is closed refreshes beside the close; a
+    /// `mkdir` refreshes after its write). Whoever takes a lock after this sweep checks
+    /// by search, so the writes of the holders whose locks it clears are made searchable
+    /// first: the rule "searchable before released", kept for the dead.
+    async fn refresh_before_clearing(&self) -> Result<()> {
+        match self.store.refresh(&self.index).await {
+            Ok(()) | Err(fs_store::StoreError::IndexNotFound { .. }) => Ok(()),
+            Err(e) => Err(RenameError::store(format!(
+                "refreshing `{}` before clearing expired locks",
+                self.index
+            ))(e)),
+        }
     }
 
     /// Clears what has expired on the lock `id`, read afresh: each expired holder whose job
@@ -201,5 +186,49 @@ impl Recovery {
             }
         }
         Ok(())
+    }
+}
+
+/// What a sweep may clear: leases ended before `now`, except the holders' in `spare`.
+struct Expiry<'a> {
+    now: i64,
+    spare: &'a HashSet<String>,
+}
+
+impl Expiry<'_> {
+    /// The waiters of `observed` whose lease has ended.
+    fn dead_waiters(&self, observed: &Observed) -> usize {
+        observed
+            .waiters()
+            .values()
+            .filter(|w| w.expires_at < self.now)
+            .count()
+    }
+
+    /// Whether `observed` has a holder whose lease has ended and who is not spared.
+    fn has_clearable_holder(&self, observed: &Observed) -> bool {
+        match observed {
+            Observed::Exclusive {
+                process_id,
+                expires_at,
+                ..
+            } => {
+                expires_at.is_some_and(|t| t > 0 && t < self.now)
+                    && !process_id.as_ref().is_some_and(|p| self.spare.contains(p))
+            }
+            Observed::Group { .. } => self.clearable_shares(observed) > 0,
+        }
+    }
+
+    /// The holders of the group lock `observed` whose lease has ended and who are not
+    /// spared; none for an exclusive lock.
+    fn clearable_shares(&self, observed: &Observed) -> usize {
+        match observed {
+            Observed::Exclusive { .. } => 0,
+            Observed::Group { holders, .. } => holders
+                .iter()
+                .filter(|(pid, h)| h.expires_at < self.now && !self.spare.contains(*pid))
+                .count(),
+        }
     }
 }

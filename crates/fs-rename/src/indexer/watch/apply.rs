@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use fs_model::FsPath;
 
-use super::super::IndexReport;
+use super::super::{index_prepared, index_unpruned, IndexReport, Target};
 use super::{Applier, Change, WatchBatch, MAX_HOLD, RECENT};
 use crate::error::RenameError;
 use crate::tree::Entry;
@@ -56,6 +56,33 @@ impl Applier<'_> {
             return batch;
         }
         self.held.2 = None;
+        self.revisit_earlier(earlier, recheck, &mut dirty);
+        // An event from inside a directory just moved may carry its old path: where the old
+        // path is gone, its new place is looked at too.
+        let mut followed = Vec::new();
+        for path in &dirty {
+            if path.symlink_metadata().is_ok() {
+                continue;
+            }
+            let moved = self.follow(path);
+            if moved != *path {
+                followed.push(moved);
+            }
+        }
+        dirty.extend(followed);
+        self.sync_dirty(dirty, touched, &mut batch).await;
+        batch
+    }
+
+    /// Adds to `dirty` what earlier batches left to look at again: the directories to
+    /// `recheck`, and the paths found gone (`earlier`), each followed through the renames
+    /// since. A path still gone is marked confirmed: the next sync may forget it.
+    fn revisit_earlier(
+        &mut self,
+        earlier: Vec<PathBuf>,
+        recheck: Vec<PathBuf>,
+        dirty: &mut Vec<PathBuf>,
+    ) {
         self.confirmed.clear();
         self.rechecking.clear();
         for dir in recheck {
@@ -78,19 +105,16 @@ impl Applier<'_> {
             }
             dirty.push(path);
         }
-        // An event from inside a directory just moved may carry its old path: where the old
-        // path is gone, its new place is looked at too.
-        let mut followed = Vec::new();
-        for path in &dirty {
-            if path.symlink_metadata().is_ok() {
-                continue;
-            }
-            let moved = self.follow(path);
-            if moved != *path {
-                followed.push(moved);
-            }
-        }
-        dirty.extend(followed);
+    }
+
+    /// Brings the store in step with the disk at the `dirty` paths and the `touched`
+    /// directories: directories indexed whole, the rest one document each.
+    async fn sync_dirty(
+        &mut self,
+        dirty: Vec<PathBuf>,
+        mut touched: BTreeSet<PathBuf>,
+        batch: &mut WatchBatch,
+    ) {
         // A directory's entries changed: its own modification time did too.
         touched.extend(dirty.iter().filter_map(|p| p.parent()).map(Path::to_owned));
         touched.retain(|p| p.starts_with(self.root));
@@ -103,17 +127,17 @@ impl Applier<'_> {
         // yet. What vanished in this batch and turns up under a directory to index is the
         // same file by identity, and is renamed, not deleted and created again.
         if !dirs.is_empty() {
-            self.pair_by_identity(&dirs, &others, &mut batch).await;
+            self.pair_by_identity(&dirs, &others, batch).await;
         }
         for dir in &dirs {
-            self.index_subtree(dir, &mut batch).await;
+            self.index_subtree(dir, batch).await;
         }
         touched.retain(|p| !dirs.iter().any(|d| p.starts_with(d)));
         let mut single: Vec<PathBuf> = others;
         single.extend(touched);
         single.sort();
         single.dedup();
-        let slow = match self.sync_documents(&single, &mut batch).await {
+        let slow = match self.sync_documents(&single, batch).await {
             Ok(slow) => slow,
             Err(e) => {
                 batch
@@ -123,9 +147,8 @@ impl Applier<'_> {
             }
         };
         for path in slow {
-            self.sync(&path, &mut batch).await;
+            self.sync(&path, batch).await;
         }
-        batch
     }
 
     /// Indexes the whole tree again, with pruning, after events were lost (`why`).
@@ -138,7 +161,12 @@ impl Applier<'_> {
         self.held = (Vec::new(), BTreeSet::new(), None);
         let mut options = self.options.index.clone();
         options.prune = true;
-        match super::super::index_prepared(self.tree, self.root, self.at, &options, None).await {
+        let target = Target {
+            tree: self.tree,
+            dir: self.root,
+            at: self.at,
+        };
+        match index_prepared(target, &options, None).await {
             Ok(r) => {
                 batch.renames += r.moves;
                 batch.indexed += 1;
@@ -293,8 +321,12 @@ impl Applier<'_> {
         if !self.rechecking.contains(local) {
             self.recheck_list().push(local.to_owned());
         }
-        match super::super::index_unpruned(self.tree, local, &path, &self.options.index, None).await
-        {
+        let target = Target {
+            tree: self.tree,
+            dir: local,
+            at: &path,
+        };
+        match index_unpruned(target, &self.options.index, None).await {
             Ok((r, stale)) => {
                 batch.indexed += 1;
                 batch.renames += r.moves;

@@ -180,18 +180,7 @@ pub async fn watch_dir(
         initial,
         ..WatchReport::default()
     };
-    let mut applier = Applier {
-        tree,
-        root: &root,
-        at,
-        options,
-        recent: std::collections::VecDeque::new(),
-        postponed: std::sync::Mutex::default(),
-        confirmed: HashSet::new(),
-        recheck: std::sync::Mutex::default(),
-        rechecking: HashSet::new(),
-        held: (Vec::new(), BTreeSet::new(), None),
-    };
+    let mut applier = Applier::new(tree, &root, at, options);
     tokio::pin!(stop);
     loop {
         // Removals waiting for the next batch get one after the debounce, events or not.
@@ -201,48 +190,22 @@ pub async fn watch_dir(
             () = tokio::time::sleep(options.debounce), if waiting => None,
             () = &mut stop => break,
         };
-        let mut changes = Vec::new();
-        let mut events = 0u64;
-        // Whether the batch ends because the directory was quiet for the debounce (or it is
-        // the wake-up for what earlier batches left), not because the events went on.
-        let mut quiet = true;
-        match first {
-            Some(Some(first)) => {
-                events += 1;
-                push(&mut changes, first);
-            }
+        let first = match first {
+            Some(Some(first)) => Some(first),
             Some(None) => return Err(super::local(&root, "the watch ended by itself")),
-            None => {}
-        }
-        let deadline = tokio::time::Instant::now() + options.debounce * 10;
-        loop {
-            tokio::select! {
-                event = rx.recv() => match event {
-                    Some(event) => {
-                        events += 1;
-                        push(&mut changes, event);
-                    }
-                    None => break,
-                },
-                () = tokio::time::sleep(options.debounce) => break,
-                () = tokio::time::sleep_until(deadline) => {
-                    quiet = false;
-                    break;
-                }
-            }
-        }
+            None => None,
+        };
+        let Gathered {
+            changes,
+            events,
+            quiet,
+        } = gather(&mut rx, first, options.debounce).await;
         if let Some(sink) = &sink {
             sink(WatchEvent::Applying { events });
         }
         let mut batch = applier.apply(changes, quiet).await;
         batch.events = events;
-        report.batches += 1;
-        report.renames += batch.renames;
-        report.indexed += batch.indexed;
-        report.files += batch.files;
-        report.removed += batch.removed;
-        report.rescans += u64::from(batch.rescan);
-        report.failures += batch.failures.len() as u64;
+        report.add(&batch);
         for failure in &batch.failures {
             tracing::warn!(%failure, "a change was not applied; the next change there or a rescan retries it");
         }
@@ -252,6 +215,66 @@ pub async fn watch_dir(
     }
     drop(watcher);
     Ok(report)
+}
+
+/// One batch's events, gathered.
+struct Gathered {
+    changes: Vec<Change>,
+    /// How many events there were.
+    events: u64,
+    /// Whether the batch ends because the directory was quiet for the debounce (or it is
+    /// the wake-up for what earlier batches left), not because the events went on.
+    quiet: bool,
+}
+
+/// Gathers the events of one batch from `rx`, after `first` (none for the wake-up of what
+/// earlier batches left): until the directory is quiet for `debounce`, or for ten debounces
+/// at most.
+async fn gather(
+    rx: &mut tokio::sync::mpsc::Receiver<notify::Result<notify::Event>>,
+    first: Option<notify::Result<notify::Event>>,
+    debounce: Duration,
+) -> Gathered {
+    let mut gathered = Gathered {
+        changes: Vec::new(),
+        events: 0,
+        quiet: true,
+    };
+    if let Some(first) = first {
+        gathered.events += 1;
+        push(&mut gathered.changes, first);
+    }
+    let deadline = tokio::time::Instant::now() + debounce * 10;
+    loop {
+        tokio::select! {
+            event = rx.recv() => match event {
+                Some(event) => {
+                    gathered.events += 1;
+                    push(&mut gathered.changes, event);
+                }
+                None => break,
+            },
+            () = tokio::time::sleep(debounce) => break,
+            () = tokio::time::sleep_until(deadline) => {
+                gathered.quiet = false;
+                break;
+            }
+        }
+    }
+    gathered
+}
+
+impl WatchReport {
+    /// Counts `batch` in the totals.
+    fn add(&mut self, batch: &WatchBatch) {
+        self.batches += 1;
+        self.renames += batch.renames;
+        self.indexed += batch.indexed;
+        self.files += batch.files;
+        self.removed += batch.removed;
+        self.rescans += u64::from(batch.rescan);
+        self.failures += batch.failures.len() as u64;
+    }
 }
 
 /// Turns an event into changes.
@@ -331,6 +354,30 @@ struct Applier<'a> {
         BTreeSet<PathBuf>,
         Option<tokio::time::Instant>,
     ),
+}
+
+impl<'a> Applier<'a> {
+    /// An applier of the changes under `root` on disk to `at` in `tree`, with nothing
+    /// remembered yet.
+    fn new(
+        tree: &'a FsTree,
+        root: &'a Path,
+        at: &'a FsPath,
+        options: &'a WatchOptions,
+    ) -> Applier<'a> {
+        Applier {
+            tree,
+            root,
+            at,
+            options,
+            recent: std::collections::VecDeque::new(),
+            postponed: std::sync::Mutex::default(),
+            confirmed: HashSet::new(),
+            recheck: std::sync::Mutex::default(),
+            rechecking: HashSet::new(),
+            held: (Vec::new(), BTreeSet::new(), None),
+        }
+    }
 }
 
 impl Applier<'_> {

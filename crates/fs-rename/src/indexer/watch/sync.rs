@@ -14,6 +14,23 @@ use crate::error::{RenameError, Result};
 use crate::ops::{to_source, under_write_lock};
 use crate::tree::Entry;
 
+/// One path of a batch: where it is on disk, where its document goes in the store, and the
+/// document the disk asks for (`None` when nothing there is indexed).
+struct Wanted {
+    local: PathBuf,
+    path: FsPath,
+    doc: Option<FsDoc>,
+}
+
+/// What [`Applier::sync_documents`] did: files written, documents removed, and the paths
+/// left to [`Applier::sync`].
+#[derive(Default)]
+struct Synced {
+    slow: Vec<PathBuf>,
+    files: u64,
+    removed: u64,
+}
+
 impl Applier<'_> {
     /// The document to write for the entry `found` at `local` when the store holds `stored`
     /// at its path, with its text read if it needs it (see `content.rs`); `None` if the
@@ -48,7 +65,39 @@ impl Applier<'_> {
         locals: &[PathBuf],
         batch: &mut WatchBatch,
     ) -> Result<Vec<PathBuf>> {
-        let mut wanted: Vec<(PathBuf, FsPath, Option<FsDoc>)> = Vec::new();
+        let wanted = self.describe_locals(locals, batch);
+        if wanted.is_empty() {
+            return Ok(Vec::new());
+        }
+        let client = self
+            .options
+            .index
+            .locks
+            .client(self.tree, format!("index --watch {}", self.root.display()));
+        let guard = client.lock_tree(self.at).await?;
+        let tree = self.tree;
+        let synced = under_write_lock(tree, guard, async {
+            tree.refresh().await?;
+            let mut synced = Synced::default();
+            for chunk in wanted.chunks(500) {
+                let stored = self.read_stored(chunk).await?;
+                let ops = self.plan_chunk(chunk, stored, &mut synced)?;
+                self.write_ops(ops).await?;
+            }
+            tree.refresh().await?;
+            Ok(synced)
+        })
+        .await?;
+        batch.files += synced.files;
+        batch.removed += synced.removed;
+        Ok(synced.slow)
+    }
+
+    /// The document each of `locals` asks for on disk (`None` for a path gone, a symbolic link
+    /// or a special file), paths outside the target left out; a path that cannot be read is
+    /// counted as a failure of `batch` and left out too.
+    fn describe_locals(&self, locals: &[PathBuf], batch: &mut WatchBatch) -> Vec<Wanted> {
+        let mut wanted = Vec::new();
         for local in locals {
             let Some(path) = self.store_path(local) else {
                 continue;
@@ -63,111 +112,119 @@ impl Applier<'_> {
                     continue;
                 }
             };
-            wanted.push((local.clone(), path, doc));
+            wanted.push(Wanted {
+                local: local.clone(),
+                path,
+                doc,
+            });
         }
-        if wanted.is_empty() {
-            return Ok(Vec::new());
-        }
-        let client = self
-            .options
-            .index
-            .locks
-            .client(self.tree, format!("index --watch {}", self.root.display()));
-        let guard = client.lock_tree(self.at).await?;
+        wanted
+    }
+
+    /// The stored entries at the paths of `chunk`, by path, in one search.
+    async fn read_stored(&self, chunk: &[Wanted]) -> Result<HashMap<FsPath, Entry>> {
         let tree = self.tree;
-        let (slow, written) = under_write_lock(tree, guard, async {
-            tree.refresh().await?;
-            let mut slow = Vec::new();
-            let mut written = (0u64, 0u64);
-            for chunk in wanted.chunks(500) {
-                let scopes = chunk
-                    .iter()
-                    .map(|(_, path, _)| Scope::Exact(path.clone()))
-                    .collect();
-                let request = SearchRequest::single_page(Scope::AnyOf(scopes), chunk.len() * 2 + 1);
-                let context = format!("reading {} documents", chunk.len());
-                let page = tree
-                    .store()
-                    .search(tree.index(), request)
-                    .await
-                    .map_err(RenameError::store(context))?;
-                let mut stored: HashMap<FsPath, Entry> = HashMap::new();
-                for doc in page.docs {
-                    let entry = Entry::from_stored(tree.index(), doc)?;
-                    stored.insert(entry.doc.path.clone(), entry);
+        let scopes = chunk
+            .iter()
+            .map(|wanted| Scope::Exact(wanted.path.clone()))
+            .collect();
+        let request = SearchRequest::single_page(Scope::AnyOf(scopes), chunk.len() * 2 + 1);
+        let context = format!("reading {} documents", chunk.len());
+        let page = tree
+            .store()
+            .search(tree.index(), request)
+            .await
+            .map_err(RenameError::store(context))?;
+        let mut stored = HashMap::new();
+        for doc in page.docs {
+            let entry = Entry::from_stored(tree.index(), doc)?;
+            stored.insert(entry.doc.path.clone(), entry);
+        }
+        Ok(stored)
+    }
+
+    /// The bulk operations that bring the documents of `chunk` in step with the disk, given
+    /// what the store holds at their paths; counts them in `synced`, and leaves there the
+    /// paths that need more than one document written.
+    fn plan_chunk(
+        &self,
+        chunk: &[Wanted],
+        mut stored: HashMap<FsPath, Entry>,
+        synced: &mut Synced,
+    ) -> Result<Vec<BulkOp>> {
+        let tree = self.tree;
+        let mut ops = Vec::new();
+        let mut known: HashSet<FsPath> = stored.keys().cloned().collect();
+        for Wanted { local, path, doc } in chunk {
+            match (stored.remove(path), doc) {
+                (Some(entry), Some(doc)) if entry.doc.kind != doc.kind => {
+                    synced.slow.push(local.clone())
                 }
-                let mut ops = Vec::new();
-                let mut known: HashSet<FsPath> = stored.keys().cloned().collect();
-                for (local, path, doc) in chunk {
-                    match (stored.remove(path), doc) {
-                        (Some(entry), Some(doc)) if entry.doc.kind != doc.kind => {
-                            slow.push(local.clone())
-                        }
-                        (Some(entry), Some(doc)) => {
-                            let Some(doc) = self.with_text(local, Some(&entry.doc), doc) else {
-                                continue;
-                            };
-                            ops.push(BulkOp::Index {
-                                source: to_source(tree, &entry.id, &doc)?,
-                                id: entry.id,
-                                if_version: Some(entry.version),
-                            });
-                            written.0 += u64::from(!doc.is_dir());
-                        }
-                        (None, Some(doc)) => {
-                            // Its parent must be there: in the store already, or in this
-                            // chunk before it (parents sort first).
-                            let parent_known = doc.parent.as_ref().is_none_or(|p| {
-                                known.contains(p) || p == self.at || !p.is_inside(self.at)
-                            });
-                            if !parent_known {
-                                slow.push(local.clone());
-                                continue;
-                            }
-                            let id = FsDoc::new_id();
-                            let doc = self.with_text(local, None, doc).unwrap_or(doc.clone());
-                            ops.push(BulkOp::Create {
-                                source: to_source(tree, &id, &doc)?,
-                                id,
-                            });
-                            known.insert(path.clone());
-                            written.0 += u64::from(!doc.is_dir());
-                        }
-                        (Some(entry), None) if entry.doc.is_dir() => slow.push(local.clone()),
-                        // Gone from disk (not a symbolic link or a special file put there):
-                        // forgotten once a later batch confirms it.
-                        (Some(_), None)
-                            if local.symlink_metadata().is_err() && !self.gone_for_good(local) => {}
-                        (Some(entry), None) => {
-                            ops.push(BulkOp::Delete {
-                                id: entry.id,
-                                if_version: Some(entry.version),
-                            });
-                            written.1 += 1;
-                        }
-                        (None, None) => {}
+                (Some(entry), Some(doc)) => {
+                    let Some(doc) = self.with_text(local, Some(&entry.doc), doc) else {
+                        continue;
+                    };
+                    ops.push(BulkOp::Index {
+                        source: to_source(tree, &entry.id, &doc)?,
+                        id: entry.id,
+                        if_version: Some(entry.version),
+                    });
+                    synced.files += u64::from(!doc.is_dir());
+                }
+                (None, Some(doc)) => {
+                    // Its parent must be there: in the store already, or in this
+                    // chunk before it (parents sort first).
+                    let parent_known = doc
+                        .parent
+                        .as_ref()
+                        .is_none_or(|p| known.contains(p) || p == self.at || !p.is_inside(self.at));
+                    if !parent_known {
+                        synced.slow.push(local.clone());
+                        continue;
                     }
+                    let id = FsDoc::new_id();
+                    let doc = self.with_text(local, None, doc).unwrap_or(doc.clone());
+                    ops.push(BulkOp::Create {
+                        source: to_source(tree, &id, &doc)?,
+                        id,
+                    });
+                    known.insert(path.clone());
+                    synced.files += u64::from(!doc.is_dir());
                 }
-                if ops.is_empty() {
-                    continue;
+                (Some(entry), None) if entry.doc.is_dir() => synced.slow.push(local.clone()),
+                // Gone from disk (not a symbolic link or a special file put there):
+                // forgotten once a later batch confirms it.
+                (Some(_), None)
+                    if local.symlink_metadata().is_err() && !self.gone_for_good(local) => {}
+                (Some(entry), None) => {
+                    ops.push(BulkOp::Delete {
+                        id: entry.id,
+                        if_version: Some(entry.version),
+                    });
+                    synced.removed += 1;
                 }
-                let context = format!("writing {} documents", ops.len());
-                let results = tree
-                    .store()
-                    .bulk(tree.index(), ops)
-                    .await
-                    .map_err(RenameError::store(context.clone()))?;
-                if let Some(Err(e)) = results.into_iter().find(|r| r.is_err()) {
-                    return Err(RenameError::store(context)(e));
-                }
+                (None, None) => {}
             }
-            tree.refresh().await?;
-            Ok((slow, written))
-        })
-        .await?;
-        batch.files += written.0;
-        batch.removed += written.1;
-        Ok(slow)
+        }
+        Ok(ops)
+    }
+
+    /// Sends `ops` in one bulk request; the first operation refused fails the whole.
+    async fn write_ops(&self, ops: Vec<BulkOp>) -> Result<()> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let tree = self.tree;
+        let context = format!("writing {} documents", ops.len());
+        let results = tree
+            .store()
+            .bulk(tree.index(), ops)
+            .await
+            .map_err(RenameError::store(context.clone()))?;
+        if let Some(Err(e)) = results.into_iter().find(|r| r.is_err()) {
+            return Err(RenameError::store(context)(e));
+        }
+        Ok(())
     }
 
     /// Brings the store in step with the disk at `local`.
