@@ -36,7 +36,7 @@ use crate::error::{Result, StoreError};
 use crate::scripted::{ScriptedUpdate, ScriptedUpdates, UpdateItemResult};
 use crate::store::DocStore;
 use crate::types::{
-    BulkItemResult, BulkOp, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
+    BulkItemResult, BulkOp, Chain, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
 };
 
 /// Which call a layer sees in [`StoreLayer::around`]: one per method of the store and of its
@@ -187,17 +187,8 @@ pub trait StoreLayer: Send + Sync + std::fmt::Debug {
     }
 
     /// See [`ChainedBulk::bulk_after`]; forwarded by default.
-    async fn on_bulk_after(
-        &self,
-        first_index: &str,
-        first: BulkOp,
-        index: &str,
-        ops: Vec<BulkOp>,
-        refresh: bool,
-    ) -> Result<Chained<BulkItemResult>> {
-        self.inner()
-            .bulk_after(first_index, first, index, ops, refresh)
-            .await
+    async fn on_bulk_after(&self, chain: Chain<'_, BulkOp>) -> Result<Chained<BulkItemResult>> {
+        self.inner().bulk_after(chain).await
     }
 
     /// See [`RefreshedBulk::bulk_refreshed`]; forwarded by default.
@@ -270,18 +261,11 @@ pub trait StoreLayer: Send + Sync + std::fmt::Debug {
     /// See [`ScriptedUpdates::bulk_update_after`]; forwarded by default.
     async fn on_bulk_update_after(
         &self,
-        first_index: &str,
-        first: BulkOp,
-        index: &str,
-        items: Vec<ScriptedUpdate>,
+        chain: Chain<'_, ScriptedUpdate>,
     ) -> Result<Chained<UpdateItemResult>> {
         match self.inner().scripted() {
-            Some(scripted) => {
-                scripted
-                    .bulk_update_after(first_index, first, index, items)
-                    .await
-            }
-            None => Err(no_scripts(index)),
+            Some(scripted) => scripted.bulk_update_after(chain).await,
+            None => Err(no_scripts(chain.index)),
         }
     }
 }
@@ -375,15 +359,8 @@ impl<L: StoreLayer> DocStore for L {
 
 #[async_trait]
 impl<L: StoreLayer> ChainedBulk for L {
-    async fn bulk_after(
-        &self,
-        first_index: &str,
-        first: BulkOp,
-        index: &str,
-        ops: Vec<BulkOp>,
-        refresh: bool,
-    ) -> Result<Chained<BulkItemResult>> {
-        let next = self.on_bulk_after(first_index, first, index, ops, refresh);
+    async fn bulk_after(&self, chain: Chain<'_, BulkOp>) -> Result<Chained<BulkItemResult>> {
+        let next = self.on_bulk_after(chain);
         self.around(Call::BulkAfter, next).await
     }
 }
@@ -457,12 +434,9 @@ impl<L: StoreLayer> ScriptedUpdates for L {
 
     async fn bulk_update_after(
         &self,
-        first_index: &str,
-        first: BulkOp,
-        index: &str,
-        items: Vec<ScriptedUpdate>,
+        chain: Chain<'_, ScriptedUpdate>,
     ) -> Result<Chained<UpdateItemResult>> {
-        let next = self.on_bulk_update_after(first_index, first, index, items);
+        let next = self.on_bulk_update_after(chain);
         self.around(Call::BulkUpdateAfter, next).await
     }
 }

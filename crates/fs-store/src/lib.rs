@@ -74,5 +74,5 @@ pub use scripted::{
 pub use sqlite::{SqliteOptions, SqliteStore};
 pub use store::{DocStore, SharedStore};
 pub use types::{
-    BulkItemResult, BulkOp, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
+    BulkItemResult, BulkOp, Chain, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
 };

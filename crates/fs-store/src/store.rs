@@ -12,7 +12,7 @@ use crate::capabilities::Capabilities;
 use crate::error::{Result, StoreError};
 use crate::scripted::ScriptedUpdates;
 use crate::types::{
-    BulkItemResult, BulkOp, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
+    BulkItemResult, BulkOp, Chain, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
 };
 
 /// A document store with Elasticsearch's guarantees: each document is read and written
@@ -142,32 +142,23 @@ impl<'s> dyn DocStore + 's {
         self.capabilities().chained_bulk.is_some()
     }
 
-    /// Makes `first` (one write to `first_index`) and, only if it landed, the bulk `ops` on
-    /// `index` (refreshed in the same call with `refresh`, as by
-    /// `bulk_refreshed`), in one request and one transaction: a job's
-    /// journal entry and its first writes, so that neither lands without the other. Ask
-    /// `chains_bulk` first: a store that cannot chain answers
+    /// Makes `chain.first` and, only if it landed, the bulk operations `chain.then` (refreshed
+    /// in the same call with `chain.refresh`, as by `bulk_refreshed`), in one request and one
+    /// transaction: a job's journal entry and its first writes, so that neither lands without
+    /// the other. Ask `chains_bulk` first: a store that cannot chain answers
     /// [`StoreError::Rejected`] and changes nothing.
     ///
     /// # Errors
     /// Failures of the request as a whole (then nothing landed, unless only the refresh
     /// failed).
-    pub async fn bulk_after(
-        &self,
-        first_index: &str,
-        first: BulkOp,
-        index: &str,
-        ops: Vec<BulkOp>,
-        refresh: bool,
-    ) -> Result<Chained<BulkItemResult>> {
+    pub async fn bulk_after(&self, chain: Chain<'_, BulkOp>) -> Result<Chained<BulkItemResult>> {
         match self.capabilities().chained_bulk {
-            Some(chained) => {
-                chained
-                    .bulk_after(first_index, first, index, ops, refresh)
-                    .await
-            }
+            Some(chained) => chained.bulk_after(chain).await,
             None => Err(StoreError::rejected(
-                format!("a write to `{first_index}` chained with a bulk request to `{index}`"),
+                format!(
+                    "a write to `{}` chained with a bulk request to `{}`",
+                    chain.first_index, chain.index
+                ),
                 "this store cannot make them in one transaction",
             )),
         }

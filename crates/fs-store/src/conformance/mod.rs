@@ -35,7 +35,8 @@ use fs_model::{DocKind, FsDoc, FsPath};
 use serde_json::{json, Value};
 
 use crate::{
-    BulkOp, Chained, Cursor, DocStore, Scan, Scope, SearchRequest, SharedStore, StoreError, Version,
+    BulkOp, Chain, Chained, Cursor, DocStore, Scan, Scope, SearchRequest, SharedStore, StoreError,
+    Version,
 };
 
 /// Returns a fresh index name `prefix-<random>`, created with `path` and `parent` as keywords

@@ -26,7 +26,7 @@ use crate::error::{Result, StoreError};
 use crate::index_name::validate_index_name;
 use crate::store::DocStore;
 use crate::types::{
-    BulkItemResult, BulkOp, Chained, Page, Scope, SearchRequest, StoredDoc, Version,
+    BulkItemResult, BulkOp, Chain, Chained, Page, Scope, SearchRequest, StoredDoc, Version,
 };
 use writer::Writer;
 
@@ -335,25 +335,35 @@ impl RefreshedBulk for SqliteStore {
 impl ChainedBulk for SqliteStore {
     /// One transaction: the first write, then (only if it landed) the bulk; a first write
     /// that fails rolls back and changes nothing. The refresh follows in the same call.
-    async fn bulk_after(
-        &self,
-        first_index: &str,
-        first: BulkOp,
-        index: &str,
-        ops: Vec<BulkOp>,
-        refresh: bool,
-    ) -> Result<Chained<BulkItemResult>> {
-        let (first_index, index) = (first_index.to_owned(), index.to_owned());
+    async fn bulk_after(&self, chain: Chain<'_, BulkOp>) -> Result<Chained<BulkItemResult>> {
+        let (first, ops) = (chain.first, chain.then);
+        let (first_index, index) = (chain.first_index.to_owned(), chain.index.to_owned());
+        let refresh = chain.refresh;
         self.run(move |conn, nrt| {
             let chained =
                 Writer::chained(conn, nrt, (&first_index, &first), &index, |w| w.bulk(&ops))?;
-            if refresh && nrt && matches!(chained, Chained::Ran(..)) {
-                ops::refresh(conn, nrt, &index)?;
+            if refresh {
+                refresh_landed(conn, nrt, &index, &chained)?;
             }
             Ok(chained)
         })
         .await
     }
+}
+
+/// Refreshes `index` after a chained request whose first write landed (the batch ran), in
+/// the same call; realtime there is nothing to refresh, and after a first write that did not
+/// land nothing changed.
+fn refresh_landed<T>(
+    conn: &mut Connection,
+    nrt: bool,
+    index: &str,
+    chained: &Chained<T>,
+) -> Result<()> {
+    if nrt && matches!(chained, Chained::Ran(..)) {
+        ops::refresh(conn, nrt, index)?;
+    }
+    Ok(())
 }
 
 #[async_trait]
