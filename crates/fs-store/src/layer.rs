@@ -40,9 +40,9 @@ use crate::types::{
 };
 
 /// Which call a layer sees in [`StoreLayer::around`]: one per method of the store and of its
-/// capabilities.
+/// capabilities, and one per kind of [`DocStore::write`] (`Create`, `Index`, `Delete`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[allow(missing_docs)] // Each variant is the method of the same name.
+#[allow(missing_docs)] // Each variant is the method (or the kind of write) of the same name.
 pub enum Call {
     CreateIndex,
     DeleteIndex,
@@ -68,6 +68,16 @@ pub enum Call {
 }
 
 impl Call {
+    /// Returns the call that makes `op` alone ([`DocStore::write`]): the write's own kind, so
+    /// that a layer tells a create, an index and a delete apart as the callers name them.
+    pub fn writing(op: &BulkOp) -> Call {
+        match op {
+            BulkOp::Create { .. } => Call::Create,
+            BulkOp::Index { .. } => Call::Index,
+            BulkOp::Delete { .. } => Call::Delete,
+        }
+    }
+
     /// Returns true for a call that may change what the store holds (a lost answer then
     /// hides a write that landed).
     pub fn writes(self) -> bool {
@@ -140,30 +150,9 @@ pub trait StoreLayer: Send + Sync + std::fmt::Debug {
         self.inner().mget(index, ids).await
     }
 
-    /// See [`DocStore::create`]; forwarded by default.
-    async fn on_create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
-        self.inner().create(index, id, source).await
-    }
-
-    /// See [`DocStore::index`]; forwarded by default.
-    async fn on_index(
-        &self,
-        index: &str,
-        id: &str,
-        source: Value,
-        if_version: Option<Version>,
-    ) -> Result<Version> {
-        self.inner().index(index, id, source, if_version).await
-    }
-
-    /// See [`DocStore::delete`]; forwarded by default.
-    async fn on_delete(
-        &self,
-        index: &str,
-        id: &str,
-        if_version: Option<Version>,
-    ) -> Result<Version> {
-        self.inner().delete(index, id, if_version).await
+    /// See [`DocStore::write`]; forwarded by default.
+    async fn on_write(&self, index: &str, op: BulkOp) -> Result<Version> {
+        self.inner().write(index, op).await
     }
 
     /// See [`DocStore::bulk`]; forwarded by default.
@@ -301,25 +290,9 @@ impl<L: StoreLayer> DocStore for L {
         self.around(Call::Mget, self.on_mget(index, ids)).await
     }
 
-    async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
-        let next = self.on_create(index, id, source);
-        self.around(Call::Create, next).await
-    }
-
-    async fn index(
-        &self,
-        index: &str,
-        id: &str,
-        source: Value,
-        if_version: Option<Version>,
-    ) -> Result<Version> {
-        let next = self.on_index(index, id, source, if_version);
-        self.around(Call::Index, next).await
-    }
-
-    async fn delete(&self, index: &str, id: &str, if_version: Option<Version>) -> Result<Version> {
-        let next = self.on_delete(index, id, if_version);
-        self.around(Call::Delete, next).await
+    async fn write(&self, index: &str, op: BulkOp) -> Result<Version> {
+        let call = Call::writing(&op);
+        self.around(call, self.on_write(index, op)).await
     }
 
     async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {

@@ -48,29 +48,16 @@ impl StoreLayer for FailingRelease {
             ..offered
         }
     }
-    async fn on_index(
-        &self,
-        index: &str,
-        id: &str,
-        s: Value,
-        v: Option<Version>,
-    ) -> fs_store::Result<Version> {
-        // Closing a journal entry leaves a tombstone (a fence) at its id.
-        let closing = index == self.journal_index && s["state"] == "fenced";
-        let result = self.inner.index(index, id, s, v).await;
+    async fn on_write(&self, index: &str, op: BulkOp) -> fs_store::Result<Version> {
+        // Closing a journal entry leaves a tombstone (a fence) at its id, or deletes it.
+        let closing = index == self.journal_index
+            && match &op {
+                BulkOp::Index { source, .. } => source["state"] == "fenced",
+                BulkOp::Delete { .. } => true,
+                BulkOp::Create { .. } => false,
+            };
+        let result = self.inner.write(index, op).await;
         if closing && result.is_ok() {
-            self.armed.store(true, Ordering::SeqCst);
-        }
-        result
-    }
-    async fn on_delete(
-        &self,
-        index: &str,
-        id: &str,
-        v: Option<Version>,
-    ) -> fs_store::Result<Version> {
-        let result = self.inner.delete(index, id, v).await;
-        if index == self.journal_index && result.is_ok() {
             self.armed.store(true, Ordering::SeqCst);
         }
         result

@@ -122,22 +122,8 @@ impl DocStore for ElasticStore {
         self.mget_docs(index, ids).await
     }
 
-    async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
-        self.create_doc(index, id, source).await
-    }
-
-    async fn index(
-        &self,
-        index: &str,
-        id: &str,
-        source: Value,
-        if_version: Option<Version>,
-    ) -> Result<Version> {
-        self.index_doc(index, id, source, if_version).await
-    }
-
-    async fn delete(&self, index: &str, id: &str, if_version: Option<Version>) -> Result<Version> {
-        self.delete_doc(index, id, if_version).await
+    async fn write(&self, index: &str, op: BulkOp) -> Result<Version> {
+        self.write_doc(index, &op).await
     }
 
     async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {

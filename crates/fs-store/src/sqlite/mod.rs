@@ -252,29 +252,9 @@ impl DocStore for SqliteStore {
         self.run(move |conn, _| ops::mget(conn, &index, &ids)).await
     }
 
-    async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
-        let (index, id) = (index.to_owned(), id.to_owned());
-        self.run(move |conn, nrt| Writer::write(conn, &index, nrt, |w| w.create(&id, &source)))
-            .await
-    }
-
-    async fn index(
-        &self,
-        index: &str,
-        id: &str,
-        source: Value,
-        if_version: Option<Version>,
-    ) -> Result<Version> {
-        let (index, id) = (index.to_owned(), id.to_owned());
-        self.run(move |conn, nrt| {
-            Writer::write(conn, &index, nrt, |w| w.index(&id, &source, if_version))
-        })
-        .await
-    }
-
-    async fn delete(&self, index: &str, id: &str, if_version: Option<Version>) -> Result<Version> {
-        let (index, id) = (index.to_owned(), id.to_owned());
-        self.run(move |conn, nrt| Writer::write(conn, &index, nrt, |w| w.delete(&id, if_version)))
+    async fn write(&self, index: &str, op: BulkOp) -> Result<Version> {
+        let index = index.to_owned();
+        self.run(move |conn, nrt| Writer::write(conn, &index, nrt, |w| w.apply(&op)))
             .await
     }
 
