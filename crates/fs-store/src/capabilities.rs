@@ -9,6 +9,7 @@
 //! answer from it.
 
 use async_trait::async_trait;
+use fs_model::FindQuery;
 use serde_json::Value;
 
 use crate::error::Result;
@@ -111,12 +112,7 @@ pub trait Find: Send + Sync {
     ///
     /// # Errors
     /// As a search.
-    async fn find(
-        &self,
-        index: &str,
-        query: &fs_model::FindQuery,
-        size: usize,
-    ) -> Result<Vec<StoredDoc>>;
+    async fn find(&self, index: &str, query: &FindQuery, size: usize) -> Result<Vec<StoredDoc>>;
 }
 
 /// Index mappings and existence checks, where the server has them.

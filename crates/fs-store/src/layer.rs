@@ -26,6 +26,7 @@
 //! a macro keeps the forwarding checked by the compiler in one place.
 
 use async_trait::async_trait;
+use fs_model::FindQuery;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
@@ -195,12 +196,7 @@ pub trait StoreLayer: Send + Sync + std::fmt::Debug {
     }
 
     /// See [`Find::find`]; forwarded by default.
-    async fn on_find(
-        &self,
-        index: &str,
-        query: &fs_model::FindQuery,
-        size: usize,
-    ) -> Result<Vec<StoredDoc>> {
+    async fn on_find(&self, index: &str, query: &FindQuery, size: usize) -> Result<Vec<StoredDoc>> {
         self.inner().find(index, query, size).await
     }
 
@@ -356,12 +352,7 @@ impl<L: StoreLayer> HeldCursors for L {
 
 #[async_trait]
 impl<L: StoreLayer> Find for L {
-    async fn find(
-        &self,
-        index: &str,
-        query: &fs_model::FindQuery,
-        size: usize,
-    ) -> Result<Vec<StoredDoc>> {
+    async fn find(&self, index: &str, query: &FindQuery, size: usize) -> Result<Vec<StoredDoc>> {
         let next = self.on_find(index, query, size);
         self.around(Call::Find, next).await
     }

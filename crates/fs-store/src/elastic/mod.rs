@@ -48,7 +48,7 @@ pub use config::{redact, Auth, ElasticConfig, Paging};
 use cursor::{OpenContexts, PageCursor};
 use server::ServerInfo;
 
-use crate::capabilities::{Capabilities, Find, HeldCursors, IndexAdmin, RefreshedBulk};
+use crate::capabilities::{Capabilities, HeldCursors, IndexAdmin, RefreshedBulk};
 use crate::error::Result;
 use crate::store::DocStore;
 use crate::types::{
@@ -172,18 +172,6 @@ impl HeldCursors for ElasticStore {
     async fn close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
         let cursor = PageCursor::from_cursor(&format!("closing a search of `{index}`"), &cursor)?;
         self.close_context(index, &cursor).await
-    }
-}
-
-#[async_trait]
-impl Find for ElasticStore {
-    async fn find(
-        &self,
-        index: &str,
-        query: &fs_model::FindQuery,
-        size: usize,
-    ) -> Result<Vec<StoredDoc>> {
-        self.find_docs(index, query, size).await
     }
 }
 

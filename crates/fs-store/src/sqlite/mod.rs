@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fs_model::FindQuery;
 use rusqlite::Connection;
 use serde_json::Value;
 
@@ -348,12 +349,7 @@ fn refresh_landed<T>(
 
 #[async_trait]
 impl Find for SqliteStore {
-    async fn find(
-        &self,
-        index: &str,
-        query: &fs_model::FindQuery,
-        size: usize,
-    ) -> Result<Vec<StoredDoc>> {
+    async fn find(&self, index: &str, query: &FindQuery, size: usize) -> Result<Vec<StoredDoc>> {
         let (index, query) = (index.to_owned(), query.clone());
         self.run(move |conn, nrt| text::find(conn, nrt, &index, &query, size))
             .await
