@@ -131,7 +131,13 @@ impl<'a> Calls<'a> {
         let scripted = self.scripted(&context)?;
         self.round_trips += 1;
         scripted
-            .bulk_update_after(&first.index, first.op, self.index, items)
+            .bulk_update_after(fs_store::Chain {
+                first_index: &first.index,
+                first: first.op,
+                index: self.index,
+                then: items,
+                refresh: false,
+            })
             .await
             .map_err(LockError::store(context))
     }

@@ -6,151 +6,16 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use common::*;
-use fs_model::{journal_index_name, lock_index_name, tree_lock_id, FsPath};
+use fs_model::{tree_lock_id, FsPath};
 use fs_rename::{fsck, Journal, Recovery, RenameEvent, RenameOutcome, Renamer, Strategy};
-use fs_store::{
-    BulkItemResult, BulkOp, Capabilities, DocStore, SharedStore, StoreError, StoreLayer, Version,
-};
-use serde_json::Value;
+use fs_testkit::{FailingRelease, ReleaseFailure};
 
 const LEASE: Duration = Duration::from_millis(500);
 const PAGE: usize = 10;
-
-/// Which part of a lock release [`FailingRelease`] fails.
-#[derive(Debug, Clone)]
-enum Failure {
-    /// The whole bulk request (a broken answer, an HTTP 500).
-    Request,
-    /// Only the item writing this lock document; the other items are written.
-    Item(String),
-}
-
-/// Wraps a store and, once a rename has closed its journal entry (the last step before its
-/// release), fails the bulk requests to the lock index: the release, and any renewal after it.
-/// Everything else, and everything before the close, goes through.
-#[derive(Debug)]
-struct FailingRelease {
-    inner: SharedStore,
-    lock_index: String,
-    journal_index: String,
-    failure: Failure,
-    armed: AtomicBool,
-    failed: AtomicUsize,
-}
-
-impl FailingRelease {
-    fn new(env: &Env, failure: Failure) -> Arc<FailingRelease> {
-        Arc::new(FailingRelease {
-            inner: Arc::clone(&env.store),
-            lock_index: lock_index_name(&env.index),
-            journal_index: journal_index_name(&env.index),
-            failure,
-            armed: AtomicBool::new(false),
-            failed: AtomicUsize::new(0),
-        })
-    }
-
-    fn failed(&self) -> usize {
-        self.failed.load(Ordering::SeqCst)
-    }
-}
-
-fn injected() -> StoreError {
-    StoreError::Backend {
-        context: "releasing locks (test)".into(),
-        message: "injected failure after the journal entry was closed".into(),
-    }
-}
-
-#[async_trait]
-impl StoreLayer for FailingRelease {
-    fn inner(&self) -> &dyn DocStore {
-        &*self.inner
-    }
-    fn on_describe(&self) -> String {
-        format!("failing-release({})", self.inner.describe())
-    }
-    /// Offers neither scripts nor the ways of writing items that would go around its
-    /// `on_bulk`: the release it fails is the compare-and-set one, a bulk request.
-    fn on_capabilities<'a>(&'a self, offered: Capabilities<'a>) -> Capabilities<'a> {
-        Capabilities {
-            scripts: None,
-            chained_bulk: None,
-            refreshed_bulk: None,
-            ..offered
-        }
-    }
-    async fn on_index(
-        &self,
-        index: &str,
-        id: &str,
-        s: Value,
-        v: Option<Version>,
-    ) -> fs_store::Result<Version> {
-        // Closing a journal entry leaves a tombstone (a fence) at its id.
-        let closing = index == self.journal_index && s["state"] == "fenced";
-        let result = self.inner.index(index, id, s, v).await;
-        if closing && result.is_ok() {
-            self.armed.store(true, Ordering::SeqCst);
-        }
-        result
-    }
-    async fn on_delete(
-        &self,
-        index: &str,
-        id: &str,
-        v: Option<Version>,
-    ) -> fs_store::Result<Version> {
-        let result = self.inner.delete(index, id, v).await;
-        if index == self.journal_index && result.is_ok() {
-            self.armed.store(true, Ordering::SeqCst);
-        }
-        result
-    }
-    async fn on_bulk(
-        &self,
-        index: &str,
-        ops: Vec<BulkOp>,
-    ) -> fs_store::Result<Vec<BulkItemResult>> {
-        if index != self.lock_index || !self.armed.load(Ordering::SeqCst) {
-            return self.inner.bulk(index, ops).await;
-        }
-        self.failed.fetch_add(1, Ordering::SeqCst);
-        match &self.failure {
-            Failure::Request => Err(injected()),
-            Failure::Item(failing) => {
-                let (kept, rest): (Vec<(usize, BulkOp)>, Vec<(usize, BulkOp)>) = ops
-                    .into_iter()
-                    .enumerate()
-                    .partition(|(_, op)| op.id() == failing);
-                let written = self
-                    .inner
-                    .bulk(index, rest.iter().map(|(_, op)| op.clone()).collect())
-                    .await?;
-                let mut results: Vec<(usize, BulkItemResult)> = kept
-                    .into_iter()
-                    .map(|(i, _)| {
-                        let refused = StoreError::Rejected {
-                            context: "releasing a lock (test)".into(),
-                            status: Some(400),
-                            message: "injected item failure".into(),
-                        };
-                        (i, Err(refused))
-                    })
-                    .collect();
-                results.extend(rest.into_iter().map(|(i, _)| i).zip(written));
-                results.sort_by_key(|(i, _)| *i);
-                Ok(results.into_iter().map(|(_, r)| r).collect())
-            }
-        }
-    }
-}
 
 /// `/src` with 24 files in two directories, and `/dst-parent`.
 async fn setup(env: &Env) {
@@ -276,7 +141,7 @@ async fn assert_recovered(env: &Env, locks: u64, shares: usize) {
 async fn a_complete_rename_whose_release_fails_is_done(env: Env) {
     setup(&env).await;
     let before = paths_by_id(&env).await;
-    let store = FailingRelease::new(&env, Failure::Request);
+    let store = FailingRelease::new(Arc::clone(&env.store), &env.index, ReleaseFailure::Request);
     let (outcome, events) = rename_through(Arc::clone(&store), &env, Strategy::Tree).await;
 
     assert!(store.failed() >= 1, "the release was sent and failed");
@@ -313,7 +178,11 @@ async fn a_complete_rename_whose_release_fails_is_done(env: Env) {
 async fn a_partly_failed_release_names_the_locks_left(env: Env) {
     setup(&env).await;
     let before = paths_by_id(&env).await;
-    let store = FailingRelease::new(&env, Failure::Item(tree_lock_id(&p("/src"))));
+    let store = FailingRelease::new(
+        Arc::clone(&env.store),
+        &env.index,
+        ReleaseFailure::Item(tree_lock_id(&p("/src"))),
+    );
     let (outcome, events) = rename_through(Arc::clone(&store), &env, Strategy::Tree).await;
 
     assert!(store.failed() >= 1, "the release was sent and failed");
@@ -330,7 +199,7 @@ async fn a_partly_failed_release_names_the_locks_left(env: Env) {
 async fn a_document_locked_rename_whose_release_fails_is_done(env: Env) {
     setup(&env).await;
     let before = paths_by_id(&env).await;
-    let store = FailingRelease::new(&env, Failure::Request);
+    let store = FailingRelease::new(Arc::clone(&env.store), &env.index, ReleaseFailure::Request);
     let (outcome, events) = rename_through(Arc::clone(&store), &env, Strategy::Document).await;
 
     assert_done_with_locks_left(&outcome, &events);

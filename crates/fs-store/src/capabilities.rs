@@ -9,11 +9,12 @@
 //! answer from it.
 
 use async_trait::async_trait;
+use fs_model::FindQuery;
 use serde_json::Value;
 
 use crate::error::Result;
 use crate::scripted::ScriptedUpdates;
-use crate::types::{BulkItemResult, BulkOp, Chained, Cursor, StoredDoc};
+use crate::types::{BulkItemResult, BulkOp, Chain, Chained, Cursor, StoredDoc};
 
 /// What a store can do beyond the primitives, each capability the object that does it; `None`
 /// where the store cannot. [`Capabilities::NONE`] is a store with primitives only.
@@ -74,21 +75,13 @@ impl std::fmt::Debug for Capabilities<'_> {
 /// A write chained with a bulk request, in one transaction.
 #[async_trait]
 pub trait ChainedBulk: Send + Sync {
-    /// Makes `first` (one write to `first_index`) and, only if it landed, the bulk `ops` on
-    /// `index` (refreshed in the same call with `refresh`), in one request and one
-    /// transaction.
+    /// Makes `chain.first` and, only if it landed, the bulk operations `chain.then` (refreshed
+    /// in the same call with `chain.refresh`), in one request and one transaction.
     ///
     /// # Errors
     /// Failures of the request as a whole (then nothing landed, unless only the refresh
     /// failed).
-    async fn bulk_after(
-        &self,
-        first_index: &str,
-        first: BulkOp,
-        index: &str,
-        ops: Vec<BulkOp>,
-        refresh: bool,
-    ) -> Result<Chained<BulkItemResult>>;
+    async fn bulk_after(&self, chain: Chain<'_, BulkOp>) -> Result<Chained<BulkItemResult>>;
 }
 
 /// A bulk request refreshed in the same request.
@@ -119,12 +112,7 @@ pub trait Find: Send + Sync {
     ///
     /// # Errors
     /// As a search.
-    async fn find(
-        &self,
-        index: &str,
-        query: &fs_model::FindQuery,
-        size: usize,
-    ) -> Result<Vec<StoredDoc>>;
+    async fn find(&self, index: &str, query: &FindQuery, size: usize) -> Result<Vec<StoredDoc>>;
 }
 
 /// Index mappings and existence checks, where the server has them.

@@ -26,6 +26,7 @@
 //! a macro keeps the forwarding checked by the compiler in one place.
 
 use async_trait::async_trait;
+use fs_model::FindQuery;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
@@ -36,13 +37,13 @@ use crate::error::{Result, StoreError};
 use crate::scripted::{ScriptedUpdate, ScriptedUpdates, UpdateItemResult};
 use crate::store::DocStore;
 use crate::types::{
-    BulkItemResult, BulkOp, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
+    BulkItemResult, BulkOp, Chain, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
 };
 
 /// Which call a layer sees in [`StoreLayer::around`]: one per method of the store and of its
-/// capabilities.
+/// capabilities, and one per kind of [`DocStore::write`] (`Create`, `Index`, `Delete`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[allow(missing_docs)] // Each variant is the method of the same name.
+#[allow(missing_docs)] // Each variant is the method (or the kind of write) of the same name.
 pub enum Call {
     CreateIndex,
     DeleteIndex,
@@ -68,6 +69,16 @@ pub enum Call {
 }
 
 impl Call {
+    /// Returns the call that makes `op` alone ([`DocStore::write`]): the write's own kind, so
+    /// that a layer tells a create, an index and a delete apart as the callers name them.
+    pub fn writing(op: &BulkOp) -> Call {
+        match op {
+            BulkOp::Create { .. } => Call::Create,
+            BulkOp::Index { .. } => Call::Index,
+            BulkOp::Delete { .. } => Call::Delete,
+        }
+    }
+
     /// Returns true for a call that may change what the store holds (a lost answer then
     /// hides a write that landed).
     pub fn writes(self) -> bool {
@@ -140,30 +151,9 @@ pub trait StoreLayer: Send + Sync + std::fmt::Debug {
         self.inner().mget(index, ids).await
     }
 
-    /// See [`DocStore::create`]; forwarded by default.
-    async fn on_create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
-        self.inner().create(index, id, source).await
-    }
-
-    /// See [`DocStore::index`]; forwarded by default.
-    async fn on_index(
-        &self,
-        index: &str,
-        id: &str,
-        source: Value,
-        if_version: Option<Version>,
-    ) -> Result<Version> {
-        self.inner().index(index, id, source, if_version).await
-    }
-
-    /// See [`DocStore::delete`]; forwarded by default.
-    async fn on_delete(
-        &self,
-        index: &str,
-        id: &str,
-        if_version: Option<Version>,
-    ) -> Result<Version> {
-        self.inner().delete(index, id, if_version).await
+    /// See [`DocStore::write`]; forwarded by default.
+    async fn on_write(&self, index: &str, op: BulkOp) -> Result<Version> {
+        self.inner().write(index, op).await
     }
 
     /// See [`DocStore::bulk`]; forwarded by default.
@@ -187,17 +177,8 @@ pub trait StoreLayer: Send + Sync + std::fmt::Debug {
     }
 
     /// See [`ChainedBulk::bulk_after`]; forwarded by default.
-    async fn on_bulk_after(
-        &self,
-        first_index: &str,
-        first: BulkOp,
-        index: &str,
-        ops: Vec<BulkOp>,
-        refresh: bool,
-    ) -> Result<Chained<BulkItemResult>> {
-        self.inner()
-            .bulk_after(first_index, first, index, ops, refresh)
-            .await
+    async fn on_bulk_after(&self, chain: Chain<'_, BulkOp>) -> Result<Chained<BulkItemResult>> {
+        self.inner().bulk_after(chain).await
     }
 
     /// See [`RefreshedBulk::bulk_refreshed`]; forwarded by default.
@@ -215,12 +196,7 @@ pub trait StoreLayer: Send + Sync + std::fmt::Debug {
     }
 
     /// See [`Find::find`]; forwarded by default.
-    async fn on_find(
-        &self,
-        index: &str,
-        query: &fs_model::FindQuery,
-        size: usize,
-    ) -> Result<Vec<StoredDoc>> {
+    async fn on_find(&self, index: &str, query: &FindQuery, size: usize) -> Result<Vec<StoredDoc>> {
         self.inner().find(index, query, size).await
     }
 
@@ -270,18 +246,11 @@ pub trait StoreLayer: Send + Sync + std::fmt::Debug {
     /// See [`ScriptedUpdates::bulk_update_after`]; forwarded by default.
     async fn on_bulk_update_after(
         &self,
-        first_index: &str,
-        first: BulkOp,
-        index: &str,
-        items: Vec<ScriptedUpdate>,
+        chain: Chain<'_, ScriptedUpdate>,
     ) -> Result<Chained<UpdateItemResult>> {
         match self.inner().scripted() {
-            Some(scripted) => {
-                scripted
-                    .bulk_update_after(first_index, first, index, items)
-                    .await
-            }
-            None => Err(no_scripts(index)),
+            Some(scripted) => scripted.bulk_update_after(chain).await,
+            None => Err(no_scripts(chain.index)),
         }
     }
 }
@@ -317,25 +286,9 @@ impl<L: StoreLayer> DocStore for L {
         self.around(Call::Mget, self.on_mget(index, ids)).await
     }
 
-    async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
-        let next = self.on_create(index, id, source);
-        self.around(Call::Create, next).await
-    }
-
-    async fn index(
-        &self,
-        index: &str,
-        id: &str,
-        source: Value,
-        if_version: Option<Version>,
-    ) -> Result<Version> {
-        let next = self.on_index(index, id, source, if_version);
-        self.around(Call::Index, next).await
-    }
-
-    async fn delete(&self, index: &str, id: &str, if_version: Option<Version>) -> Result<Version> {
-        let next = self.on_delete(index, id, if_version);
-        self.around(Call::Delete, next).await
+    async fn write(&self, index: &str, op: BulkOp) -> Result<Version> {
+        let call = Call::writing(&op);
+        self.around(call, self.on_write(index, op)).await
     }
 
     async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
@@ -375,15 +328,8 @@ impl<L: StoreLayer> DocStore for L {
 
 #[async_trait]
 impl<L: StoreLayer> ChainedBulk for L {
-    async fn bulk_after(
-        &self,
-        first_index: &str,
-        first: BulkOp,
-        index: &str,
-        ops: Vec<BulkOp>,
-        refresh: bool,
-    ) -> Result<Chained<BulkItemResult>> {
-        let next = self.on_bulk_after(first_index, first, index, ops, refresh);
+    async fn bulk_after(&self, chain: Chain<'_, BulkOp>) -> Result<Chained<BulkItemResult>> {
+        let next = self.on_bulk_after(chain);
         self.around(Call::BulkAfter, next).await
     }
 }
@@ -406,12 +352,7 @@ impl<L: StoreLayer> HeldCursors for L {
 
 #[async_trait]
 impl<L: StoreLayer> Find for L {
-    async fn find(
-        &self,
-        index: &str,
-        query: &fs_model::FindQuery,
-        size: usize,
-    ) -> Result<Vec<StoredDoc>> {
+    async fn find(&self, index: &str, query: &FindQuery, size: usize) -> Result<Vec<StoredDoc>> {
         let next = self.on_find(index, query, size);
         self.around(Call::Find, next).await
     }
@@ -457,12 +398,9 @@ impl<L: StoreLayer> ScriptedUpdates for L {
 
     async fn bulk_update_after(
         &self,
-        first_index: &str,
-        first: BulkOp,
-        index: &str,
-        items: Vec<ScriptedUpdate>,
+        chain: Chain<'_, ScriptedUpdate>,
     ) -> Result<Chained<UpdateItemResult>> {
-        let next = self.on_bulk_update_after(first_index, first, index, items);
+        let next = self.on_bulk_update_after(chain);
         self.around(Call::BulkUpdateAfter, next).await
     }
 }

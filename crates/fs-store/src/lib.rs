@@ -3,7 +3,8 @@
 //! - [`DocStore`]: the async trait, exactly the primitives Elasticsearch offers: realtime
 //!   [`get`](DocStore::get) and [`mget`](DocStore::mget) with `seq_no`/`primary_term`,
 //!   [`create`](DocStore::create), conditional [`index`](DocStore::index) and
-//!   [`delete`](DocStore::delete), [`bulk`](DocStore::bulk) with a result per item, paged
+//!   [`delete`](DocStore::delete) (each one [`write`](DocStore::write)),
+//!   [`bulk`](DocStore::bulk) with a result per item, paged
 //!   [`search`](DocStore::search) by path, [`count`](DocStore::count) and
 //!   [`refresh`](DocStore::refresh). One call is one round trip. A caller that stops paging
 //!   early closes the search with `close_cursor`.
@@ -76,5 +77,5 @@ pub use scripted::{
 pub use sqlite::{SqliteOptions, SqliteStore};
 pub use store::{DocStore, SharedStore};
 pub use types::{
-    BulkItemResult, BulkOp, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
+    BulkItemResult, BulkOp, Chain, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
 };

@@ -6,7 +6,7 @@ use std::ops::ControlFlow;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::stream::{FuturesUnordered, StreamExt};
+use futures::stream::{FuturesUnordered, Stream, StreamExt};
 
 use crate::error::Result;
 use crate::scan::Scan;
@@ -60,30 +60,8 @@ impl Scan {
         let in_flight = in_flight.max(1);
         let mut failed = None;
         {
-            // `next` on this stream may be dropped unfinished (the other branch of the select
-            // won) and polled again later: the stream keeps the read under way, so no page is
-            // lost, as it would be by dropping a `next_page` half-way.
-            //
-            // A read under way when the pipeline stops is finished, not dropped: the first
-            // read of a scan opens what the store keeps open for it (a point in time), and a
-            // read dropped half-way would leave that open with no cursor to close it. (It can
-            // happen only with a page handed in first, whose work may fail before the scan's
-            // first read has come back.)
             let reading_now = AtomicBool::new(false);
-            let mut pages = pin!(futures::stream::unfold(&mut *self, |scan| {
-                let reading_now = &reading_now;
-                async move {
-                    reading_now.store(true, Ordering::Relaxed);
-                    let page = scan.next_page().await;
-                    reading_now.store(false, Ordering::Relaxed);
-                    match page {
-                        Ok(Some(page)) => Some((Ok(page), scan)),
-                        Ok(None) => None,
-                        Err(e) => Some((Err(e), scan)),
-                    }
-                }
-            })
-            .fuse());
+            let mut pages = pin!(read_pages(&mut *self, &reading_now));
             let mut running = FuturesUnordered::new();
             let mut ahead: Option<Vec<StoredDoc>> = (!first.is_empty()).then_some(first);
             let (mut reading, mut stopped) = (true, false);
@@ -127,6 +105,34 @@ impl Scan {
         self.close().await;
         failed.map_or(Ok(()), Err)
     }
+}
+
+/// Returns the pages of `scan` as a stream, with `reading_now` set while a read is under way.
+///
+/// `next` on this stream may be dropped unfinished (the other branch of the pipeline's select
+/// won) and polled again later: the stream keeps the read under way, so no page is lost, as it
+/// would be by dropping a `next_page` half-way.
+///
+/// A read under way when the pipeline stops is finished, not dropped (that is what
+/// `reading_now` tells): the first read of a scan opens what the store keeps open for it (a
+/// point in time), and a read dropped half-way would leave that open with no cursor to close
+/// it. (It can happen only with a page handed in first, whose work may fail before the scan's
+/// first read has come back.)
+fn read_pages<'s>(
+    scan: &'s mut Scan,
+    reading_now: &'s AtomicBool,
+) -> impl Stream<Item = Result<Vec<StoredDoc>>> + 's {
+    futures::stream::unfold(scan, move |scan| async move {
+        reading_now.store(true, Ordering::Relaxed);
+        let page = scan.next_page().await;
+        reading_now.store(false, Ordering::Relaxed);
+        match page {
+            Ok(Some(page)) => Some((Ok(page), scan)),
+            Ok(None) => None,
+            Err(e) => Some((Err(e), scan)),
+        }
+    })
+    .fuse()
 }
 
 #[cfg(test)]

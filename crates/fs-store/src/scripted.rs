@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::error::{Result, StoreError};
-use crate::types::{BulkOp, Chained, Version};
+use crate::types::{Chain, Chained, Version};
 
 /// An update of one document by a stored script, with a document to insert if it is missing.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,25 +89,22 @@ pub trait ScriptedUpdates: Send + Sync {
         false
     }
 
-    /// Makes `first` (one write to `first_index`) and, only if it landed, the updates of
-    /// `index`, in one request and one transaction: a job's journal entry closed and its locks
-    /// released at once, so that neither can land without the other having landed first.
-    /// Ask [`ScriptedUpdates::chains`] first: a store that cannot chain answers
+    /// Makes `chain.first` and, only if it landed, the updates `chain.then` (refreshed with
+    /// `chain.refresh`), in one request and one transaction: a job's journal entry closed and
+    /// its locks released at once, so that neither can land without the other having landed
+    /// first. Ask [`ScriptedUpdates::chains`] first: a store that cannot chain answers
     /// [`StoreError::Rejected`] and changes nothing.
     ///
     /// # Errors
     /// Failures of the request as a whole (then neither landed).
     async fn bulk_update_after(
         &self,
-        first_index: &str,
-        first: BulkOp,
-        index: &str,
-        items: Vec<ScriptedUpdate>,
+        chain: Chain<'_, ScriptedUpdate>,
     ) -> Result<Chained<UpdateItemResult>> {
-        let _ = (first, items);
         Err(StoreError::Rejected {
             context: format!(
-                "a write to `{first_index}` chained with scripted updates of `{index}`"
+                "a write to `{}` chained with scripted updates of `{}`",
+                chain.first_index, chain.index
             ),
             status: None,
             message: "this store cannot make them in one transaction".to_owned(),

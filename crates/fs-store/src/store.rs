@@ -12,7 +12,7 @@ use crate::capabilities::Capabilities;
 use crate::error::{Result, StoreError};
 use crate::scripted::ScriptedUpdates;
 use crate::types::{
-    BulkItemResult, BulkOp, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
+    BulkItemResult, BulkOp, Chain, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
 };
 
 /// A document store with Elasticsearch's guarantees: each document is read and written
@@ -57,33 +57,64 @@ pub trait DocStore: Send + Sync + Debug {
     /// As [`DocStore::get`].
     async fn mget(&self, index: &str, ids: &[String]) -> Result<Vec<Option<StoredDoc>>>;
 
-    /// Creates a document; fails if `id` exists.
+    /// Makes one write (a create, an index or a delete, as in a bulk request) in a request of
+    /// its own and returns the version written (for a delete, the version of the deletion).
+    /// Callers name the write: [`DocStore::create`], [`DocStore::index`] and
+    /// [`DocStore::delete`] build it.
+    ///
+    /// One method for the three, so that a store or a wrapper writes a document in one place,
+    /// as it writes a bulk request's items; the three are built from it and no store
+    /// overrides them, so they cannot differ from it.
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`](crate::StoreError::Conflict) carrying the current version for
+    /// a create of an existing id and a write whose `if_version` does not match (or whose
+    /// document does not exist); [`StoreError::NotFound`](crate::StoreError::NotFound) for an
+    /// unconditional delete of a missing document.
+    async fn write(&self, index: &str, op: BulkOp) -> Result<Version>;
+
+    /// Creates a document; fails if `id` exists. Built from [`DocStore::write`].
     ///
     /// # Errors
     /// [`StoreError::Conflict`](crate::StoreError::Conflict) carrying the existing version.
-    async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version>;
+    async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
+        let id = id.to_owned();
+        self.write(index, BulkOp::Create { id, source }).await
+    }
 
     /// Creates or replaces a document; with `if_version`, only if it is at that version.
+    /// Built from [`DocStore::write`].
     ///
     /// # Errors
-    /// [`StoreError::Conflict`](crate::StoreError::Conflict) if `if_version` does not match (or
-    /// the document does not exist).
+    /// [`StoreError::Conflict`](crate::StoreError::Conflict) if `if_version` does not match
+    /// (or the document does not exist).
     async fn index(
         &self,
         index: &str,
         id: &str,
         source: Value,
         if_version: Option<Version>,
-    ) -> Result<Version>;
+    ) -> Result<Version> {
+        let id = id.to_owned();
+        let op = BulkOp::Index {
+            id,
+            source,
+            if_version,
+        };
+        self.write(index, op).await
+    }
 
     /// Deletes a document; with `if_version`, only if it is at that version. Returns the
-    /// version of the deletion.
+    /// version of the deletion. Built from [`DocStore::write`].
     ///
     /// # Errors
     /// [`StoreError::NotFound`](crate::StoreError::NotFound) for an unconditional delete of a
-    /// missing document; [`StoreError::Conflict`](crate::StoreError::Conflict) if `if_version`
-    /// does not match.
-    async fn delete(&self, index: &str, id: &str, if_version: Option<Version>) -> Result<Version>;
+    /// missing document; [`StoreError::Conflict`](crate::StoreError::Conflict) if
+    /// `if_version` does not match.
+    async fn delete(&self, index: &str, id: &str, if_version: Option<Version>) -> Result<Version> {
+        let id = id.to_owned();
+        self.write(index, BulkOp::Delete { id, if_version }).await
+    }
 
     /// Runs many writes in one round trip; returns one result per operation, in order.
     ///
@@ -142,32 +173,23 @@ impl<'s> dyn DocStore + 's {
         self.capabilities().chained_bulk.is_some()
     }
 
-    /// Makes `first` (one write to `first_index`) and, only if it landed, the bulk `ops` on
-    /// `index` (refreshed in the same call with `refresh`, as by
-    /// `bulk_refreshed`), in one request and one transaction: a job's
-    /// journal entry and its first writes, so that neither lands without the other. Ask
-    /// `chains_bulk` first: a store that cannot chain answers
+    /// Makes `chain.first` and, only if it landed, the bulk operations `chain.then` (refreshed
+    /// in the same call with `chain.refresh`, as by `bulk_refreshed`), in one request and one
+    /// transaction: a job's journal entry and its first writes, so that neither lands without
+    /// the other. Ask `chains_bulk` first: a store that cannot chain answers
     /// [`StoreError::Rejected`] and changes nothing.
     ///
     /// # Errors
     /// Failures of the request as a whole (then nothing landed, unless only the refresh
     /// failed).
-    pub async fn bulk_after(
-        &self,
-        first_index: &str,
-        first: BulkOp,
-        index: &str,
-        ops: Vec<BulkOp>,
-        refresh: bool,
-    ) -> Result<Chained<BulkItemResult>> {
+    pub async fn bulk_after(&self, chain: Chain<'_, BulkOp>) -> Result<Chained<BulkItemResult>> {
         match self.capabilities().chained_bulk {
-            Some(chained) => {
-                chained
-                    .bulk_after(first_index, first, index, ops, refresh)
-                    .await
-            }
+            Some(chained) => chained.bulk_after(chain).await,
             None => Err(StoreError::rejected(
-                format!("a write to `{first_index}` chained with a bulk request to `{index}`"),
+                format!(
+                    "a write to `{}` chained with a bulk request to `{}`",
+                    chain.first_index, chain.index
+                ),
                 "this store cannot make them in one transaction",
             )),
         }

@@ -59,6 +59,29 @@ impl BulkOp {
 /// deletion), or why this item failed. Other items are unaffected by one item's failure.
 pub type BulkItemResult = Result<Version, crate::StoreError>;
 
+/// A write that goes first and a batch that lands only if it did, in one request and one
+/// transaction ([`ChainedBulk::bulk_after`](crate::ChainedBulk::bulk_after) with bulk
+/// operations, [`ScriptedUpdates::bulk_update_after`](crate::ScriptedUpdates::bulk_update_after)
+/// with scripted updates): a job's journal entry and its first writes, or its entry closed and
+/// its locks released, so that neither lands without the other.
+///
+/// One value rather than five parameters, so that the trait, its wrappers and its stores each
+/// name a chained request once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chain<'a, T> {
+    /// The index the first write goes to.
+    pub first_index: &'a str,
+    /// The first write.
+    pub first: BulkOp,
+    /// The index the batch goes to.
+    pub index: &'a str,
+    /// The batch, run only if the first write landed: one result each, in order.
+    pub then: Vec<T>,
+    /// Whether the batch is made searchable (a refresh of `index`) before the answer, as by
+    /// a refreshed bulk request; nothing is refreshed when the first write did not land.
+    pub refresh: bool,
+}
+
 /// What a chained request did: one write, then (only if it landed) the writes that depend on
 /// it, in one transaction ([`ChainedBulk::bulk_after`](crate::ChainedBulk::bulk_after),
 /// [`ScriptedUpdates::bulk_update_after`](crate::ScriptedUpdates::bulk_update_after)).

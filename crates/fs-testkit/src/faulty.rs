@@ -295,7 +295,7 @@ impl StoreLayer for FaultyStore {
 
 #[cfg(test)]
 mod tests {
-    use fs_store::{Chained, CountingStore, SqliteOptions, SqliteStore};
+    use fs_store::{Chain, Chained, CountingStore, SqliteOptions, SqliteStore};
     use serde_json::json;
 
     use super::*;
@@ -325,7 +325,13 @@ mod tests {
             source: json!({"path": "/a"}),
         }];
         let chained = store
-            .bulk_after("journal", entry, "tree", ops, true)
+            .bulk_after(Chain {
+                first_index: "journal",
+                first: entry,
+                index: "tree",
+                then: ops,
+                refresh: true,
+            })
             .await
             .expect("chained");
         assert!(

@@ -17,6 +17,8 @@
 //! - [`unique_name`]: index names no other test uses, so tests can share one server.
 //! - [`FaultyStore`]: injects transient failures, lost answers, failed bulk items, process
 //!   freezes and process death, from a seed.
+//! - [`FailingRelease`]: fails a job's lock release once it has closed its journal entry
+//!   ([`ReleaseFailure`] says how), for the tests of a release that fails after a rename.
 //! - [`LatencyStore`]: makes every call wait a fixed round trip, as a remote cluster would.
 //! - [`ScriptingStore`]: runs the lock scripts on any store with Elasticsearch's update
 //!   semantics ([`scripted_update`], which the proxy uses too), for the scripted protocol in
@@ -27,6 +29,7 @@
 #![deny(missing_docs)]
 
 mod es_proxy;
+mod failing_release;
 mod faulty;
 mod latency;
 mod real_cluster;
@@ -40,6 +43,7 @@ use std::sync::{Arc, OnceLock};
 pub use es_proxy::{
     ContextKind, EsProxy, EsProxyOptions, NetFaults, OpenContext, ProxyStats, FAULT_SEED_VAR,
 };
+pub use failing_release::{FailingRelease, ReleaseFailure};
 pub use faulty::{faulty, FaultPlan, FaultyStore};
 use fs_store::{ElasticConfig, ElasticStore, SharedStore, SqliteOptions, SqliteStore};
 pub use latency::LatencyStore;

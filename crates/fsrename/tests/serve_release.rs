@@ -2,96 +2,16 @@
 //! is `done` with a warning naming the locks left, and the service clears them itself once
 //! their lease has run out. On the embedded store and on osmem.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use fs_model::{journal_index_name, lock_index_name, FsDoc, FsPath};
+use fs_model::{lock_index_name, FsDoc, FsPath};
 use fs_rename::FsTree;
-use fs_store::{
-    BulkItemResult, BulkOp, Capabilities, DocStore, Scope, SharedStore, StoreError, StoreLayer,
-    Version,
-};
-use fs_testkit::Backend;
+use fs_store::{Scope, SharedStore};
+use fs_testkit::{Backend, FailingRelease, ReleaseFailure};
 use fsrename::serve::{ServeConfig, Server};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
-
-/// Wraps a store and fails the first lock release (a bulk request to the lock index that
-/// deletes something) sent after a journal entry was closed. Renewals only rewrite lock
-/// documents, so they go through; so does everything after the one failure.
-#[derive(Debug)]
-struct FailingRelease {
-    inner: SharedStore,
-    lock_index: String,
-    journal_index: String,
-    armed: AtomicBool,
-    failed: AtomicUsize,
-}
-
-#[async_trait]
-impl StoreLayer for FailingRelease {
-    fn inner(&self) -> &dyn DocStore {
-        &*self.inner
-    }
-    fn on_describe(&self) -> String {
-        format!("failing-release({})", self.inner.describe())
-    }
-    /// Offers neither scripts nor the ways of writing items that would go around its
-    /// `on_bulk`: the release it fails is the compare-and-set one, a bulk request.
-    fn on_capabilities<'a>(&'a self, offered: Capabilities<'a>) -> Capabilities<'a> {
-        Capabilities {
-            scripts: None,
-            chained_bulk: None,
-            refreshed_bulk: None,
-            ..offered
-        }
-    }
-    async fn on_index(
-        &self,
-        index: &str,
-        id: &str,
-        s: Value,
-        v: Option<Version>,
-    ) -> fs_store::Result<Version> {
-        // Closing a journal entry leaves a tombstone (a fence) at its id.
-        let closing = index == self.journal_index && s["state"] == "fenced";
-        let result = self.inner.index(index, id, s, v).await;
-        if closing && result.is_ok() {
-            self.armed.store(true, Ordering::SeqCst);
-        }
-        result
-    }
-    async fn on_delete(
-        &self,
-        index: &str,
-        id: &str,
-        v: Option<Version>,
-    ) -> fs_store::Result<Version> {
-        let result = self.inner.delete(index, id, v).await;
-        if index == self.journal_index && result.is_ok() {
-            self.armed.store(true, Ordering::SeqCst);
-        }
-        result
-    }
-    async fn on_bulk(
-        &self,
-        index: &str,
-        ops: Vec<BulkOp>,
-    ) -> fs_store::Result<Vec<BulkItemResult>> {
-        let release =
-            index == self.lock_index && ops.iter().any(|op| matches!(op, BulkOp::Delete { .. }));
-        if release && self.armed.swap(false, Ordering::SeqCst) {
-            self.failed.fetch_add(1, Ordering::SeqCst);
-            return Err(StoreError::Backend {
-                context: "releasing locks (test)".into(),
-                message: "injected failure after the journal entry was closed".into(),
-            });
-        }
-        self.inner.bulk(index, ops).await
-    }
-}
 
 fn p(s: &str) -> FsPath {
     FsPath::parse(s).expect("test path")
@@ -109,13 +29,7 @@ async fn a_job_whose_release_fails_is_done_and_its_locks_are_cleared(backend: Ba
     let raw = backend.store();
     let index = fs_testkit::unique_name("fs");
     let lock_index = lock_index_name(&index);
-    let store = Arc::new(FailingRelease {
-        inner: Arc::clone(&raw),
-        lock_index: lock_index.clone(),
-        journal_index: journal_index_name(&index),
-        armed: AtomicBool::new(false),
-        failed: AtomicUsize::new(0),
-    });
+    let store = FailingRelease::new(Arc::clone(&raw), &index, ReleaseFailure::FirstRelease);
     let lease = Duration::from_secs(1);
     let mut config = ServeConfig::new(index.clone());
     config.listen = "127.0.0.1:0".parse().expect("addr");
@@ -166,7 +80,7 @@ async fn a_job_whose_release_fails_is_done_and_its_locks_are_cleared(backend: Ba
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
 
-    assert_eq!(store.failed.load(Ordering::SeqCst), 1, "the release failed");
+    assert_eq!(store.failed(), 1, "the release failed");
     assert_eq!(job["state"], "done", "{job}");
     assert_eq!(job["error"], Value::Null, "{job}");
     assert_eq!(job["report"]["rewritten"], 6, "{job}");

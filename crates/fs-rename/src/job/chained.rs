@@ -10,7 +10,7 @@
 
 use fs_locks::LockClient;
 use fs_model::FsPath;
-use fs_store::{BulkOp, Chained, StoreError, Version};
+use fs_store::{BulkOp, Chain, Chained, StoreError, Version};
 
 use super::before_write::Gate;
 use super::Renamer;
@@ -69,7 +69,13 @@ impl Renamer {
         let first = journal.open_write(entry)?;
         let sent = tree
             .store()
-            .bulk_after(journal.index(), first, tree.index(), ops, true)
+            .bulk_after(Chain {
+                first_index: journal.index(),
+                first,
+                index: tree.index(),
+                then: ops,
+                refresh: true,
+            })
             .await;
         let results = match sent {
             Ok(Chained::Ran(version, results)) => (version, results),

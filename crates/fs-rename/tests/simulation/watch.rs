@@ -458,44 +458,19 @@ impl StoreLayer for Watched {
         let result = self.0.raw.mget(index, ids).await;
         self.read(|| format!("mget {index} {ids:?}"), result).await
     }
-    async fn on_create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
-        let shown = source.to_string();
+    async fn on_write(&self, index: &str, op: BulkOp) -> Result<Version> {
+        let shown = match &op {
+            BulkOp::Create { id, source } => format!("create {index}/{id} {source}"),
+            BulkOp::Index {
+                id,
+                source,
+                if_version,
+            } => format!("index {index}/{id} if {if_version:?} {source}"),
+            BulkOp::Delete { id, if_version } => format!("delete {index}/{id} if {if_version:?}"),
+        };
         let journal = self.0.journal_before(index).await;
-        let result = self.0.raw.create(index, id, source).await;
-        self.write(journal, || format!("create {index}/{id} {shown}"), result)
-            .await
-    }
-    async fn on_index(
-        &self,
-        index: &str,
-        id: &str,
-        source: Value,
-        if_version: Option<Version>,
-    ) -> Result<Version> {
-        let shown = source.to_string();
-        let journal = self.0.journal_before(index).await;
-        let result = self.0.raw.index(index, id, source, if_version).await;
-        self.write(
-            journal,
-            || format!("index {index}/{id} if {if_version:?} {shown}"),
-            result,
-        )
-        .await
-    }
-    async fn on_delete(
-        &self,
-        index: &str,
-        id: &str,
-        if_version: Option<Version>,
-    ) -> Result<Version> {
-        let journal = self.0.journal_before(index).await;
-        let result = self.0.raw.delete(index, id, if_version).await;
-        self.write(
-            journal,
-            || format!("delete {index}/{id} if {if_version:?}"),
-            result,
-        )
-        .await
+        let result = self.0.raw.write(index, op).await;
+        self.write(journal, || shown.clone(), result).await
     }
     async fn on_bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
         let shown = self.0.trace.is_some().then(|| format!("{ops:?}"));

@@ -50,18 +50,29 @@ pub async fn chained_writes_land_together_or_not_at_all(store: SharedStore) {
         .create(&first_index, "taken", file("/taken"))
         .await
         .expect("create");
-    let ops = |path: &str| {
-        vec![BulkOp::Create {
-            id: path.trim_start_matches('/').to_owned(),
-            source: file(path),
-        }]
-    };
-    let create = |id: &str| BulkOp::Create {
-        id: id.to_owned(),
-        source: file(&format!("/{id}")),
-    };
+    // The entry `first` in `first_index`, then the file at `path` in `index`, refreshed.
+    fn chain<'a>(
+        first_index: &'a str,
+        first: &str,
+        index: &'a str,
+        path: &str,
+    ) -> Chain<'a, BulkOp> {
+        Chain {
+            first_index,
+            first: BulkOp::Create {
+                id: first.to_owned(),
+                source: file(&format!("/{first}")),
+            },
+            index,
+            then: vec![BulkOp::Create {
+                id: path.trim_start_matches('/').to_owned(),
+                source: file(path),
+            }],
+            refresh: true,
+        }
+    }
     let sent = store
-        .bulk_after(&first_index, create("entry"), &index, ops("/a"), true)
+        .bulk_after(chain(&first_index, "entry", &index, "/a"))
         .await;
     if !store.chains_bulk() {
         assert!(
@@ -89,7 +100,7 @@ pub async fn chained_writes_land_together_or_not_at_all(store: SharedStore) {
         "the bulk landed, searchable with no refresh after it"
     );
     let refused = store
-        .bulk_after(&first_index, create("taken"), &index, ops("/b"), true)
+        .bulk_after(chain(&first_index, "taken", &index, "/b"))
         .await
         .expect("chained");
     assert!(
@@ -98,7 +109,7 @@ pub async fn chained_writes_land_together_or_not_at_all(store: SharedStore) {
     );
     let missing = format!("{first_index}-missing");
     let refused = store
-        .bulk_after(&missing, create("entry"), &index, ops("/c"), true)
+        .bulk_after(chain(&missing, "entry", &index, "/c"))
         .await
         .expect("chained");
     assert!(

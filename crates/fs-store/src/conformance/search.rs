@@ -18,29 +18,36 @@ const TREE: &[&str] = &[
     "/日本/é",
 ];
 
-pub async fn search_subtree_is_component_wise(store: SharedStore) {
-    let index = fresh_index(&*store, "conf-subtree").await;
-    put_paths(&*store, &index, TREE).await;
+/// The subtree of `/clinton` in [`TREE`], in path order: not `/clinton-x`, `/clintonx` nor
+/// `/clinton0`, whose paths only start with the same letters.
+const CLINTON: &[&str] = &[
+    "/clinton",
+    "/clinton/a.txt",
+    "/clinton/projects",
+    "/clinton/projects/elasticsearch",
+    "/clinton/projects/elasticsearch/README.txt",
+    "/clinton/projects/kibana",
+];
+
+/// Returns a fresh index named after `prefix` that holds [`TREE`] and one document without a
+/// path, refreshed: what a search by scope must tell apart.
+async fn tree_and_pathless(store: &dyn DocStore, prefix: &str) -> String {
+    let index = fresh_index(store, prefix).await;
+    put_paths(store, &index, TREE).await;
     store
         .create(&index, "no-path", json!({"lock_type": "exclusive"}))
         .await
         .expect("create");
     store.refresh(&index).await.expect("refresh");
+    index
+}
+
+pub async fn search_subtree_is_component_wise(store: SharedStore) {
+    let index = tree_and_pathless(&*store, "conf-subtree").await;
     let clinton = Scope::Subtree(FsPath::parse("/clinton").expect("path"));
     for size in [1, 2, 3, 100] {
         let got = search_all(&*store, &index, clinton.clone(), size).await;
-        assert_eq!(
-            got,
-            vec![
-                "/clinton",
-                "/clinton/a.txt",
-                "/clinton/projects",
-                "/clinton/projects/elasticsearch",
-                "/clinton/projects/elasticsearch/README.txt",
-                "/clinton/projects/kibana",
-            ],
-            "page size {size}"
-        );
+        assert_eq!(got, CLINTON, "page size {size}");
     }
     let leaf = Scope::Subtree(FsPath::parse("/clinton/a.txt").expect("path"));
     assert_eq!(
@@ -128,20 +135,12 @@ pub async fn search_all_pages_everything(store: SharedStore) {
     store.refresh(&index).await.expect("refresh");
     for size in [1, 5, 1000] {
         let mut ids = BTreeSet::new();
-        let mut request = SearchRequest::first(Scope::All, size);
-        loop {
-            let page = store.search(&index, request.clone()).await.expect("search");
-            for d in page.docs {
-                assert!(
-                    ids.insert(d.id.clone()),
-                    "`{}` returned twice at page size {size}",
-                    d.id
-                );
-            }
-            match page.next {
-                Some(c) => request.after = Some(c),
-                None => break,
-            }
+        for d in search_docs(&*store, &index, Scope::All, size).await {
+            assert!(
+                ids.insert(d.id.clone()),
+                "`{}` returned twice at page size {size}",
+                d.id
+            );
         }
         assert_eq!(ids.len(), TREE.len() + 1, "page size {size}");
     }
@@ -162,16 +161,8 @@ pub async fn search_pathless(store: SharedStore) {
     }
     store.refresh(&index).await.expect("refresh");
     for size in [1, 2, 1000] {
-        let mut ids = Vec::new();
-        let mut request = SearchRequest::first(Scope::Pathless, size);
-        loop {
-            let page = store.search(&index, request.clone()).await.expect("search");
-            ids.extend(page.docs.into_iter().map(|d| d.id));
-            match page.next {
-                Some(c) => request.after = Some(c),
-                None => break,
-            }
-        }
+        let docs = search_docs(&*store, &index, Scope::Pathless, size).await;
+        let mut ids: Vec<String> = docs.into_iter().map(|d| d.id).collect();
         ids.sort();
         assert_eq!(ids, ["claim-a", "claim-b", "claim-c"], "page size {size}");
     }
@@ -341,13 +332,7 @@ pub async fn search_subtree_from(store: SharedStore) {
 /// scope in path order, every document once, in one page with no next; a cursor is refused;
 /// count agrees with `AnyOf`.
 pub async fn search_in_turn(store: SharedStore) {
-    let index = fresh_index(&*store, "conf-in-turn").await;
-    put_paths(&*store, &index, TREE).await;
-    store
-        .create(&index, "no-path", json!({"lock_type": "exclusive"}))
-        .await
-        .expect("create");
-    store.refresh(&index).await.expect("refresh");
+    let index = tree_and_pathless(&*store, "conf-in-turn").await;
     let path = |p: &str| FsPath::parse(p).expect("path");
     let scopes = vec![
         Scope::Exact(path("/gormley")),
@@ -375,16 +360,7 @@ pub async fn search_in_turn(store: SharedStore) {
                 .collect::<Vec<_>>()
         }
     };
-    let all = vec![
-        "/gormley",
-        "/clinton",
-        "/clinton/a.txt",
-        "/clinton/projects",
-        "/clinton/projects/elasticsearch",
-        "/clinton/projects/elasticsearch/README.txt",
-        "/clinton/projects/kibana",
-        "/日本/é",
-    ];
+    let all: Vec<&str> = [&["/gormley"], CLINTON, &["/日本/é"]].concat();
     assert_eq!(search(100).await, all);
     // A page too small for everything keeps the earlier scopes whole.
     assert_eq!(search(3).await, all[..3].to_vec());

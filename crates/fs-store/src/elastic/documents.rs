@@ -80,56 +80,44 @@ impl ElasticStore {
             .collect()
     }
 
-    pub(super) async fn create_doc(&self, index: &str, id: &str, source: Value) -> Result<Version> {
-        let context = format!("creating `{index}/{id}`");
+    /// Makes one write in a request of its own (`_create`, or `_doc` to index or delete),
+    /// conditional on the document's version where `op` names one.
+    pub(super) async fn write_doc(&self, index: &str, op: &BulkOp) -> Result<Version> {
+        let id = op.id();
+        let verb = match op {
+            BulkOp::Create { .. } => "creating",
+            BulkOp::Index { .. } => "writing",
+            BulkOp::Delete { .. } => "deleting",
+        };
+        let context = format!("{verb} `{index}/{id}`");
         let client = &self.inner.client;
-        let body = self
-            .ok(&context, index, id, Retry::IfNotCarriedOut, || {
-                client
-                    .create(CreateParts::IndexId(index, id))
-                    .body(source.clone())
-                    .send()
-            })
-            .await?;
+        let retry = Retry::IfNotCarriedOut;
+        let body = match op {
+            BulkOp::Create { source, .. } => {
+                let create = || {
+                    let request = client.create(CreateParts::IndexId(index, id));
+                    request.body(source.clone()).send()
+                };
+                self.ok(&context, index, id, retry, create).await?
+            }
+            BulkOp::Index {
+                source, if_version, ..
+            } => {
+                let write = || {
+                    let request = client.index(IndexParts::IndexId(index, id));
+                    if_version!(request, if_version).body(source.clone()).send()
+                };
+                self.ok(&context, index, id, retry, write).await?
+            }
+            BulkOp::Delete { if_version, .. } => {
+                let delete = || {
+                    let request = client.delete(DeleteParts::IndexId(index, id));
+                    if_version!(request, if_version).send()
+                };
+                self.ok(&context, index, id, retry, delete).await?
+            }
+        };
         written_version(context, &body)
-    }
-
-    pub(super) async fn index_doc(
-        &self,
-        index: &str,
-        id: &str,
-        source: Value,
-        if_version: Option<Version>,
-    ) -> Result<Version> {
-        let context = format!("writing `{index}/{id}`");
-        let client = &self.inner.client;
-        let body = self
-            .ok(&context, index, id, Retry::IfNotCarriedOut, || {
-                let request = client.index(IndexParts::IndexId(index, id));
-                if_version!(request, if_version).body(source.clone()).send()
-            })
-            .await?;
-        written_version(context, &body)
-    }
-
-    pub(super) async fn delete_doc(
-        &self,
-        index: &str,
-        id: &str,
-        if_version: Option<Version>,
-    ) -> Result<Version> {
-        let context = format!("deleting `{index}/{id}`");
-        let client = &self.inner.client;
-        let (status, body) = self
-            .send(&context, Retry::IfNotCarriedOut, || {
-                let request = client.delete(DeleteParts::IndexId(index, id));
-                if_version!(request, if_version).send()
-            })
-            .await?;
-        match status {
-            200..=299 => written_version(context, &body),
-            _ => Err(error_of(&context, index, id, status, &body)),
-        }
     }
 
     pub(super) async fn bulk_docs(

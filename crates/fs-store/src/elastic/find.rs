@@ -1,20 +1,20 @@
 //! `find`: the tree searched by name pattern and by the words of the content, in one request.
 
+use async_trait::async_trait;
 use fs_model::FindQuery;
 use serde_json::{json, Value};
 
 use super::search::{docs_of, scope_query};
 use super::ElasticStore;
+use crate::capabilities::Find;
 use crate::error::Result;
 use crate::types::{Scope, StoredDoc};
 
-impl ElasticStore {
-    pub(super) async fn find_docs(
-        &self,
-        index: &str,
-        query: &FindQuery,
-        size: usize,
-    ) -> Result<Vec<StoredDoc>> {
+// Implemented here, beside the body it sends: the request is this module's, and `mod.rs`
+// holds no forwarding method of the same signature.
+#[async_trait]
+impl Find for ElasticStore {
+    async fn find(&self, index: &str, query: &FindQuery, size: usize) -> Result<Vec<StoredDoc>> {
         let context = format!("searching `{index}` by name and content");
         let body = find_body(query, size);
         let answer = self.search_body(&context, index, &body, None).await?;

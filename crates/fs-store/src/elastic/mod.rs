@@ -48,7 +48,7 @@ pub use config::{redact, Auth, ElasticConfig, Paging};
 use cursor::{OpenContexts, PageCursor};
 use server::ServerInfo;
 
-use crate::capabilities::{Capabilities, Find, HeldCursors, IndexAdmin, RefreshedBulk};
+use crate::capabilities::{Capabilities, HeldCursors, IndexAdmin, RefreshedBulk};
 use crate::error::Result;
 use crate::store::DocStore;
 use crate::types::{
@@ -122,22 +122,8 @@ impl DocStore for ElasticStore {
         self.mget_docs(index, ids).await
     }
 
-    async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
-        self.create_doc(index, id, source).await
-    }
-
-    async fn index(
-        &self,
-        index: &str,
-        id: &str,
-        source: Value,
-        if_version: Option<Version>,
-    ) -> Result<Version> {
-        self.index_doc(index, id, source, if_version).await
-    }
-
-    async fn delete(&self, index: &str, id: &str, if_version: Option<Version>) -> Result<Version> {
-        self.delete_doc(index, id, if_version).await
+    async fn write(&self, index: &str, op: BulkOp) -> Result<Version> {
+        self.write_doc(index, &op).await
     }
 
     async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
@@ -186,18 +172,6 @@ impl HeldCursors for ElasticStore {
     async fn close_cursor(&self, index: &str, cursor: Cursor) -> Result<()> {
         let cursor = PageCursor::from_cursor(&format!("closing a search of `{index}`"), &cursor)?;
         self.close_context(index, &cursor).await
-    }
-}
-
-#[async_trait]
-impl Find for ElasticStore {
-    async fn find(
-        &self,
-        index: &str,
-        query: &fs_model::FindQuery,
-        size: usize,
-    ) -> Result<Vec<StoredDoc>> {
-        self.find_docs(index, query, size).await
     }
 }
 

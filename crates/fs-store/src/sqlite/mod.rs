@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fs_model::FindQuery;
 use rusqlite::Connection;
 use serde_json::Value;
 
@@ -26,7 +27,7 @@ use crate::error::{Result, StoreError};
 use crate::index_name::validate_index_name;
 use crate::store::DocStore;
 use crate::types::{
-    BulkItemResult, BulkOp, Chained, Page, Scope, SearchRequest, StoredDoc, Version,
+    BulkItemResult, BulkOp, Chain, Chained, Page, Scope, SearchRequest, StoredDoc, Version,
 };
 use writer::Writer;
 
@@ -252,29 +253,9 @@ impl DocStore for SqliteStore {
         self.run(move |conn, _| ops::mget(conn, &index, &ids)).await
     }
 
-    async fn create(&self, index: &str, id: &str, source: Value) -> Result<Version> {
-        let (index, id) = (index.to_owned(), id.to_owned());
-        self.run(move |conn, nrt| Writer::write(conn, &index, nrt, |w| w.create(&id, &source)))
-            .await
-    }
-
-    async fn index(
-        &self,
-        index: &str,
-        id: &str,
-        source: Value,
-        if_version: Option<Version>,
-    ) -> Result<Version> {
-        let (index, id) = (index.to_owned(), id.to_owned());
-        self.run(move |conn, nrt| {
-            Writer::write(conn, &index, nrt, |w| w.index(&id, &source, if_version))
-        })
-        .await
-    }
-
-    async fn delete(&self, index: &str, id: &str, if_version: Option<Version>) -> Result<Version> {
-        let (index, id) = (index.to_owned(), id.to_owned());
-        self.run(move |conn, nrt| Writer::write(conn, &index, nrt, |w| w.delete(&id, if_version)))
+    async fn write(&self, index: &str, op: BulkOp) -> Result<Version> {
+        let index = index.to_owned();
+        self.run(move |conn, nrt| Writer::write(conn, &index, nrt, |w| w.apply(&op)))
             .await
     }
 
@@ -335,20 +316,15 @@ impl RefreshedBulk for SqliteStore {
 impl ChainedBulk for SqliteStore {
     /// One transaction: the first write, then (only if it landed) the bulk; a first write
     /// that fails rolls back and changes nothing. The refresh follows in the same call.
-    async fn bulk_after(
-        &self,
-        first_index: &str,
-        first: BulkOp,
-        index: &str,
-        ops: Vec<BulkOp>,
-        refresh: bool,
-    ) -> Result<Chained<BulkItemResult>> {
-        let (first_index, index) = (first_index.to_owned(), index.to_owned());
+    async fn bulk_after(&self, chain: Chain<'_, BulkOp>) -> Result<Chained<BulkItemResult>> {
+        let (first, ops) = (chain.first, chain.then);
+        let (first_index, index) = (chain.first_index.to_owned(), chain.index.to_owned());
+        let refresh = chain.refresh;
         self.run(move |conn, nrt| {
             let chained =
                 Writer::chained(conn, nrt, (&first_index, &first), &index, |w| w.bulk(&ops))?;
-            if refresh && nrt && matches!(chained, Chained::Ran(..)) {
-                ops::refresh(conn, nrt, &index)?;
+            if refresh {
+                refresh_landed(conn, nrt, &index, &chained)?;
             }
             Ok(chained)
         })
@@ -356,14 +332,24 @@ impl ChainedBulk for SqliteStore {
     }
 }
 
+/// Refreshes `index` after a chained request whose first write landed (the batch ran), in
+/// the same call; realtime there is nothing to refresh, and after a first write that did not
+/// land nothing changed.
+fn refresh_landed<T>(
+    conn: &mut Connection,
+    nrt: bool,
+    index: &str,
+    chained: &Chained<T>,
+) -> Result<()> {
+    if nrt && matches!(chained, Chained::Ran(..)) {
+        ops::refresh(conn, nrt, index)?;
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl Find for SqliteStore {
-    async fn find(
-        &self,
-        index: &str,
-        query: &fs_model::FindQuery,
-        size: usize,
-    ) -> Result<Vec<StoredDoc>> {
+    async fn find(&self, index: &str, query: &FindQuery, size: usize) -> Result<Vec<StoredDoc>> {
         let (index, query) = (index.to_owned(), query.clone());
         self.run(move |conn, nrt| text::find(conn, nrt, &index, &query, size))
             .await

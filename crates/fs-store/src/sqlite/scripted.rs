@@ -18,7 +18,7 @@ use crate::scripted::{
     plan_update, unknown_script, PlannedWrite, ScriptedUpdate, ScriptedUpdates, UpdateItemResult,
     UpdateOutcome,
 };
-use crate::types::{BulkOp, Chained};
+use crate::types::{Chain, Chained};
 
 #[async_trait]
 impl ScriptedUpdates for SqliteStore {
@@ -55,17 +55,20 @@ impl ScriptedUpdates for SqliteStore {
     /// that fails rolls back and changes nothing.
     async fn bulk_update_after(
         &self,
-        first_index: &str,
-        first: BulkOp,
-        index: &str,
-        items: Vec<ScriptedUpdate>,
+        chain: Chain<'_, ScriptedUpdate>,
     ) -> Result<Chained<UpdateItemResult>> {
+        let (first, items) = (chain.first, chain.then);
         let scripts = self.scripts_of(&items);
-        let (first_index, index) = (first_index.to_owned(), index.to_owned());
+        let (first_index, index) = (chain.first_index.to_owned(), chain.index.to_owned());
+        let refresh = chain.refresh;
         self.run(move |conn, nrt| {
-            Writer::chained(conn, nrt, (&first_index, &first), &index, |w| {
+            let chained = Writer::chained(conn, nrt, (&first_index, &first), &index, |w| {
                 update_all(w, &index, &items, &scripts)
-            })
+            })?;
+            if refresh {
+                super::refresh_landed(conn, nrt, &index, &chained)?;
+            }
+            Ok(chained)
         })
         .await
     }

@@ -254,19 +254,23 @@ impl<'c> Writer<'c> {
         Ok(version(self.next_seq()))
     }
 
+    /// Makes one write: a store call's, or an item of a bulk request.
+    pub(super) fn apply(&mut self, op: &BulkOp) -> Result<Version> {
+        match op {
+            BulkOp::Create { id, source } => self.create(id, source),
+            BulkOp::Index {
+                id,
+                source,
+                if_version,
+            } => self.index(id, source, *if_version),
+            BulkOp::Delete { id, if_version } => self.delete(id, *if_version),
+        }
+    }
+
     pub(super) fn bulk(&mut self, ops: &[BulkOp]) -> Result<Vec<BulkItemResult>> {
         let mut results = Vec::with_capacity(ops.len());
         for op in ops {
-            let result = match op {
-                BulkOp::Create { id, source } => self.create(id, source),
-                BulkOp::Index {
-                    id,
-                    source,
-                    if_version,
-                } => self.index(id, source, *if_version),
-                BulkOp::Delete { id, if_version } => self.delete(id, *if_version),
-            };
-            match result {
+            match self.apply(op) {
                 // A database failure fails the whole request, as a lost connection would.
                 Err(e @ (StoreError::Backend { .. } | StoreError::Transient { .. })) => {
                     return Err(e)

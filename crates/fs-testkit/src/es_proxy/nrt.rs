@@ -10,7 +10,7 @@
 //! that answer always carries it.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::body::Bytes;
 use axum::http::Method;
@@ -48,9 +48,7 @@ pub(crate) struct Nrt {
 impl Nrt {
     /// Notes that `index/id` was written.
     pub(crate) fn written(&self, index: &str, id: &str) {
-        self.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        locked(&self.pending)
             .entry(index.to_owned())
             .or_default()
             .insert(id.to_owned());
@@ -63,7 +61,7 @@ impl Nrt {
         ids: impl IntoIterator<Item = (String, String)>,
     ) -> Writing {
         let ids: Vec<(String, String)> = ids.into_iter().collect();
-        let mut writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        let mut writing = locked(&self.writing);
         for (index, id) in &ids {
             *writing
                 .entry(index.clone())
@@ -81,76 +79,34 @@ impl Nrt {
     /// The ids a refresh of `index` copies: the writes noted (forgotten here), those under way
     /// and the stray ones (kept).
     fn take(&self, index: &str) -> Vec<String> {
-        let mut ids: HashSet<String> = self
-            .pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(index)
-            .unwrap_or_default();
-        if let Some(writing) = self
-            .writing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(index)
-        {
+        let mut ids: HashSet<String> = locked(&self.pending).remove(index).unwrap_or_default();
+        if let Some(writing) = locked(&self.writing).get(index) {
             ids.extend(writing.keys().cloned());
         }
-        if let Some(stray) = self
-            .stray
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(index)
-        {
+        if let Some(stray) = locked(&self.stray).get(index) {
             ids.extend(stray.iter().cloned());
         }
         ids.into_iter().collect()
     }
 
     fn pending_indices(&self) -> Vec<String> {
-        let mut indices: HashSet<String> = self
-            .pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .cloned()
-            .collect();
-        indices.extend(
-            self.stray
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .keys()
-                .cloned(),
-        );
-        indices.extend(
-            self.writing
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .keys()
-                .cloned(),
-        );
+        let mut indices: HashSet<String> = locked(&self.pending).keys().cloned().collect();
+        indices.extend(locked(&self.stray).keys().cloned());
+        indices.extend(locked(&self.writing).keys().cloned());
         indices.into_iter().collect()
     }
 
     fn has_copy(&self, index: &str) -> bool {
-        self.copies
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(index)
+        locked(&self.copies).contains(index)
     }
 
     fn forget(&self, index: &str) {
-        self.copies
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(index);
-        self.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(index);
+        locked(&self.copies).remove(index);
+        locked(&self.pending).remove(index);
     }
 
     fn refresh_lock(&self, index: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.refreshing.lock().unwrap_or_else(|p| p.into_inner());
+        let mut locks = locked(&self.refreshing);
         Arc::clone(locks.entry(index.to_owned()).or_default())
     }
 }
@@ -169,9 +125,15 @@ impl Writing {
     }
 }
 
+/// Locks `mutex`, poisoned or not: each critical section here leaves its map whole (one
+/// insert or removal at a time), so what a panicking holder left is still sound to use.
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Drop for Writing {
     fn drop(&mut self) {
-        let mut writing = self.nrt.writing.lock().unwrap_or_else(|p| p.into_inner());
+        let mut writing = locked(&self.nrt.writing);
         for (index, id) in &self.ids {
             if let Some(ids) = writing.get_mut(index) {
                 if let Some(n) = ids.get_mut(id) {
@@ -187,7 +149,7 @@ impl Drop for Writing {
         }
         drop(writing);
         if !self.done {
-            let mut stray = self.nrt.stray.lock().unwrap_or_else(|p| p.into_inner());
+            let mut stray = locked(&self.nrt.stray);
             for (index, id) in self.ids.drain(..) {
                 stray.entry(index).or_default().insert(id);
             }
@@ -268,11 +230,7 @@ impl Proxy {
                 "creating the searchable copy of {index}: HTTP {status} {answer}"
             ));
         }
-        self.nrt
-            .copies
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(index.to_owned());
+        locked(&self.nrt.copies).insert(index.to_owned());
         Ok(())
     }
 }
