@@ -15,13 +15,37 @@ use tokio::sync::watch;
 
 use super::Renamer;
 use crate::error::{RenameError, Result};
-use crate::tree::Entry;
+use crate::tree::{Entry, FsTree};
 
-/// The side the writes wait on. [`Gate::open`] makes one that never waits (a recovery
+/// What a job's writes go through: the tree they write, the locks they need (checked before
+/// every page) and the journal's gate.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hold<'a> {
+    pub(crate) tree: &'a FsTree,
+    pub(crate) locks: &'a LockClient,
+    pub(crate) gate: &'a Gate,
+}
+
+impl<'a> Hold<'a> {
+    /// A hold whose gate never waits: a job with nothing to journal first, or a recovery
+    /// finishing a journaled job.
+    pub(crate) fn open(tree: &'a FsTree, locks: &'a LockClient) -> Hold<'a> {
+        // Never dropped, so one open gate serves every hold.
+        static OPEN: Gate = Gate { state: None };
+        Hold {
+            tree,
+            locks,
+            gate: &OPEN,
+        }
+    }
+}
+
+/// The side the writes wait on. [`Hold::open`] holds one that never waits (a recovery
 /// finishing a journaled job, or a job with no locks and no journal).
 #[derive(Debug, Clone)]
 pub(crate) struct Gate {
-    state: watch::Receiver<Option<bool>>,
+    /// `None`: open for good, nothing to wait on.
+    state: Option<watch::Receiver<Option<bool>>>,
 }
 
 /// The side that says whether the entry landed.
@@ -31,23 +55,23 @@ pub(crate) struct Keeper {
 }
 
 impl Gate {
-    /// A gate already open.
-    pub fn open() -> Gate {
-        // A gate whose keeper answered and went away: the answer stays.
-        let (_, state) = watch::channel(Some(true));
-        Gate { state }
-    }
-
     /// A shut gate and its keeper.
     pub fn shut() -> (Keeper, Gate) {
         let (state, receiver) = watch::channel(None);
-        (Keeper { state }, Gate { state: receiver })
+        (
+            Keeper { state },
+            Gate {
+                state: Some(receiver),
+            },
+        )
     }
 
     /// Waits for the keeper's answer: true once the entry landed, false if it did not (or the
     /// keeper went away without an answer, which counts as not landed: nothing is written).
     pub async fn passed(&self) -> bool {
-        let mut state = self.state.clone();
+        let Some(mut state) = self.state.clone() else {
+            return true;
+        };
         let answer = match state.wait_for(Option::is_some).await {
             Ok(answer) => answer.unwrap_or(false),
             Err(_) => false,
@@ -75,12 +99,12 @@ impl Renamer {
     /// entry did not land, reports that instead.
     pub(super) async fn before_page(
         &self,
-        (locks, gate): (&LockClient, &Gate),
+        hold: Hold<'_>,
         entries: &[Entry],
         path: &FsPath,
         (rewritten, found): (u64, u64),
     ) -> Result<()> {
-        if !gate.passed().await {
+        if !hold.gate.passed().await {
             return Err(RenameError::Cancelled { rewritten, found });
         }
         if let Some(hooks) = &self.config.hooks {
@@ -89,7 +113,7 @@ impl Renamer {
         if self.config.cancel.as_ref().is_some_and(|c| *c.borrow()) {
             return Err(RenameError::Cancelled { rewritten, found });
         }
-        locks.ensure_held(path.as_str()).await?;
+        hold.locks.ensure_held(path.as_str()).await?;
         Ok(())
     }
 }
@@ -100,7 +124,7 @@ mod tests {
 
     #[tokio::test]
     async fn writes_pass_only_once_the_entry_landed() {
-        assert!(Gate::open().passed().await);
+        assert!(Gate { state: None }.passed().await);
 
         let (keeper, gate) = Gate::shut();
         let waiting = tokio::spawn({

@@ -12,7 +12,7 @@ use fs_locks::LockClient;
 use fs_model::FsPath;
 use fs_store::{BulkOp, Chain, Chained, StoreError, Version};
 
-use super::before_write::Gate;
+use super::before_write::Hold;
 use super::Renamer;
 use crate::error::{RenameError, Result};
 use crate::journal::{Journal, JournalEntry};
@@ -56,7 +56,7 @@ impl Renamer {
         report: &mut RenameReport,
     ) -> Result<Journaled> {
         self.before_page(
-            (locks, &Gate::open()),
+            Hold::open(tree, locks),
             &entries,
             from,
             (report.rewritten, report.found),

@@ -23,7 +23,7 @@ use fs_model::{FsDoc, FsPath};
 use fs_store::{BulkOp, Scope, StoreError, Version};
 use serde_json::Value;
 
-use super::before_write::Gate;
+use super::before_write::Hold;
 use super::Renamer;
 use crate::error::{RenameError, Result};
 use crate::report::{RenameEvent, RenameReport};
@@ -34,8 +34,7 @@ impl Renamer {
     /// (once known).
     pub(super) async fn copy_all(
         &self,
-        tree: &FsTree,
-        (locks, gate): (&LockClient, &Gate),
+        hold: Hold<'_>,
         (from, to): (&FsPath, &FsPath),
         job_id: &str,
         total: &OnceLock<u64>,
@@ -43,23 +42,22 @@ impl Renamer {
     ) -> Result<()> {
         let page_size = self.config.page_size;
         // Under locks nothing is added under the source (as for a rename).
-        let mut scan =
-            self.subtree_scan(tree, Scope::Subtree(from.clone()), total.get(), page_size);
+        let mut scan = self.subtree_scan(
+            hold.tree,
+            Scope::Subtree(from.clone()),
+            total.get(),
+            page_size,
+        );
         let copied = async {
             let context = || format!("scanning under `{from}`");
             // The scan is in path order, so a directory's page is written (and acknowledged)
             // before the page of anything under it is sent.
-            while let Some(page) = next_entries(&mut scan, tree.index(), context).await? {
+            while let Some(page) = next_entries(&mut scan, hold.tree.index(), context).await? {
                 let entries = page.collect::<Result<Vec<_>>>()?;
                 report.found += entries.len() as u64;
-                self.before_page(
-                    (locks, gate),
-                    &entries,
-                    from,
-                    (report.rewritten, report.found),
-                )
-                .await?;
-                self.copy_page(tree, locks, &entries, (from, to), job_id, report)
+                self.before_page(hold, &entries, from, (report.rewritten, report.found))
+                    .await?;
+                self.copy_page(hold.tree, hold.locks, &entries, (from, to), job_id, report)
                     .await?;
                 self.emit(RenameEvent::Progress {
                     done: report.rewritten,

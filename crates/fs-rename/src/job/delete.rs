@@ -12,11 +12,10 @@
 //! before children, the wrong way round), which costs memory in proportion to its size: an
 //! id, a version and a document, a few hundred bytes each.
 
-use fs_locks::LockClient;
 use fs_model::FsPath;
 use fs_store::{BulkOp, StoreError};
 
-use super::before_write::Gate;
+use super::before_write::Hold;
 use super::Renamer;
 use crate::error::{RenameError, Result};
 use crate::report::{RenameEvent, RenameReport};
@@ -26,17 +25,17 @@ impl Renamer {
     /// Deletes everything at or under `path`, deepest first.
     pub(super) async fn delete_all(
         &self,
-        tree: &FsTree,
-        (locks, gate): (&LockClient, &Gate),
+        hold: Hold<'_>,
         path: &FsPath,
         report: &mut RenameReport,
     ) -> Result<()> {
         let mut entries: Vec<Entry> = Vec::new();
-        tree.for_each_page(path, self.config.page_size, |page| {
-            entries.extend(page);
-            Ok(())
-        })
-        .await?;
+        hold.tree
+            .for_each_page(path, self.config.page_size, |page| {
+                entries.extend(page);
+                Ok(())
+            })
+            .await?;
         report.found = entries.len() as u64;
         // Deepest first; within a depth in path order, which only makes runs repeatable.
         entries.sort_by(|a, b| {
@@ -46,9 +45,9 @@ impl Renamer {
                 .then_with(|| a.doc.path.cmp(&b.doc.path))
         });
         for page in pages_by_depth(&entries, self.config.page_size) {
-            self.before_page((locks, gate), page, path, (report.rewritten, report.found))
+            self.before_page(hold, page, path, (report.rewritten, report.found))
                 .await?;
-            self.delete_page(tree, page, path, report).await?;
+            self.delete_page(hold.tree, page, path, report).await?;
             self.emit(RenameEvent::Progress {
                 done: report.rewritten,
                 total: report.found,

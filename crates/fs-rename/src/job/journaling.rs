@@ -8,7 +8,7 @@ use fs_locks::LockClient;
 use fs_store::Version;
 use tokio::time::Instant;
 
-use super::before_write::{Gate, Keeper};
+use super::before_write::{Gate, Hold, Keeper};
 use super::chained::Journaled;
 use super::run::{Read, Refresh};
 use super::{journaled, Renamer, Task};
@@ -71,8 +71,11 @@ impl Renamer {
                 tokio::join!(
                     self.open_entry(tree, task, (entry, journal), total, keeper),
                     self.finish(
-                        tree,
-                        (locks, &gate),
+                        Hold {
+                            tree,
+                            locks,
+                            gate: &gate,
+                        },
                         task,
                         &entry.job_id,
                         (total, read),
@@ -102,8 +105,7 @@ impl Renamer {
             first: Vec::new(),
         };
         self.finish(
-            tree,
-            (locks, &Gate::open()),
+            Hold::open(tree, locks),
             task,
             job_id,
             (total, again),

@@ -207,8 +207,7 @@ impl Renamer {
             self.emit(RenameEvent::Checked { total });
             // A journaled job: its writes wait for nothing.
             self.finish(
-                &tree,
-                (locks, &before_write::Gate::open()),
+                before_write::Hold::open(&tree, locks),
                 &task,
                 &entry.job_id,
                 (&std::sync::OnceLock::from(total), run::Read::default()),

@@ -5,12 +5,11 @@ use std::collections::HashSet;
 use std::ops::ControlFlow;
 use std::sync::{Arc, OnceLock};
 
-use fs_locks::LockClient;
 use fs_model::FsPath;
 use fs_store::{BulkOp, Scan, Scope, StoreError, StoredDoc};
 use serde_json::Value;
 
-use super::before_write::Gate;
+use super::before_write::Hold;
 use super::bulk::{ItemAnswer, Unanswered};
 use super::Renamer;
 use crate::error::{RenameError, Result};
@@ -89,8 +88,7 @@ impl Renamer {
     /// `total` is how many there are, once known (for progress).
     pub(super) async fn rewrite(
         &self,
-        tree: &FsTree,
-        (locks, gate): (&LockClient, &Gate),
+        hold: Hold<'_>,
         (from, to): (&FsPath, &FsPath),
         (total, read): (&OnceLock<u64>, Vec<StoredDoc>),
         report: &mut RenameReport,
@@ -100,10 +98,10 @@ impl Renamer {
             scope,
             first,
             again,
-        } = Resume::after(tree.index(), from, read, page_size)?;
+        } = Resume::after(hold.tree.index(), from, read, page_size)?;
         // A subtree the check read more than a page of does not fit in one.
         let known = if first.is_empty() { total.get() } else { None };
-        let mut scan = self.subtree_scan(tree, scope, known, page_size);
+        let mut scan = self.subtree_scan(hold.tree, scope, known, page_size);
         // The next page is read while the pages before it are written, up to `in_flight` bulk
         // requests at once: each document is written conditionally on the version its own
         // page read, so the pages need no order among themselves.
@@ -121,8 +119,7 @@ impl Renamer {
                         if scanned && !again.is_empty() {
                             docs.retain(|d| !again.contains(&d.id));
                         }
-                        self.write_scanned_page(tree, (locks, gate), (from, to), docs)
-                            .await
+                        self.write_scanned_page(hold, (from, to), docs).await
                     }
                 },
                 |(found, written, result)| {
@@ -176,8 +173,7 @@ impl Renamer {
     /// found, what was written, and how it ended.
     async fn write_scanned_page(
         &self,
-        tree: &FsTree,
-        (locks, gate): (&LockClient, &Gate),
+        hold: Hold<'_>,
         (from, to): (&FsPath, &FsPath),
         docs: Vec<StoredDoc>,
     ) -> (u64, Written, Result<()>) {
@@ -187,16 +183,13 @@ impl Renamer {
         }
         let entries = docs
             .into_iter()
-            .map(|d| Entry::from_stored(tree.index(), d))
+            .map(|d| Entry::from_stored(hold.tree.index(), d))
             .collect::<Result<Vec<_>>>();
         match entries {
             // The page was read while the locks were ours only if they still are now: past
             // this point a recoverer may have taken over, and what was read may be stale
             // (the check before the page's writes says which).
-            Ok(entries) => {
-                self.write_known_page(tree, (locks, gate), (from, to), &entries)
-                    .await
-            }
+            Ok(entries) => self.write_known_page(hold, (from, to), &entries).await,
             Err(e) => (found, Written::default(), Err(e)),
         }
     }
@@ -209,8 +202,7 @@ impl Renamer {
     /// refresh follows them.
     pub(super) async fn rewrite_known(
         &self,
-        tree: &FsTree,
-        (locks, gate): (&LockClient, &Gate),
+        hold: Hold<'_>,
         (from, to): (&FsPath, &FsPath),
         entries: Vec<Entry>,
         report: &mut RenameReport,
@@ -220,18 +212,13 @@ impl Renamer {
         let page_size = self.config.page_size.max(1);
         if entries.len() <= page_size {
             report.found += total;
-            self.before_page(
-                (locks, gate),
-                &entries,
-                from,
-                (report.rewritten, report.found),
-            )
-            .await?;
+            self.before_page(hold, &entries, from, (report.rewritten, report.found))
+                .await?;
             let mut written = Written::default();
             let result = if entries.is_empty() {
-                tree.refresh().await
+                hold.tree.refresh().await
             } else {
-                self.write_page(tree, &entries, (from, to), true, &mut written)
+                self.write_page(hold.tree, &entries, (from, to), true, &mut written)
                     .await
             };
             written.add_to(report);
@@ -244,7 +231,7 @@ impl Renamer {
         }
         let writes: Vec<_> = entries
             .chunks(page_size)
-            .map(|page| self.write_known_page(tree, (locks, gate), (from, to), page))
+            .map(|page| self.write_known_page(hold, (from, to), page))
             .collect();
         let mut pages = futures::stream::iter(writes).buffered(self.config.in_flight.max(1));
         let mut failure: Option<RenameError> = None;
@@ -265,22 +252,21 @@ impl Renamer {
         if let Some(e) = failure {
             return Err(recounted(e, report));
         }
-        tree.refresh().await
+        hold.tree.refresh().await
     }
 
     /// One page of [`Renamer::rewrite_known`]'s pipeline: its documents found, what was
     /// written, and how it ended.
     async fn write_known_page(
         &self,
-        tree: &FsTree,
-        (locks, gate): (&LockClient, &Gate),
+        hold: Hold<'_>,
         (from, to): (&FsPath, &FsPath),
         page: &[Entry],
     ) -> (u64, Written, Result<()>) {
         let mut written = Written::default();
-        let result = match self.before_page((locks, gate), page, from, (0, 0)).await {
+        let result = match self.before_page(hold, page, from, (0, 0)).await {
             Ok(()) => {
-                self.write_page(tree, page, (from, to), false, &mut written)
+                self.write_page(hold.tree, page, (from, to), false, &mut written)
                     .await
             }
             Err(e) => Err(e),

@@ -8,7 +8,7 @@ use fs_locks::{LockClient, LockEvent, LockGuard};
 use fs_store::{CountingStore, SharedStore, StoredDoc};
 use tokio::time::Instant;
 
-use super::before_write::Gate;
+use super::before_write::Hold;
 use super::task::Checked;
 use super::{journaled, RenameOutcome, Renamer, Task};
 use crate::error::{RenameError, Result};
@@ -229,8 +229,7 @@ impl Renamer {
         self.emit(RenameEvent::Checked { total: counted });
         let refresh = self
             .finish(
-                tree,
-                (locks, &Gate::open()),
+                Hold::open(tree, locks),
                 task,
                 job_id,
                 (&OnceLock::from(counted), Read::default()),
@@ -406,8 +405,7 @@ impl Renamer {
     /// caller sends it (with the journal's close, in a journaled job) before the release.
     pub(super) async fn finish(
         &self,
-        tree: &FsTree,
-        (locks, gate): (&LockClient, &Gate),
+        hold: Hold<'_>,
         task: &Task,
         job_id: &str,
         (total, read): (&OnceLock<u64>, Read),
@@ -419,19 +417,15 @@ impl Renamer {
             Task::Rename { from, to } => match read.known {
                 Some(entries) => {
                     refreshed = true;
-                    self.rewrite_known(tree, (locks, gate), (from, to), entries, report)
-                        .await
+                    self.rewrite_known(hold, (from, to), entries, report).await
                 }
                 None => {
-                    self.rewrite(tree, (locks, gate), (from, to), (total, read.first), report)
+                    self.rewrite(hold, (from, to), (total, read.first), report)
                         .await
                 }
             },
-            Task::Copy { from, to } => {
-                self.copy_all(tree, (locks, gate), (from, to), job_id, total, report)
-                    .await
-            }
-            Task::Delete { path, .. } => self.delete_all(tree, (locks, gate), path, report).await,
+            Task::Copy { from, to } => self.copy_all(hold, (from, to), job_id, total, report).await,
+            Task::Delete { path, .. } => self.delete_all(hold, path, report).await,
         };
         report.phases.rewriting = started.elapsed();
         written?;
