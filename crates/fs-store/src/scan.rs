@@ -124,7 +124,7 @@ impl Scan {
     /// A continuation that fails (its point in time or scroll died with the node that held
     /// it, its answer was lost, or some shards did not answer) does not end a scan of a scope
     /// read in path order: it starts again with a fresh search from the last path it
-    /// returned, leaving out the documents it returned at that path, up to [`MAX_RESTARTS`]
+    /// returned, leaving out the documents it returned at that path, up to ten
     /// times in a row. Nothing is returned twice and nothing is skipped, provided the
     /// documents from that path on did not change meanwhile (a scan under the locks of its
     /// subtree, whose holder writes only what the scan has returned).

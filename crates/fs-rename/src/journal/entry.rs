@@ -63,7 +63,7 @@ pub struct JournalFence {
     pub fenced_by: String,
 }
 
-/// What [`Journal::fence`] found at a job's journal id.
+/// What [`Journal::fence`](crate::journal::Journal::fence) found at a job's journal id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FenceOutcome {
     /// The id is fenced: the job can never journal. `new` if this call fenced it.
@@ -86,7 +86,7 @@ pub(super) const FENCED: &str = "fenced";
 /// The `fenced_by` of the tombstone a close leaves: what tells a finished job from a fenced one.
 pub(super) const CLOSED_BY: &str = "closed: the job is done";
 
-/// What the journal says of a job id ([`Journal::state_of`]).
+/// What the journal says of a job id ([`Journal::state_of`](crate::journal::Journal::state_of)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JournalState {
     /// Journaled and not finished: recovery rolls it forward once its locks expire.

@@ -67,7 +67,7 @@ pub struct RecoveryReport {
     /// while waiting their turn; they blocked nobody once expired).
     pub waiters_reaped: usize,
     /// Journal ids the sweep fenced before clearing the expired locks that named them (see
-    /// [`Journal::fence`]): jobs whose locks expired before they journaled, which may never
+    /// [`Journal::fence`](crate::journal::Journal::fence)): jobs whose locks expired before they journaled, which may never
     /// journal now, and jobs that finished and closed their entry but could not release their
     /// locks, for which the fence is only a tombstone.
     pub fenced: usize,
