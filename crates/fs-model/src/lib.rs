@@ -13,6 +13,8 @@
 //!   once for the typed locks, the scripts' Rust twins and their painless.
 //! - [`lock_scripts`]: the lock protocol's stored painless scripts, each beside the same logic
 //!   in Rust, for stores and test servers that run no painless.
+//! - [`rename_script`]: the stored painless script of a rename the server carries out
+//!   (`_update_by_query`), beside the same logic in Rust.
 //!
 //! ```
 //! use fs_model::{FsDoc, FsPath};
@@ -39,6 +41,7 @@ mod lock_mode;
 pub mod lock_scripts;
 mod mapping;
 mod path;
+pub mod rename_script;
 
 pub use doc::{DocKind, FsDoc, Identity};
 pub use error::{PathError, Result};

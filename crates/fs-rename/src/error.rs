@@ -110,6 +110,21 @@ pub enum RenameError {
         /// What is wrong.
         message: String,
     },
+    /// The server's task that rewrote a rename's documents stopped short: a document changed
+    /// under the locks (a foreign write), the script refused a document the check did not
+    /// see, or the task was cancelled. What it wrote stays written; the journal entry lets a
+    /// recovery finish the rename.
+    #[error("the server's rewrite of `{from}` stopped after {rewritten} of {found} documents: {failure}")]
+    ServerRewrite {
+        /// The source of the rename.
+        from: String,
+        /// Why the task stopped.
+        failure: fs_store::TaskFailure,
+        /// Documents the task rewrote.
+        rewritten: u64,
+        /// Documents it found.
+        found: u64,
+    },
     /// The job was cancelled (the service is shutting down). Before its first write its locks
     /// are released; after it, the error comes wrapped in [`RenameError::Unfinished`].
     #[error("cancelled after rewriting {rewritten} of {found} documents")]

@@ -5,7 +5,9 @@
 //!   locks of its [`Strategy`] (the book's tree, global or document locking), checks under
 //!   them, writes every affected document with writes conditional on what it read, and
 //!   releases on every exit path. Returns a [`RenameReport`]; progress is observable through
-//!   [`RenameEvent`]s.
+//!   [`RenameEvent`]s. Where the server runs painless, a large rename's documents are
+//!   rewritten by one task on the server, inside the same locks, check and journal
+//!   ([`Rewrite`]).
 //! - [`Journal`]: one entry per job ([`JobKind`]: rename, copy or delete) between its first and
 //!   last write; [`Recovery`] finishes the jobs that died (taking over their expired locks)
 //!   and sweeps the expired locks nobody will finish anything under.
@@ -52,6 +54,7 @@ mod ops;
 mod recover;
 mod report;
 mod resend;
+mod rewrite_mode;
 mod strategy;
 mod tree;
 
@@ -69,5 +72,6 @@ pub use kind::JobKind;
 pub use ops::{list, list_page, mkdir, stat, touch, Listed, LockSettings, Made};
 pub use recover::{Recovered, Recovery, RecoveryReport, Running};
 pub use report::{PhaseTimes, ProgressSink, RenameEvent, RenameHooks, RenameReport};
+pub use rewrite_mode::Rewrite;
 pub use strategy::Strategy;
 pub use tree::{Entry, FsTree, BULK_BATCH};

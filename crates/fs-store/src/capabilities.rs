@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::error::Result;
 use crate::scripted::ScriptedUpdates;
+use crate::server_rename::ServerRename;
 use crate::types::{BulkItemResult, BulkOp, Chain, Chained, Cursor, StoredDoc};
 
 /// What a store can do beyond the primitives, each capability the object that does it; `None`
@@ -37,6 +38,9 @@ pub struct Capabilities<'a> {
     /// Index mappings to extend, and a one-request check that indices exist. Without it, there
     /// is no mapping to extend, and whether indices exist is not known (callers create them).
     pub index_admin: Option<&'a dyn IndexAdmin>,
+    /// Renames the server carries out itself, as tasks (`_update_by_query` on a server that
+    /// runs painless). Without it, a rename's documents are rewritten by the client.
+    pub server_rename: Option<&'a dyn ServerRename>,
 }
 
 impl Capabilities<'_> {
@@ -48,6 +52,7 @@ impl Capabilities<'_> {
         held_cursors: None,
         find: None,
         index_admin: None,
+        server_rename: None,
     };
 
     /// The names of the capabilities present, for logs and test messages.
@@ -59,6 +64,7 @@ impl Capabilities<'_> {
             ("held_cursors", self.held_cursors.is_some()),
             ("find", self.find.is_some()),
             ("index_admin", self.index_admin.is_some()),
+            ("server_rename", self.server_rename.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, present)| present.then_some(name))

@@ -35,6 +35,7 @@ use crate::capabilities::{
 };
 use crate::error::{Result, StoreError};
 use crate::scripted::{ScriptedUpdate, ScriptedUpdates, UpdateItemResult};
+use crate::server_rename::{PrefixMove, ServerRename, TaskId, TaskState};
 use crate::store::DocStore;
 use crate::types::{
     BulkItemResult, BulkOp, Chain, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
@@ -66,6 +67,10 @@ pub enum Call {
     StoredScript,
     BulkUpdate,
     BulkUpdateAfter,
+    StartRename,
+    TaskState,
+    CancelTask,
+    RunningRenames,
 }
 
 impl Call {
@@ -85,9 +90,10 @@ impl Call {
         use Call::*;
         match self {
             CreateIndex | DeleteIndex | Create | Index | Delete | Bulk | BulkAfter
-            | BulkRefreshed | ExtendMapping | PutScript | BulkUpdate | BulkUpdateAfter => true,
+            | BulkRefreshed | ExtendMapping | PutScript | BulkUpdate | BulkUpdateAfter
+            | StartRename | CancelTask => true,
             Get | Mget | Search | Count | Refresh | CloseCursor | Find | IndicesExist
-            | StoredScript => false,
+            | StoredScript | TaskState | RunningRenames => false,
         }
     }
 
@@ -253,6 +259,45 @@ pub trait StoreLayer: Send + Sync + std::fmt::Debug {
             None => Err(no_scripts(chain.index)),
         }
     }
+
+    /// See [`ServerRename::start_rename`]; forwarded by default.
+    async fn on_start_rename(&self, index: &str, job: &PrefixMove) -> Result<TaskId> {
+        match self.inner().capabilities().server_rename {
+            Some(server) => server.start_rename(index, job).await,
+            None => Err(no_server_rename()),
+        }
+    }
+
+    /// See [`ServerRename::task_state`]; forwarded by default.
+    async fn on_task_state(&self, task: &TaskId) -> Result<TaskState> {
+        match self.inner().capabilities().server_rename {
+            Some(server) => server.task_state(task).await,
+            None => Err(no_server_rename()),
+        }
+    }
+
+    /// See [`ServerRename::cancel_task`]; forwarded by default.
+    async fn on_cancel_task(&self, task: &TaskId) -> Result<()> {
+        match self.inner().capabilities().server_rename {
+            Some(server) => server.cancel_task(task).await,
+            None => Err(no_server_rename()),
+        }
+    }
+
+    /// See [`ServerRename::running_renames`]; forwarded by default.
+    async fn on_running_renames(&self, job: &str) -> Result<Vec<TaskId>> {
+        match self.inner().capabilities().server_rename {
+            Some(server) => server.running_renames(job).await,
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+fn no_server_rename() -> StoreError {
+    StoreError::rejected(
+        "a rename carried out by the server",
+        "the store cannot run one",
+    )
 }
 
 fn no_scripts(index: &str) -> StoreError {
@@ -317,6 +362,7 @@ impl<L: StoreLayer> DocStore for L {
             held_cursors: inner.held_cursors.map(|_| self as &dyn HeldCursors),
             find: inner.find.map(|_| self as &dyn Find),
             index_admin: inner.index_admin.map(|_| self as &dyn IndexAdmin),
+            server_rename: inner.server_rename.map(|_| self as &dyn ServerRename),
         };
         self.on_capabilities(offered)
     }
@@ -402,5 +448,27 @@ impl<L: StoreLayer> ScriptedUpdates for L {
     ) -> Result<Chained<UpdateItemResult>> {
         let next = self.on_bulk_update_after(chain);
         self.around(Call::BulkUpdateAfter, next).await
+    }
+}
+
+#[async_trait]
+impl<L: StoreLayer> ServerRename for L {
+    async fn start_rename(&self, index: &str, job: &PrefixMove) -> Result<TaskId> {
+        let next = self.on_start_rename(index, job);
+        self.around(Call::StartRename, next).await
+    }
+
+    async fn task_state(&self, task: &TaskId) -> Result<TaskState> {
+        self.around(Call::TaskState, self.on_task_state(task)).await
+    }
+
+    async fn cancel_task(&self, task: &TaskId) -> Result<()> {
+        self.around(Call::CancelTask, self.on_cancel_task(task))
+            .await
+    }
+
+    async fn running_renames(&self, job: &str) -> Result<Vec<TaskId>> {
+        let next = self.on_running_renames(job);
+        self.around(Call::RunningRenames, next).await
     }
 }

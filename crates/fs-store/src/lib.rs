@@ -10,7 +10,7 @@
 //!   early closes the search with `close_cursor`.
 //! - [`Capabilities`]: what a store can do beyond those, each capability the object that does
 //!   it ([`ChainedBulk`], [`RefreshedBulk`], [`ScriptedUpdates`], [`HeldCursors`], [`Find`],
-//!   [`IndexAdmin`]); callers ask a store handle (`chains_bulk`, `bulk_after`, `find`,
+//!   [`IndexAdmin`], [`ServerRename`]); callers ask a store handle (`chains_bulk`, `bulk_after`, `find`,
 //!   `scripted`, ...), which answers from them.
 //! - [`StoreLayer`]: a store that wraps another, with its forwarding written once: it offers
 //!   every capability of the wrapped store unless it hides one on purpose.
@@ -57,6 +57,7 @@ mod pipeline;
 mod retry;
 mod scan;
 mod scripted;
+mod server_rename;
 mod sqlite;
 mod store;
 mod types;
@@ -74,6 +75,7 @@ pub use scripted::{
     plan_update, unknown_script, PlannedWrite, ScriptedUpdate, ScriptedUpdates, StoredLockScripts,
     UpdateItemResult, UpdateOutcome, UpdateResult,
 };
+pub use server_rename::{PrefixMove, ServerRename, TaskFailure, TaskId, TaskState};
 pub use sqlite::{SqliteOptions, SqliteStore};
 pub use store::{DocStore, SharedStore};
 pub use types::{

@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::capabilities::Capabilities;
 use crate::error::{Result, StoreError};
 use crate::scripted::ScriptedUpdates;
+use crate::server_rename::ServerRename;
 use crate::types::{
     BulkItemResult, BulkOp, Chain, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
 };
@@ -213,6 +214,12 @@ impl<'s> dyn DocStore + 's {
         let results = self.bulk(index, ops).await?;
         self.refresh(index).await?;
         Ok(results)
+    }
+
+    /// Returns the store's renames carried out by the server, where it can run them (see
+    /// [`ServerRename`]); `None` where the client rewrites every document.
+    pub fn server_rename(&self) -> Option<&dyn ServerRename> {
+        self.capabilities().server_rename
     }
 
     /// Returns the store's scripted updates if its server runs scripts.

@@ -43,6 +43,12 @@ pub struct Cli {
     #[arg(long, global = true, default_value = "auto")]
     pub lock_protocol: LockProtocol,
 
+    /// Where a rename's documents are rewritten: `auto` (by the server, in one task, where it
+    /// runs painless and the rename moves more than a page of documents; by this process
+    /// otherwise), `server` or `client`. The locks, check and journal are the same.
+    #[arg(long, global = true, default_value = "auto")]
+    pub rewrite: fs_rename::Rewrite,
+
     /// On Elasticsearch: `number_of_replicas` of the indices fsrename creates (0 suits a
     /// single node). Default: the server's default.
     #[arg(long, global = true, env = "FSRENAME_ES_REPLICAS")]

@@ -8,6 +8,7 @@ use fs_store::SharedStore;
 
 use super::Renamer;
 use crate::report::{ProgressSink, RenameHooks};
+use crate::rewrite_mode::Rewrite;
 use crate::strategy::Strategy;
 
 /// How many bulk requests of a rename's rewrite are under way at once, by default: the
@@ -33,6 +34,7 @@ pub struct RenamerBuilder {
     /// clones of the renamer): the scripts are stored once, not once per job.
     pub(super) protocol_memo: ProtocolMemo,
     pub(super) cancel: Option<tokio::sync::watch::Receiver<bool>>,
+    pub(super) rewrite: Rewrite,
     /// The source's subtree as the caller read it (see [`RenamerBuilder::known_subtree`]).
     /// Taken by the first attempt that uses it.
     pub(super) known: Option<Arc<std::sync::Mutex<Vec<crate::tree::Entry>>>>,
@@ -44,6 +46,13 @@ impl RenamerBuilder {
     /// error saying so). Default: never cancelled.
     pub fn cancel(mut self, cancel: tokio::sync::watch::Receiver<bool>) -> RenamerBuilder {
         self.cancel = Some(cancel);
+        self
+    }
+
+    /// Sets where a rename's documents are rewritten (see [`Rewrite`]). Default:
+    /// [`Rewrite::Auto`].
+    pub fn rewrite(mut self, rewrite: Rewrite) -> RenamerBuilder {
+        self.rewrite = rewrite;
         self
     }
 
@@ -148,6 +157,7 @@ impl Renamer {
             protocol: LockProtocol::Auto,
             protocol_memo: ProtocolMemo::new(),
             cancel: None,
+            rewrite: Rewrite::default(),
             known: None,
         }
     }

@@ -59,6 +59,7 @@ mod read_back;
 mod release;
 mod rewrite;
 mod run;
+mod server_rewrite;
 mod task;
 
 pub use builder::{RenamerBuilder, DEFAULT_IN_FLIGHT};
@@ -202,6 +203,9 @@ impl Renamer {
         let store: SharedStore = Arc::new(counted.clone());
         let tree = FsTree::new(store, index);
         let result = async {
+            // A task the dead job started on the server may still be running: it is stopped
+            // before the job is finished (see `server_rewrite.rs`).
+            server_rewrite::stop_server_renames(&tree, &entry.job_id).await?;
             tree.refresh().await?;
             let total = tree.count_under(&from).await?;
             self.emit(RenameEvent::Checked { total });

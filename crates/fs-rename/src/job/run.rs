@@ -34,7 +34,7 @@ impl Renamer {
     pub(super) async fn run(&self, task: Task) -> RenameOutcome {
         let c = &self.config;
         let mut report = RenameReport::new(task.kind(), task.from(), task.to(), c.strategy);
-        if let Err(e) = task.check_paths() {
+        if let Err(e) = task.check_paths().and_then(|()| self.can_rewrite(&task)) {
             return RenameOutcome {
                 report,
                 result: Err(e),
@@ -415,6 +415,23 @@ impl Renamer {
         let mut refreshed = false;
         let written = match task {
             Task::Rename { from, to } => match read.known {
+                _ if self.rewrites_on_server(hold.tree, total.get().copied()) => {
+                    let on_server = self
+                        .rewrite_on_server(hold, (from, to), job_id, total, report)
+                        .await;
+                    match on_server {
+                        // The task refreshed the index when it ended.
+                        Ok(true) => {
+                            refreshed = true;
+                            Ok(())
+                        }
+                        Ok(false) => {
+                            self.rewrite(hold, (from, to), (total, read.first), report)
+                                .await
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
                 Some(entries) => {
                     refreshed = true;
                     self.rewrite_known(hold, (from, to), entries, report).await

@@ -20,6 +20,7 @@
 //! - `cursor`: the point in time or scroll a paged search keeps open, and closing it.
 //! - `scripts`: stored scripts and scripted bulk updates.
 //! - `combine`: scripted bulk updates of one index from concurrent callers, sent together.
+//! - `rename_task`: renames the server carries out (`_update_by_query`), and their tasks.
 
 mod client;
 mod combine;
@@ -29,6 +30,7 @@ mod documents;
 mod find;
 mod indices;
 mod nodes;
+mod rename_task;
 mod request;
 mod response;
 mod scripts;
@@ -150,6 +152,7 @@ impl DocStore for ElasticStore {
             held_cursors: Some(self),
             find: Some(self),
             index_admin: Some(self),
+            server_rename: Some(self),
         }
     }
 

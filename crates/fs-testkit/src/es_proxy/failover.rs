@@ -60,7 +60,7 @@ impl Lagging {
 /// held the primary, seen from a client whose connection did not break. With `reads`, each of
 /// its documents is first noted as it was, for that many lagging reads.
 pub(crate) async fn replay(
-    proxy: &Proxy,
+    proxy: &std::sync::Arc<Proxy>,
     r: &Request,
     seg: &[&str],
     reads: u32,

@@ -26,10 +26,15 @@
 //!   reads by id served by a copy that lags, and paged searches whose context died with its
 //!   node ([`NetFaults::failover`]).
 //!
+//! - **Renames by query** ([`by_query`], off unless asked for): `_update_by_query` with
+//!   fsrename's rename script, run as a task, and the tasks API that follows, cancels and lists
+//!   it, as on a server that runs painless.
+//!
 //! Everything else is forwarded as it is. The proxy runs on a thread of its own, with its own
 //! runtime, so that it outlives the runtime of any one test.
 
 mod bulk;
+mod by_query;
 mod contexts;
 mod failover;
 mod faults;
@@ -70,6 +75,13 @@ pub struct EsProxyOptions {
     /// Whether stored scripts are accepted and run; default true. Off, the proxy refuses to
     /// store them, as a server with scripting disabled does.
     pub scripts: bool,
+    /// Whether `_update_by_query` with fsrename's rename script runs here, as a task, with the
+    /// tasks API ([`by_query`]); default false (osmem refuses it, as a server without painless
+    /// would).
+    pub update_by_query: bool,
+    /// A pause after each batch of such a task; default none. A longer one stretches a task
+    /// out, for a test to kill its client in the middle.
+    pub update_by_query_pause: Duration,
     /// The network faults; default none ([`EsProxy::set_faults`] changes them while it runs).
     pub faults: NetFaults,
 }
@@ -81,6 +93,8 @@ impl Default for EsProxyOptions {
             race_window: Duration::from_millis(2),
             near_real_time: true,
             scripts: true,
+            update_by_query: false,
+            update_by_query_pause: Duration::ZERO,
             faults: NetFaults::none(0),
         }
     }
@@ -166,6 +180,8 @@ struct Proxy {
     docs: fs_store::ElasticStore,
     /// Stored scripts, by id: the lock scripts whose painless source was stored.
     scripts: fs_store::StoredLockScripts,
+    /// The tasks of `_update_by_query` ([`by_query`]).
+    tasks: by_query::Tasks,
     contexts: Contexts,
     nrt: Arc<Nrt>,
     faults: Schedule,
@@ -208,6 +224,7 @@ impl EsProxy {
             )
             .expect("a client of the upstream server"),
             scripts: fs_store::StoredLockScripts::default(),
+            tasks: by_query::Tasks::default(),
             contexts: Contexts::default(),
             nrt: Arc::default(),
             faults,
@@ -322,6 +339,11 @@ impl EsProxy {
     pub fn open_contexts(&self) -> Vec<OpenContext> {
         self.proxy.expire_contexts();
         self.proxy.contexts.open()
+    }
+
+    /// Returns how many update-by-query tasks run now ([`by_query`]).
+    pub fn running_tasks(&self) -> usize {
+        self.proxy.tasks.running()
     }
 
     /// Returns the contexts open now on any of `indices`.
@@ -506,7 +528,7 @@ async fn handle(
 }
 
 /// Sends each request where it belongs: the proxy's own handling, or upstream as it is.
-async fn route(proxy: &Proxy, r: &Request) -> Result<Response, String> {
+async fn route(proxy: &Arc<Proxy>, r: &Request) -> Result<Response, String> {
     let seg: Vec<&str> = r.segments.iter().map(String::as_str).collect();
     let m = &r.method;
     match seg.as_slice() {
@@ -522,6 +544,21 @@ async fn route(proxy: &Proxy, r: &Request) -> Result<Response, String> {
         }
         ["_bulk"] if m == Method::POST || m == Method::PUT => bulk::bulk(proxy, None, r).await,
         ["_nodes", "stats", ..] => Ok(contexts::node_stats(proxy)),
+        [index, "_update_by_query"] if m == Method::POST && proxy.options.update_by_query => {
+            match by_query::start(proxy, &decode(index), r).await {
+                Some(answered) => answered,
+                None => nrt::route(proxy, r, &seg).await,
+            }
+        }
+        ["_tasks"] if m == Method::GET && proxy.options.update_by_query => {
+            Ok(by_query::list(proxy))
+        }
+        ["_tasks", id] if m == Method::GET && proxy.options.update_by_query => {
+            Ok(by_query::get(proxy, &decode(id)))
+        }
+        ["_tasks", id, "_cancel"] if m == Method::POST && proxy.options.update_by_query => {
+            Ok(by_query::cancel(proxy, &decode(id)))
+        }
         [_, "_doc", _] | [_, "_mget"]
             if (m == Method::GET || (m == Method::POST && seg[1] == "_mget"))
                 && !proxy.lagging.is_empty() =>

@@ -21,12 +21,14 @@ use crate::scripting::scripted_update;
 /// `PUT _scripts/{id}`: stores a lock script the proxy can run; refuses any other.
 pub(crate) fn put_script(proxy: &Proxy, id: &str, body: &Value) -> Response {
     let source = body["script"]["source"].as_str().unwrap_or("");
-    match proxy.options.scripts && proxy.scripts.store(id, source) {
+    // The rename script is stored too (it runs where `_update_by_query` does, `by_query`).
+    let rename = source == fs_model::rename_script::RENAME_PREFIX.painless;
+    match proxy.options.scripts && (rename || proxy.scripts.store(id, source)) {
         true => answer(StatusCode::OK, json!({"acknowledged": true})),
         false => answer(
             StatusCode::BAD_REQUEST,
             json!({"error": {"type": "illegal_argument_exception",
-                "reason": format!("the Elasticsearch-behaviour proxy cannot run script [{id}]: it runs only fsrename's lock scripts, and only with scripts on")},
+                "reason": format!("the Elasticsearch-behaviour proxy cannot run script [{id}]: it runs only fsrename's lock and rename scripts, and only with scripts on")},
                 "status": 400}),
         ),
     }

@@ -38,6 +38,8 @@ pub struct ServeConfig {
     pub wait: Duration,
     /// How lock documents are written.
     pub protocol: LockProtocol,
+    /// Where renames' documents are rewritten. Default: auto.
+    pub rewrite: fs_rename::Rewrite,
     /// How often recovery runs (it also runs at start); `None`: at start only. Default: 30 s.
     pub recover_every: Option<Duration>,
 }
@@ -65,6 +67,7 @@ impl ServeConfig {
             lease: Duration::from_secs(30),
             wait: Duration::from_secs(30),
             protocol: LockProtocol::Auto,
+            rewrite: fs_rename::Rewrite::Auto,
             recover_every: Some(Duration::from_secs(30)),
         }
     }

@@ -346,6 +346,7 @@ impl Jobs {
             .lease(c.lease)
             .wait(c.wait)
             .lock_protocol(c.protocol)
+            .rewrite(c.rewrite)
             .holder(format!("serve job {id}: {}", job.work.describe()))
             .cancel(self.inner.cancel_tx.subscribe())
             .progress(Arc::new(move |event| sink_jobs.on_event(&sink_id, event)))

@@ -34,7 +34,8 @@ where
         .wait(args.wait)
         .page_size(args.page_size)
         .in_flight(args.in_flight)
-        .lock_protocol(cli.lock_protocol);
+        .lock_protocol(cli.lock_protocol)
+        .rewrite(cli.rewrite);
     if let Some(sink) = progress.sink.clone() {
         builder = builder.progress(sink);
     }

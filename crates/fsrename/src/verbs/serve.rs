@@ -42,6 +42,7 @@ pub async fn run(
         config.instance.clone_from(name);
     }
     config.protocol = cli.lock_protocol;
+    config.rewrite = cli.rewrite;
     config.validate()?;
     let store = cli.store.open(cli.replicas)?;
     let server = Server::start(config, store, shutdown).await?;

@@ -1,0 +1,104 @@
+//! [`ServerRename`]: a rename the server carries out itself, as a task it runs in the
+//! background (Elasticsearch's `_update_by_query` with fsrename's stored rename script,
+//! [`fs_model::rename_script`]), and the task's state as the tasks API reports it.
+//!
+//! The caller holds the locks, the journal entry and the check around it: the store only starts
+//! the task, reports on it, cancels it, and finds the tasks a job started (on Elasticsearch by
+//! the journal id the request sends as its `X-Opaque-Id`, which the server keeps with the task:
+//! found even where the job died before it could write the task's id anywhere), for a recovery that must stop a dead job's task before it finishes
+//! the rename. Every write the task makes is conditional on the version its snapshot read
+//! (`conflicts=abort`), so a task can only move documents nobody wrote since it started: a
+//! foreign write stops it with a conflict, and a task that outlives its job can only make the
+//! very writes a recovery would.
+
+use async_trait::async_trait;
+use fs_model::FsPath;
+
+use crate::error::Result;
+
+/// A rename for the server to carry out: every document at or under `from` moved under `to`,
+/// by the job whose journal id is `job`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrefixMove {
+    /// The source of the rename.
+    pub from: FsPath,
+    /// The destination.
+    pub to: FsPath,
+    /// The journal id of the job, which the server keeps with the task (`X-Opaque-Id`), so
+    /// that a recovery can find the task.
+    pub job: String,
+}
+
+/// A task the server runs, by the id it gave it (`node:number` on Elasticsearch).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TaskId(pub String);
+
+impl std::fmt::Display for TaskId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What the server says of a task.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TaskState {
+    /// Whether it has ended (done, failed or cancelled).
+    pub done: bool,
+    /// How many documents it found to rewrite (0 until it has counted them).
+    pub total: u64,
+    /// How many it has rewritten.
+    pub updated: u64,
+    /// Why it stopped short, once it has ended; `None` for a task that did everything.
+    pub failure: Option<TaskFailure>,
+}
+
+/// Why a task stopped short.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskFailure {
+    /// A document changed after the task read it (a foreign write under the locks, or
+    /// another task of the same rename): the task stopped there.
+    #[error("a document changed while the server rewrote it: {0}")]
+    Conflict(String),
+    /// The script refused a document: not one the rename's check saw (see
+    /// [`fs_model::rename_script`]).
+    #[error("the server's rename script refused a document: {0}")]
+    Refused(String),
+    /// Cancelled (by this job, or by a recovery).
+    #[error("the task was cancelled: {0}")]
+    Cancelled(String),
+    /// Anything else the server reported.
+    #[error("the task failed: {0}")]
+    Failed(String),
+}
+
+/// Renames carried out by the server, as tasks.
+#[async_trait]
+pub trait ServerRename: Send + Sync {
+    /// Starts the rename `job` of the documents of `index` and returns the task, without
+    /// waiting for it. The task refreshes the index when it ends.
+    ///
+    /// # Errors
+    /// [`StoreError::Rejected`](crate::StoreError::Rejected) where the server runs no
+    /// painless (nothing was started); transient and backend failures.
+    async fn start_rename(&self, index: &str, job: &PrefixMove) -> Result<TaskId>;
+
+    /// Returns what the server says of `task` now.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`](crate::StoreError::NotFound) for a task the server does not
+    /// know; transient and backend failures.
+    async fn task_state(&self, task: &TaskId) -> Result<TaskState>;
+
+    /// Asks the server to cancel `task`; one that already ended is left as it is. The task
+    /// stops at its next batch: [`ServerRename::task_state`] says when it has.
+    ///
+    /// # Errors
+    /// Transient and backend failures.
+    async fn cancel_task(&self, task: &TaskId) -> Result<()>;
+
+    /// Returns the renames of the job with journal id `job` that are still running.
+    ///
+    /// # Errors
+    /// Transient and backend failures.
+    async fn running_renames(&self, job: &str) -> Result<Vec<TaskId>>;
+}
