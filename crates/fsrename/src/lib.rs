@@ -27,6 +27,8 @@ pub const EXIT_OK: u8 = 0;
 pub const EXIT_FAILED: u8 = 1;
 /// The exit code of a verb whose locks were not granted within `--wait`.
 pub const EXIT_LOCK_TIMEOUT: u8 = 3;
+/// The exit code of a verb interrupted (Ctrl-C, SIGTERM): 128 + SIGINT, as a shell reports it.
+pub const EXIT_INTERRUPTED: u8 = 130;
 
 /// Runs the verb in `cli` until it ends or `shutdown` resolves (`serve` then shuts down
 /// gracefully); returns the exit code.

@@ -35,7 +35,8 @@ where
         .page_size(args.page_size)
         .in_flight(args.in_flight)
         .lock_protocol(cli.lock_protocol)
-        .rewrite(cli.rewrite);
+        .rewrite(cli.rewrite)
+        .cancel(super::stop_requested());
     if let Some(sink) = progress.sink.clone() {
         builder = builder.progress(sink);
     }

@@ -17,13 +17,30 @@ mod rm;
 mod serve;
 
 use std::future::Future;
+use std::sync::LazyLock;
+use std::time::Duration;
 
 use anyhow::Context;
 use fs_rename::{FsTree, LockSettings};
 
 use crate::cli::{Cli, ConsistentArgs, Verb};
 use crate::output::{self, Printer};
-use crate::{EXIT_FAILED, EXIT_LOCK_TIMEOUT, EXIT_OK};
+use crate::{EXIT_FAILED, EXIT_INTERRUPTED, EXIT_LOCK_TIMEOUT, EXIT_OK};
+
+/// Turns true when the process is told to stop (Ctrl-C, SIGTERM). A job told so winds down
+/// before the process ends: before its journal entry it gives back its locks; after it, it
+/// stops its writes (and its task on the server) and leaves its locks and entry to `recover`,
+/// saying so.
+static STOP: LazyLock<tokio::sync::watch::Sender<bool>> =
+    LazyLock::new(|| tokio::sync::watch::channel(false).0);
+
+/// How long a verb told to stop may take to wind down before the process ends regardless.
+const WIND_DOWN: Duration = Duration::from_secs(10);
+
+/// A receiver that turns true when the process is told to stop (see [`STOP`]).
+pub(crate) fn stop_requested() -> tokio::sync::watch::Receiver<bool> {
+    STOP.subscribe()
+}
 
 /// Runs the verb until it ends or `shutdown` resolves (the service instead shuts down
 /// gracefully); prints its errors; returns the exit code (0 if the verb stopped because
@@ -64,9 +81,20 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
         )
         .await
     } else {
+        let verb = run_verb(&cli);
+        tokio::pin!(verb);
         tokio::select! {
-            result = run_verb(&cli) => result,
-            () = shutdown => Err(anyhow::anyhow!("interrupted")),
+            result = &mut verb => result,
+            () = shutdown => {
+                STOP.send_replace(true);
+                let wound_down = tokio::time::timeout(WIND_DOWN, verb).await;
+                if let Ok(Err(e)) = wound_down {
+                    if !output::is_stdout_closed(&e) {
+                        output::to_stderr(format_args!("fsrename: {e:#}"));
+                    }
+                }
+                return EXIT_INTERRUPTED;
+            }
         }
     };
     match result {

@@ -1,0 +1,290 @@
+//! The crash test of renames the server rewrites: `fsrename mv --rewrite server` killed with
+//! SIGKILL at random moments, then `fsrename recover`. A killed `mv` leaves its task running on
+//! the server; recovery must stop it before it finishes the rename, and leave no task behind.
+//!
+//! Through the Elasticsearch-behaviour proxy, which runs the task and the tasks API as
+//! Elasticsearch does (5 000 documents, a pause after each batch of 1 000 so that kills land
+//! in the middle of the task); and on a real Elasticsearch at `FSRENAME_TEST_ES_URL` (20 000
+//! documents), ignored without one. Each round builds `/src`, times nothing, kills the `mv`
+//! after a random delay (uniform over 0 to 1.2 times an uninterrupted run, measured first),
+//! waits for the lease, runs `recover`, and runs the `mv` again if the kill came before it
+//! journaled. Then: every document once, under `/dst`, with its id; fsck clean; no lock, no
+//! journal entry, no task running. `FSRENAME_CRASH_ROUNDS` sets the rounds (default 8 through
+//! the proxy, 20 on a real server); the delays follow `FSRENAME_CRASH_SEED` (printed).
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fs_model::{DocKind, FsDoc, FsPath};
+use fs_rename::{fsck, FsTree, Journal};
+use fs_store::{Scan, Scope, SharedStore};
+use fs_testkit::{EsProxy, EsProxyOptions};
+use rand::{Rng, SeedableRng};
+
+const LEASE: &str = "1s";
+const AFTER_LEASE: Duration = Duration::from_millis(1_300);
+
+/// Where the rounds run.
+struct Place {
+    url: String,
+    store: SharedStore,
+    /// The proxy that runs the tasks, when it is not a real server.
+    proxy: Option<EsProxy>,
+    docs: usize,
+}
+
+impl Place {
+    fn fsrename(&self, index: &str, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fsrename"));
+        cmd.args(["--store", &self.url, "--index", index, "--lease", LEASE])
+            .args(args)
+            .env_remove("FSRENAME_STORE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        cmd
+    }
+
+    fn mv(&self, index: &str) -> Command {
+        self.fsrename(index, &["mv", "/src", "/dst", "--rewrite", "server"])
+    }
+
+    /// The update-by-query tasks running on the server.
+    async fn running_tasks(&self) -> usize {
+        if let Some(proxy) = &self.proxy {
+            return proxy.running_tasks();
+        }
+        let answer: serde_json::Value =
+            reqwest::get(format!("{}/_tasks?actions=*byquery", self.url))
+                .await
+                .expect("GET _tasks")
+                .json()
+                .await
+                .expect("a task list");
+        answer["nodes"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(_, n)| n["tasks"].as_object().map_or(0, serde_json::Map::len))
+            .sum()
+    }
+}
+
+fn p(s: &str) -> FsPath {
+    FsPath::parse(s).expect("path")
+}
+
+/// `/src` with `n` documents in all, in ten directories.
+async fn build(place: &Place, index: &str) {
+    let tree = FsTree::new(Arc::clone(&place.store), index);
+    tree.ensure_indices().await.expect("indices");
+    let mut docs = vec![FsDoc::new(p("/src"), DocKind::Dir, 0, 0)];
+    for d in 0..10 {
+        docs.push(FsDoc::new(p(&format!("/src/d{d}")), DocKind::Dir, 0, 0));
+    }
+    let files = place.docs - docs.len();
+    for i in 0..files {
+        let path = format!("/src/d{}/f{i:05}", i % 10);
+        docs.push(FsDoc::new(p(&path), DocKind::File, 1, 0));
+    }
+    tree.insert_all(docs).await.expect("insert");
+    tree.refresh().await.expect("refresh");
+}
+
+/// The path of every document, by id.
+async fn paths(place: &Place, index: &str) -> BTreeMap<String, String> {
+    let store = &place.store;
+    store.refresh(index).await.expect("refresh");
+    Scan::new(Arc::clone(store), index, Scope::All, 5_000)
+        .read_all()
+        .await
+        .expect("search")
+        .into_iter()
+        .map(|d| (d.id, d.source["path"].as_str().expect("path").to_owned()))
+        .collect()
+}
+
+async fn locks(place: &Place, index: &str) -> u64 {
+    let locks = format!("{index}-lock");
+    place.store.refresh(&locks).await.expect("refresh");
+    place.store.count(&locks, &Scope::All).await.expect("count")
+}
+
+async fn journals(place: &Place, index: &str) -> usize {
+    Journal::new(Arc::clone(&place.store), index)
+        .list()
+        .await
+        .expect("journal")
+        .len()
+}
+
+fn run(mut cmd: Command, what: &str) {
+    let out = cmd.output().expect("run fsrename");
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// How long an uninterrupted `mv` takes.
+async fn calibrate(place: &Place) -> Duration {
+    let index = fs_testkit::unique_name("crash-srv");
+    build(place, &index).await;
+    let started = Instant::now();
+    run(place.mv(&index), "an uninterrupted mv");
+    let took = started.elapsed();
+    assert_eq!(place.running_tasks().await, 0);
+    took
+}
+
+/// One round: build, kill the `mv` after `delay`, recover, check. Returns how many documents
+/// had moved when the kill struck.
+async fn round(place: &Place, delay: Duration) -> usize {
+    let index = fs_testkit::unique_name("crash-srv");
+    build(place, &index).await;
+    let before = paths(place, &index).await;
+    let mut child = place.mv(&index).spawn().expect("start mv");
+    std::thread::sleep(delay);
+    let _ = child.kill();
+    let _ = child.wait();
+    let moved_at_kill = paths(place, &index)
+        .await
+        .values()
+        .filter(|p| p.starts_with("/dst"))
+        .count();
+    tokio::time::sleep(AFTER_LEASE).await;
+    run(place.fsrename(&index, &["recover"]), "recover");
+    let after = paths(place, &index).await;
+    if after.values().all(|p| p.starts_with("/src")) && journals(place, &index).await == 0 {
+        // Killed before it journaled: nothing to finish, the user runs it again.
+        run(place.mv(&index), "mv again");
+    }
+    let after = paths(place, &index).await;
+    assert_eq!(after.len(), before.len(), "documents lost or added");
+    for (id, path) in &before {
+        let want = path.replacen("/src", "/dst", 1);
+        assert_eq!(after.get(id), Some(&want), "document {id} ({path})");
+    }
+    let report = fsck(Arc::clone(&place.store), &index, &FsPath::root())
+        .await
+        .expect("fsck");
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(locks(place, &index).await, 0, "locks left");
+    assert_eq!(journals(place, &index).await, 0, "journal entries left");
+    assert_eq!(place.running_tasks().await, 0, "a task left running");
+    place.store.delete_index(&index).await.expect("delete");
+    moved_at_kill
+}
+
+async fn crash_rounds(place: Place, default_rounds: usize) {
+    let rounds = std::env::var("FSRENAME_CRASH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(default_rounds);
+    let seed = std::env::var("FSRENAME_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::rng().random::<u64>());
+    println!("FSRENAME_CRASH_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let uninterrupted = calibrate(&place).await;
+    println!(
+        "an uninterrupted mv of {} documents: {uninterrupted:?}",
+        place.docs
+    );
+    let mut struck = Vec::new();
+    for r in 0..rounds {
+        let delay = uninterrupted.mul_f64(rng.random_range(0.0..1.2));
+        let moved = round(&place, delay).await;
+        println!(
+            "round {r}: killed after {delay:?}, {moved} of {} moved",
+            place.docs
+        );
+        struck.push(moved);
+    }
+    let mid = struck.iter().filter(|&&m| m > 0 && m < place.docs).count();
+    println!("{mid} of {rounds} kills struck in the middle of the task");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_a_server_side_rename_then_recover_through_the_proxy() {
+    let proxy = fs_testkit::start_es_proxy(EsProxyOptions {
+        update_by_query: true,
+        update_by_query_pause: Duration::from_millis(200),
+        ..EsProxyOptions::default()
+    });
+    let place = Place {
+        url: proxy.url().to_owned(),
+        store: Arc::new(fs_testkit::elastic_store(proxy.url())),
+        proxy: Some(proxy),
+        docs: 5_000,
+    };
+    crash_rounds(place, 8).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real Elasticsearch: FSRENAME_TEST_ES_URL"]
+async fn real_elasticsearch_sigkill_during_a_server_side_rename_then_recover() {
+    let url = std::env::var("FSRENAME_TEST_ES_URL").expect("FSRENAME_TEST_ES_URL");
+    let place = Place {
+        store: Arc::new(fs_testkit::elastic_store(&url)),
+        url,
+        proxy: None,
+        docs: 20_000,
+    };
+    crash_rounds(place, 20).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_cancels_the_server_s_task_and_leaves_the_rename_to_recover() {
+    let proxy = fs_testkit::start_es_proxy(EsProxyOptions {
+        update_by_query: true,
+        update_by_query_pause: Duration::from_millis(500),
+        ..EsProxyOptions::default()
+    });
+    let place = Place {
+        url: proxy.url().to_owned(),
+        store: Arc::new(fs_testkit::elastic_store(proxy.url())),
+        proxy: Some(proxy),
+        docs: 5_000,
+    };
+    let index = fs_testkit::unique_name("crash-srv");
+    build(&place, &index).await;
+    let before = paths(&place, &index).await;
+    let child = place.mv(&index).spawn().expect("start mv");
+    let started = Instant::now();
+    while place.running_tasks().await == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no task started"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let interrupt = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(interrupt.success());
+    let interrupted = Instant::now();
+    let out = child.wait_with_output().expect("mv ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        interrupted.elapsed() < Duration::from_secs(5),
+        "took {:?} to stop",
+        interrupted.elapsed()
+    );
+    assert!(stderr.contains("fsrename recover"), "{stderr}");
+    assert_eq!(place.running_tasks().await, 0, "the task was cancelled");
+    tokio::time::sleep(AFTER_LEASE).await;
+    run(place.fsrename(&index, &["recover"]), "recover");
+    let after = paths(&place, &index).await;
+    for (id, path) in &before {
+        let want = path.replacen("/src", "/dst", 1);
+        assert_eq!(after.get(id), Some(&want), "document {id} ({path})");
+    }
+    assert_eq!(locks(&place, &index).await, 0, "locks left");
+}
