@@ -145,9 +145,9 @@ pub struct RenameReport {
     /// Things that went wrong without making the rename fail, one sentence each: a release
     /// that failed after the rename was complete, and what becomes of the locks it left.
     pub warnings: Vec<String>,
-    /// The server's task that rewrote the documents, where the server did (see
-    /// [`Rewrite`](crate::Rewrite)); `None` where the client rewrote them.
-    pub server_task: Option<String>,
+    /// Whether the server rewrote the documents, in one task (see
+    /// [`Rewrite`](crate::Rewrite)), rather than this client page by page.
+    pub on_server: bool,
 }
 
 impl RenameReport {
@@ -172,7 +172,7 @@ impl RenameReport {
             phases: PhaseTimes::default(),
             locks_left: Vec::new(),
             warnings: Vec::new(),
-            server_task: None,
+            on_server: false,
         }
     }
 

@@ -67,10 +67,9 @@ pub enum Call {
     StoredScript,
     BulkUpdate,
     BulkUpdateAfter,
-    StartRename,
-    TaskState,
-    CancelTask,
+    RenameOnServer,
     RunningRenames,
+    CancelTask,
 }
 
 impl Call {
@@ -91,9 +90,9 @@ impl Call {
         match self {
             CreateIndex | DeleteIndex | Create | Index | Delete | Bulk | BulkAfter
             | BulkRefreshed | ExtendMapping | PutScript | BulkUpdate | BulkUpdateAfter
-            | StartRename | CancelTask => true,
+            | RenameOnServer | CancelTask => true,
             Get | Mget | Search | Count | Refresh | CloseCursor | Find | IndicesExist
-            | StoredScript | TaskState | RunningRenames => false,
+            | StoredScript | RunningRenames => false,
         }
     }
 
@@ -260,18 +259,10 @@ pub trait StoreLayer: Send + Sync + std::fmt::Debug {
         }
     }
 
-    /// See [`ServerRename::start_rename`]; forwarded by default.
-    async fn on_start_rename(&self, index: &str, job: &PrefixMove) -> Result<TaskId> {
+    /// See [`ServerRename::rename_on_server`]; forwarded by default.
+    async fn on_rename_on_server(&self, index: &str, job: &PrefixMove) -> Result<TaskState> {
         match self.inner().capabilities().server_rename {
-            Some(server) => server.start_rename(index, job).await,
-            None => Err(no_server_rename()),
-        }
-    }
-
-    /// See [`ServerRename::task_state`]; forwarded by default.
-    async fn on_task_state(&self, task: &TaskId) -> Result<TaskState> {
-        match self.inner().capabilities().server_rename {
-            Some(server) => server.task_state(task).await,
+            Some(server) => server.rename_on_server(index, job).await,
             None => Err(no_server_rename()),
         }
     }
@@ -285,7 +276,7 @@ pub trait StoreLayer: Send + Sync + std::fmt::Debug {
     }
 
     /// See [`ServerRename::running_renames`]; forwarded by default.
-    async fn on_running_renames(&self, job: &str) -> Result<Vec<TaskId>> {
+    async fn on_running_renames(&self, job: &str) -> Result<Vec<(TaskId, TaskState)>> {
         match self.inner().capabilities().server_rename {
             Some(server) => server.running_renames(job).await,
             None => Ok(Vec::new()),
@@ -453,13 +444,9 @@ impl<L: StoreLayer> ScriptedUpdates for L {
 
 #[async_trait]
 impl<L: StoreLayer> ServerRename for L {
-    async fn start_rename(&self, index: &str, job: &PrefixMove) -> Result<TaskId> {
-        let next = self.on_start_rename(index, job);
-        self.around(Call::StartRename, next).await
-    }
-
-    async fn task_state(&self, task: &TaskId) -> Result<TaskState> {
-        self.around(Call::TaskState, self.on_task_state(task)).await
+    async fn rename_on_server(&self, index: &str, job: &PrefixMove) -> Result<TaskState> {
+        let next = self.on_rename_on_server(index, job);
+        self.around(Call::RenameOnServer, next).await
     }
 
     async fn cancel_task(&self, task: &TaskId) -> Result<()> {
@@ -467,7 +454,7 @@ impl<L: StoreLayer> ServerRename for L {
             .await
     }
 
-    async fn running_renames(&self, job: &str) -> Result<Vec<TaskId>> {
+    async fn running_renames(&self, job: &str) -> Result<Vec<(TaskId, TaskState)>> {
         let next = self.on_running_renames(job);
         self.around(Call::RunningRenames, next).await
     }

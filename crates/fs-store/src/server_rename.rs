@@ -1,8 +1,8 @@
-//! [`ServerRename`]: a rename the server carries out itself, as a task it runs in the
-//! background (Elasticsearch's `_update_by_query` with fsrename's stored rename script,
-//! [`fs_model::rename_script`]), and the task's state as the tasks API reports it.
+//! [`ServerRename`]: a rename the server carries out itself, as a task (Elasticsearch's
+//! `_update_by_query` with fsrename's stored rename script, [`fs_model::rename_script`]), and
+//! the task's state as the tasks API reports it.
 //!
-//! The caller holds the locks, the journal entry and the check around it: the store only starts
+//! The caller holds the locks, the journal entry and the check around it: the store only runs
 //! the task, reports on it, cancels it, and finds the tasks a job started (on Elasticsearch by
 //! the journal id the request sends as its `X-Opaque-Id`, which the server keeps with the task:
 //! found even where the job died before it could write the task's id anywhere), for a recovery that must stop a dead job's task before it finishes
@@ -74,31 +74,32 @@ pub enum TaskFailure {
 /// Renames carried out by the server, as tasks.
 #[async_trait]
 pub trait ServerRename: Send + Sync {
-    /// Starts the rename `job` of the documents of `index` and returns the task, without
-    /// waiting for it. The task refreshes the index when it ends.
+    /// Runs the rename `job` of the documents of `index` on the server and returns when it has
+    /// ended, with what it did (the task refreshes the index as it ends). Meanwhile the task
+    /// is listed by [`ServerRename::running_renames`], with its progress, and can be cancelled;
+    /// it then ends early, which the answer says ([`TaskFailure::Cancelled`]).
+    ///
+    /// The task runs on whatever becomes of the caller: dropping the future (or losing the
+    /// connection) leaves it running on the server.
     ///
     /// # Errors
     /// [`StoreError::Rejected`](crate::StoreError::Rejected) where the server runs no
-    /// painless (nothing was started); transient and backend failures.
-    async fn start_rename(&self, index: &str, job: &PrefixMove) -> Result<TaskId>;
+    /// painless (nothing was started); transient and backend failures, after which the task
+    /// may or may not be running.
+    async fn rename_on_server(&self, index: &str, job: &PrefixMove) -> Result<TaskState>;
 
-    /// Returns what the server says of `task` now.
+    /// Returns the renames of the job with journal id `job` that are still running, each
+    /// with its progress.
     ///
     /// # Errors
-    /// [`StoreError::NotFound`](crate::StoreError::NotFound) for a task the server does not
-    /// know; transient and backend failures.
-    async fn task_state(&self, task: &TaskId) -> Result<TaskState>;
+    /// Transient and backend failures.
+    async fn running_renames(&self, job: &str) -> Result<Vec<(TaskId, TaskState)>>;
 
     /// Asks the server to cancel `task`; one that already ended is left as it is. The task
-    /// stops at its next batch: [`ServerRename::task_state`] says when it has.
+    /// stops at the end of its current batch: it is listed by
+    /// [`ServerRename::running_renames`] until then.
     ///
     /// # Errors
     /// Transient and backend failures.
     async fn cancel_task(&self, task: &TaskId) -> Result<()>;
-
-    /// Returns the renames of the job with journal id `job` that are still running.
-    ///
-    /// # Errors
-    /// Transient and backend failures.
-    async fn running_renames(&self, job: &str) -> Result<Vec<TaskId>>;
 }

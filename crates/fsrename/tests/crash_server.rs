@@ -3,7 +3,7 @@
 //! the server; recovery must stop it before it finishes the rename, and leave no task behind.
 //!
 //! Through the Elasticsearch-behaviour proxy, which runs the task and the tasks API as
-//! Elasticsearch does (5 000 documents, a pause after each batch of 1 000 so that kills land
+//! Elasticsearch does (5 000 documents, a pause before each part it writes so that kills land
 //! in the middle of the task); and on a real Elasticsearch at `FSRENAME_TEST_ES_URL` (20 000
 //! documents), ignored without one. Each round builds `/src`, times nothing, kills the `mv`
 //! after a random delay (uniform over 0 to 1.2 times an uninterrupted run, measured first),
@@ -213,7 +213,7 @@ async fn crash_rounds(place: Place, default_rounds: usize) {
 async fn sigkill_during_a_server_side_rename_then_recover_through_the_proxy() {
     let proxy = fs_testkit::start_es_proxy(EsProxyOptions {
         update_by_query: true,
-        update_by_query_pause: Duration::from_millis(200),
+        update_by_query_pause: Duration::from_millis(60),
         ..EsProxyOptions::default()
     });
     let place = Place {
@@ -242,7 +242,7 @@ async fn real_elasticsearch_sigkill_during_a_server_side_rename_then_recover() {
 async fn ctrl_c_cancels_the_server_s_task_and_leaves_the_rename_to_recover() {
     let proxy = fs_testkit::start_es_proxy(EsProxyOptions {
         update_by_query: true,
-        update_by_query_pause: Duration::from_millis(500),
+        update_by_query_pause: Duration::from_millis(200),
         ..EsProxyOptions::default()
     });
     let place = Place {

@@ -158,6 +158,10 @@ pub struct RenameRow {
     pub round_trips: u64,
     /// The median of the server-side peer (`_update_by_query`), where the server runs it.
     pub peer_s: Option<f64>,
+    /// The median of the rename rewritten by the server (`--rewrite server`: the same locks,
+    /// check and journal, the rewrite one task), paired with the peer, where the server runs
+    /// painless.
+    pub server_s: Option<f64>,
     /// The median of a scan alone, every page read and nothing written: the reading's
     /// ceiling, which pipelining hides behind the writes while it is the faster.
     pub scan_s: Option<f64>,
@@ -172,6 +176,9 @@ impl RenameRow {
     }
     pub fn peer_rate(&self) -> Option<f64> {
         self.peer_s.map(|s| self.docs as f64 / s)
+    }
+    pub fn server_rate(&self) -> Option<f64> {
+        self.server_s.map(|s| self.docs as f64 / s)
     }
     pub fn scan_rate(&self) -> Option<f64> {
         self.scan_s.map(|s| self.docs as f64 / s)

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use fs_model::{FsDoc, FsPath};
-use fs_rename::{FsTree, Renamer};
+use fs_rename::{FsTree, Renamer, Rewrite};
 use fs_store::{BulkOp, Scan, Scope, SharedStore};
 
 use super::{embedded, median, ms, Embedded, InFlightRow, Plan, RenameRow};
@@ -149,29 +149,21 @@ pub(super) async fn renames(
                         raw_s,
                         round_trips,
                         peer_s: None,
+                        server_s: None,
                         scan_s: None,
                     },
                 });
             }
         }
-        // The server-side peer, there and back, as many times.
-        let mut peers = Vec::new();
-        if let Some(peer) = &peer {
-            for _ in 0..plan.rename_repeat {
-                for (from, to) in [(&big, &moved), (&moved, &big)] {
-                    let started = Instant::now();
-                    let n = peer.rename(tree.index(), from, to).await?;
-                    peers.push(started.elapsed().as_secs_f64());
-                    anyhow::ensure!(n == docs as u64, "_update_by_query moved {n} of {docs}");
-                }
+        // The server-side peer, paired with the rename the server rewrites.
+        let (peer_s, server_s) = match &peer {
+            Some(peer) => {
+                let (peer_s, server_s) =
+                    against_peer(store, &tree, peer, (&big, &moved), plan.rename_repeat).await?;
+                (Some(peer_s), Some(server_s))
             }
-            let back = tree.count_under(&big).await?;
-            anyhow::ensure!(
-                back == docs as u64,
-                "after the peer, {back} of {docs} under /big"
-            );
-        }
-        let peer_s = (!peers.is_empty()).then(|| median(&mut peers));
+            None => (None, None),
+        };
         let mut scans = Vec::new();
         for _ in 0..3 {
             let started = Instant::now();
@@ -193,6 +185,7 @@ pub(super) async fn renames(
             raw_s,
             round_trips,
             peer_s,
+            server_s,
             scan_s,
         };
         eprintln!(
@@ -201,8 +194,11 @@ pub(super) async fn renames(
             row.raw_rate(),
             row.peer_rate()
                 .map(|r| format!(", _update_by_query {r:.0} docs/s"))
-                .unwrap_or_default()
+                .unwrap_or_default(),
         );
+        if let Some(server) = row.server_rate() {
+            eprintln!("  rewritten by the server: {server:.0} docs/s");
+        }
         rows.push(row);
     }
     Ok((rows, in_flight_rows))
@@ -220,8 +216,10 @@ async fn alternate(
     in_flight: usize,
 ) -> anyhow::Result<(f64, f64, u64)> {
     let docs = tree.count_under(big).await? as usize;
+    // The client's rewrite, against the client's raw rewrite; the server's is `against_peer`.
     let renamer = Renamer::builder(Arc::clone(store), tree.index())
         .in_flight(in_flight)
+        .rewrite(Rewrite::Client)
         .build();
     let (mut renames, mut raws) = (Vec::new(), Vec::new());
     let mut round_trips = 0;
@@ -247,6 +245,50 @@ async fn alternate(
     // The runs themselves, for a reader who wants to judge the spread behind the medians.
     eprintln!("  {docs} documents, seconds a run: rename {renames:.3?}, raw {raws:.3?}");
     Ok((median(&mut renames), median(&mut raws), round_trips))
+}
+
+/// The rename the server rewrites (`--rewrite server`) paired with the unsafe peer: server
+/// rename there, peer back, peer there, server rename back, `repeat` times; returns the
+/// medians (peer, server rename).
+async fn against_peer(
+    store: &SharedStore,
+    tree: &FsTree,
+    peer: &crate::peer::Peer,
+    (big, moved): (&FsPath, &FsPath),
+    repeat: usize,
+) -> anyhow::Result<(f64, f64)> {
+    let docs = tree.count_under(big).await?;
+    let renamer = Renamer::builder(Arc::clone(store), tree.index())
+        .rewrite(Rewrite::Server)
+        .build();
+    let (mut peers, mut servers) = (Vec::new(), Vec::new());
+    for _ in 0..repeat {
+        for step in 0..4 {
+            let (from, to) = if step % 2 == 0 {
+                (big, moved)
+            } else {
+                (moved, big)
+            };
+            let started = Instant::now();
+            if step == 0 || step == 3 {
+                let report = renamer.rename(from, to).await?;
+                servers.push(started.elapsed().as_secs_f64());
+                anyhow::ensure!(
+                    report.rewritten == docs,
+                    "the server moved {}",
+                    report.rewritten
+                );
+            } else {
+                let n = peer.rename(tree.index(), from, to).await?;
+                peers.push(started.elapsed().as_secs_f64());
+                anyhow::ensure!(n == docs, "_update_by_query moved {n} of {docs}");
+            }
+        }
+    }
+    eprintln!("  {docs} documents, seconds a run: server rename {servers:.3?}, _update_by_query {peers:.3?}");
+    let back = tree.count_under(big).await?;
+    anyhow::ensure!(back == docs, "after the peer, {back} of {docs} under /big");
+    Ok((median(&mut peers), median(&mut servers)))
 }
 
 /// Renames of a directory of `docs` documents on the embedded store, back and forth

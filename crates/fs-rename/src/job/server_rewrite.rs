@@ -15,11 +15,12 @@
 //! the job itself ([`stop_server_renames`]), so that no task of a job runs once the job is
 //! done and its locks are gone.
 
+use std::future::Future;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use fs_model::FsPath;
-use fs_store::{PrefixMove, ServerRename, StoreError, TaskId, TaskState};
+use fs_store::{PrefixMove, ServerRename, StoreError, TaskState};
 use tokio::time::Instant;
 
 use super::before_write::Hold;
@@ -29,12 +30,17 @@ use crate::report::{RenameEvent, RenameReport};
 use crate::rewrite_mode::Rewrite;
 use crate::tree::FsTree;
 
-/// The first pause before reading a task's state: short, so that a task of a few thousand
-/// documents is seen ended soon after it ends.
-const FIRST_POLL: Duration = Duration::from_millis(10);
+/// The first look at a running task (its progress, the job's lease and cancellation): most
+/// renames of a few thousand documents have ended by then, and cost no look at all.
+const FIRST_LOOK: Duration = Duration::from_millis(100);
 
-/// The longest pause between two readings of a task's state (each pause doubles up to it).
-const MOST_POLL: Duration = Duration::from_millis(200);
+/// The longest pause between two looks at a running task (each pause doubles up to it): how
+/// often progress is shown, and how soon a cancellation or a lost lease stops the task.
+const MOST_LOOK: Duration = Duration::from_millis(500);
+
+/// How often a task being stopped is asked again to stop (it may not be listed yet when the
+/// job is told to stop: the server lists it once it has started).
+const STOP_EVERY: Duration = Duration::from_millis(50);
 
 /// How long a cancelled task may take to stop: it stops at the end of its current batch.
 const STOP_WITHIN: Duration = Duration::from_secs(60);
@@ -95,17 +101,19 @@ impl Renamer {
             to: to.clone(),
             job: job_id.to_owned(),
         };
-        let task = match server.start_rename(hold.tree.index(), &job).await {
-            Ok(task) => task,
-            Err(e @ StoreError::Rejected { .. }) if self.config.rewrite == Rewrite::Auto => {
+        let run = server.rename_on_server(hold.tree.index(), &job);
+        let state = match self.watch(hold, server, (&job, run), total).await {
+            Ok(state) => state,
+            Err(RenameError::Store {
+                cause: e @ StoreError::Rejected { .. },
+                ..
+            }) if self.config.rewrite == Rewrite::Auto => {
                 tracing::debug!(error = %e, "the server cannot rewrite; the client does");
                 return Ok(false);
             }
-            Err(e) => return Err(RenameError::store(context)(e)),
+            Err(e) => return Err(e),
         };
-        tracing::debug!(%task, %from, %to, "the server rewrites");
-        report.server_task = Some(task.0.clone());
-        let state = self.follow(hold, server, (&task, from), total).await?;
+        report.on_server = true;
         report.found += total.get().copied().unwrap_or(state.total);
         report.rewritten += state.updated;
         match state.failure {
@@ -119,43 +127,48 @@ impl Renamer {
         }
     }
 
-    /// Follows `task` until it ends, reporting its progress. Before each reading it checks
-    /// what it would check before a page: a cancellation or a lost lease cancels the task,
-    /// waits for it to stop, and fails the job.
-    async fn follow(
+    /// Waits for `run`, the task of `job`, to end; meanwhile looks at it now and then, as the
+    /// client's rewrite does before each page: shows its progress, and where the job is
+    /// cancelled or its lease lost, stops the task and fails the job.
+    async fn watch(
         &self,
         hold: Hold<'_>,
         server: &dyn ServerRename,
-        (task, from): (&TaskId, &FsPath),
+        (job, run): (
+            &PrefixMove,
+            impl Future<Output = fs_store::Result<TaskState>>,
+        ),
         total: &OnceLock<u64>,
     ) -> Result<TaskState> {
-        let context = || format!("following the server's task `{task}`");
-        let mut pause = FIRST_POLL;
+        let context = || format!("rewriting `{}` on the server", job.from);
+        tokio::pin!(run);
+        let mut pause = FIRST_LOOK;
         let mut shown = None;
         loop {
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(MOST_POLL);
-            let state = server
-                .task_state(task)
+            tokio::select! {
+                ended = &mut run => return ended.map_err(RenameError::store(context())),
+                () = tokio::time::sleep(pause) => {}
+            }
+            pause = (pause * 2).min(MOST_LOOK);
+            let running = server
+                .running_renames(&job.job)
                 .await
                 .map_err(RenameError::store(context()))?;
-            if shown != Some(state.updated) && state.total > 0 {
-                shown = Some(state.updated);
+            let progress = running
+                .first()
+                .map_or((0, 0), |(_, state)| (state.updated, state.total));
+            if shown != Some(progress.0) && progress.1 > 0 {
+                shown = Some(progress.0);
                 let expected = total.get().copied().unwrap_or(0);
                 self.emit(RenameEvent::Progress {
-                    done: state.updated,
-                    total: expected.max(state.total),
+                    done: progress.0,
+                    total: expected.max(progress.1),
                 });
             }
-            if state.done {
-                return Ok(state);
-            }
-            let progress = (state.updated, state.total);
-            let held = self.still_ours(hold, from, progress).await;
-            if let Err(e) = held {
-                let stopped = stop_task(server, task).await;
+            if let Err(e) = self.still_ours(hold, &job.from, progress).await {
+                let stopped = stop(server, &job.job, Some(run.as_mut())).await;
                 if let Err(stop) = stopped {
-                    tracing::warn!(%task, error = %stop, "the server's task could not be stopped; recovery stops it");
+                    tracing::warn!(job = %job.job, error = %stop, "the server's task could not be stopped; recovery stops it");
                 }
                 return Err(e);
             }
@@ -192,7 +205,7 @@ fn no_server_rename(store: &str) -> StoreError {
 }
 
 /// Stops the renames the job `job_id` started on the server that still run (a dead or
-/// fenced-out owner's), waiting until each has stopped; returns how many there were. For a
+/// fenced-out owner's), waiting until they have stopped; returns how many there were. For a
 /// recovery, before it finishes the job: no task of a job may run once the job is done.
 pub(crate) async fn stop_server_renames(tree: &FsTree, job_id: &str) -> Result<usize> {
     let Some(server) = tree.store().server_rename() else {
@@ -203,35 +216,51 @@ pub(crate) async fn stop_server_renames(tree: &FsTree, job_id: &str) -> Result<u
         .running_renames(job_id)
         .await
         .map_err(RenameError::store(context.clone()))?;
-    for task in &running {
-        tracing::info!(%task, job = %job_id, "stopping a dead job's rename on the server");
-        stop_task(server, task)
-            .await
-            .map_err(RenameError::store(context.clone()))?;
+    if running.is_empty() {
+        return Ok(0);
     }
+    tracing::info!(job = %job_id, tasks = running.len(), "stopping a dead job's renames on the server");
+    stop(
+        server,
+        job_id,
+        None::<std::pin::Pin<&mut std::future::Ready<_>>>,
+    )
+    .await
+    .map_err(RenameError::store(context))?;
     Ok(running.len())
 }
 
-/// Cancels `task` and waits until it has stopped (its current batch ends first).
-async fn stop_task(server: &dyn ServerRename, task: &TaskId) -> fs_store::Result<()> {
-    server.cancel_task(task).await?;
+/// Cancels the renames of job `job` on the server until none is listed, or until `run` (the
+/// request that waits for one) has answered.
+async fn stop<F>(
+    server: &dyn ServerRename,
+    job: &str,
+    mut run: Option<std::pin::Pin<&mut F>>,
+) -> fs_store::Result<()>
+where
+    F: Future<Output = fs_store::Result<TaskState>>,
+{
     let deadline = Instant::now() + STOP_WITHIN;
-    let mut pause = FIRST_POLL;
     loop {
-        match server.task_state(task).await {
-            Ok(state) if state.done => return Ok(()),
-            Ok(_) => {}
-            // A task the server no longer knows is not running.
-            Err(e) if e.is_not_found() => return Ok(()),
-            Err(e) => return Err(e),
+        let running = server.running_renames(job).await?;
+        for (task, _) in &running {
+            server.cancel_task(task).await?;
+        }
+        let pause = tokio::time::sleep(STOP_EVERY);
+        match run.as_mut() {
+            // The request answers once its task has stopped.
+            Some(run) => tokio::select! {
+                _ = run.as_mut() => return Ok(()),
+                () = pause => {}
+            },
+            None if running.is_empty() => return Ok(()),
+            None => pause.await,
         }
         if Instant::now() >= deadline {
             return Err(StoreError::Transient {
-                context: format!("stopping the server's task `{task}`"),
-                message: format!("still running {STOP_WITHIN:?} after it was cancelled"),
+                context: format!("stopping the server's renames of job {job}"),
+                message: format!("still running {STOP_WITHIN:?} after they were cancelled"),
             });
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(MOST_POLL);
     }
 }

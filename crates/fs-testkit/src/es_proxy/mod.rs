@@ -79,7 +79,7 @@ pub struct EsProxyOptions {
     /// tasks API ([`by_query`]); default false (osmem refuses it, as a server without painless
     /// would).
     pub update_by_query: bool,
-    /// A pause after each batch of such a task; default none. A longer one stretches a task
+    /// A pause before each part (500 documents) such a task writes; default none. A longer one stretches a task
     /// out, for a test to kill its client in the middle.
     pub update_by_query_pause: Duration,
     /// The network faults; default none ([`EsProxy::set_faults`] changes them while it runs).
