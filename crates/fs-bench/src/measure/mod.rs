@@ -101,7 +101,7 @@ impl Plan {
         rtt: Duration,
         embedded: Embedded,
     ) -> Plan {
-        let sizes: Vec<usize> = [1_000, 10_000, 100_000]
+        let sizes: Vec<usize> = [1_000, 10_000, 20_000, 100_000]
             .into_iter()
             .filter(|n| *n <= max_docs)
             .collect();
