@@ -57,6 +57,9 @@ struct Table {
     /// Job ids, oldest first, for `GET /jobs` and for forgetting old finished jobs.
     order: VecDeque<String>,
     unfinished: usize,
+    /// Whose turn it is to write each job's record: one write at a time, each conditional on
+    /// the version the one before returned.
+    turns: HashMap<String, Arc<tokio::sync::Mutex<()>>>,
 }
 
 impl Jobs {
@@ -256,6 +259,8 @@ impl Jobs {
     /// fatal: the job goes on, and other instances show its last stored state until the next
     /// write. A job taken over by another instance is no longer written from here.
     pub async fn persist(&self, id: &str) {
+        let turn = Arc::clone(self.table().turns.entry(id.to_owned()).or_default());
+        let _turn = turn.lock().await;
         let Some((job, version)) = ({
             let table = self.table();
             table
@@ -286,6 +291,13 @@ impl Jobs {
         }
     }
 
+    /// [`Jobs::persist`] in the background: a write the job need not wait for. It still goes
+    /// out before any later write of the same record (their turns), and shutdown waits for it.
+    pub fn persist_soon(&self, id: &str) {
+        let (jobs, id) = (self.clone(), id.to_owned());
+        self.spawn(async move { jobs.persist(&id).await });
+    }
+
     async fn run(&self, id: String) {
         // Closed only at shutdown, after the last job: acquire cannot fail before.
         let Ok(_slot) = Arc::clone(&self.inner.slots).acquire_owned().await else {
@@ -296,7 +308,10 @@ impl Jobs {
             j.state = JobState::WaitingForLocks;
             j.started_at = Some(now_ms());
         });
-        self.persist(&id).await;
+        // Only for other instances to show: the job goes on meanwhile. Its one write on the
+        // critical path is the journal id's, before its first write (`StoreJournalId`), which
+        // an instance that adopts the job must find.
+        self.persist_soon(&id);
         let renamer = self.renamer(&id, &job);
         let outcome = match &job.work {
             Work::Rename { from, to } => renamer.rename_reporting(from, to).await,
@@ -541,6 +556,7 @@ fn forget_old(table: &mut Table, history: usize) {
         if done && finished > history {
             table.jobs.remove(&id);
             table.versions.remove(&id);
+            table.turns.remove(&id);
             finished -= 1;
         } else {
             keep.push_back(id);
