@@ -334,3 +334,26 @@ async fn real_elasticsearch_refuses_a_document_the_check_did_not_see() {
         "{failed}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_lost_with_its_node_is_finished_by_the_client() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    // The task fails after its first 1 000 documents, as one whose shard's node died.
+    let proxy = fs_testkit::start_es_proxy(EsProxyOptions {
+        update_by_query: true,
+        update_by_query_fails_after: Some(2),
+        ..EsProxyOptions::default()
+    });
+    let env = env_at(proxy.url());
+    big_src(&env, 1_500).await;
+    let before = paths_by_id(&env).await;
+    let report = renamer(&env)
+        .build()
+        .rename(&p("/src"), &p("/dst-parent/dst"))
+        .await
+        .expect("the client finishes what the task left");
+    assert!(report.on_server, "{report:?}");
+    assert_eq!((report.found, report.rewritten), (3_003, 3_003));
+    assert_eq!(proxy.running_tasks(), 0);
+    assert_renamed(&env, &before).await;
+}

@@ -9,6 +9,7 @@ use fs_store::{CountingStore, SharedStore, StoredDoc};
 use tokio::time::Instant;
 
 use super::before_write::Hold;
+use super::server_rewrite;
 use super::task::Checked;
 use super::{journaled, RenameOutcome, Renamer, Task};
 use crate::error::{RenameError, Result};
@@ -427,6 +428,10 @@ impl Renamer {
                         }
                         Ok(false) => {
                             self.rewrite(hold, (from, to), (total, read.first), report)
+                                .await
+                        }
+                        Err(e) if server_rewrite::lost_the_task(&e) => {
+                            self.finish_on_client(hold, (from, to), (job_id, e), total, report)
                                 .await
                         }
                         Err(e) => Err(e),

@@ -175,6 +175,36 @@ impl Renamer {
         }
     }
 
+    /// Finishes on the client a rename whose task on the server was lost (`why`: its node died
+    /// under it, or the connection to it; see [`lost_the_task`]): stops what may still run of it,
+    /// then rewrites what is still under `from` as the client does, conditionally on what it
+    /// reads, and counts what the task moved (everything under `to`, which did not exist
+    /// before the job) as found and rewritten. The job goes on under its locks and journal
+    /// entry, so a node lost under the task costs time, not the job.
+    pub(super) async fn finish_on_client(
+        &self,
+        hold: Hold<'_>,
+        (from, to): (&FsPath, &FsPath),
+        (job_id, why): (&str, RenameError),
+        total: &OnceLock<u64>,
+        report: &mut RenameReport,
+    ) -> Result<()> {
+        tracing::warn!(job = %job_id, error = %why, "the server's rewrite was lost; the client finishes the rename");
+        stop_server_renames(hold.tree, job_id).await?;
+        let tree = hold.tree;
+        tree.refresh().await?;
+        let moved = tree.count_under(to).await?;
+        report.found = 0;
+        report.rewritten = 0;
+        report.on_server = false;
+        self.rewrite(hold, (from, to), (total, Vec::new()), report)
+            .await?;
+        report.found += moved;
+        report.rewritten += moved;
+        report.on_server = true;
+        Ok(())
+    }
+
     /// A cancellation or a lost lease, as [`Renamer::before_page`] checks them, while the
     /// server writes.
     async fn still_ours(
@@ -201,6 +231,20 @@ fn no_server_rename(store: &str) -> StoreError {
         message: format!(
             "{store} cannot run one (only Elasticsearch with painless can): rewrite on the client"
         ),
+    }
+}
+
+/// Whether `e`, the failure of a rename on the server, lost the task rather than stopped it
+/// on purpose: the request or the task list failed (a node or the connection died under it),
+/// or the task failed on its own (a shard's search or bulk failed). Not a conflict (a foreign
+/// write), a refusal of the script or a cancellation: those stop the job.
+pub(super) fn lost_the_task(e: &RenameError) -> bool {
+    match e {
+        RenameError::Store { cause, .. } => !matches!(cause, StoreError::Rejected { .. }),
+        RenameError::ServerRewrite { failure, .. } => {
+            matches!(failure, fs_store::TaskFailure::Failed(_))
+        }
+        _ => false,
     }
 }
 

@@ -250,6 +250,19 @@ fn bad_request(reason: &str) -> Response {
     )
 }
 
+/// Ends a task that did not end by itself: its runtime stopped under it, as a node dies.
+struct Ended(Arc<Task>);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        let mut state = self.0.state();
+        if state.ended.is_none() {
+            state.ended = Some(Err(json!({"type": "node_closed_exception",
+                "reason": "the node running the task died"})));
+        }
+    }
+}
+
 /// What one task does.
 struct Run {
     index: String,
@@ -261,6 +274,8 @@ struct Run {
 
 impl Run {
     async fn run(self, proxy: Arc<Proxy>, task: Arc<Task>) {
+        // A task whose node is killed (the proxy's runtime ends under it) ends with it.
+        let guard = Ended(Arc::clone(&task));
         let ended = self.rewrite(&proxy, &task).await;
         let ended = match ended {
             Ok(response) if self.refresh => match proxy.refresh(&self.index).await {
@@ -270,6 +285,7 @@ impl Run {
             other => other,
         };
         task.state().ended = Some(ended);
+        drop(guard);
     }
 
     /// The snapshot, then the batches; the response, or the error that stopped the task.
@@ -304,6 +320,11 @@ impl Run {
             // of its own for its tasks does not.
             let mut ops = ops.into_iter();
             for part in batch.chunks(UPSTREAM_PART) {
+                let written = task.state().updated as usize / UPSTREAM_PART;
+                if proxy.options.update_by_query_fails_after == Some(written) {
+                    return Err(json!({"type": "search_phase_execution_exception",
+                        "reason": "all shards failed (the proxy's fault)"}));
+                }
                 let pause = proxy.options.update_by_query_pause;
                 if pause.is_zero() {
                     tokio::task::yield_now().await;

@@ -82,6 +82,9 @@ pub struct EsProxyOptions {
     /// A pause before each part (500 documents) such a task writes; default none. A longer one stretches a task
     /// out, for a test to kill its client in the middle.
     pub update_by_query_pause: Duration,
+    /// Fails each such task after it wrote this many parts (of 500), as a task whose shard's
+    /// node died fails (a `search_phase_execution_exception`); default never.
+    pub update_by_query_fails_after: Option<usize>,
     /// The network faults; default none ([`EsProxy::set_faults`] changes them while it runs).
     pub faults: NetFaults,
 }
@@ -95,6 +98,7 @@ impl Default for EsProxyOptions {
             scripts: true,
             update_by_query: false,
             update_by_query_pause: Duration::ZERO,
+            update_by_query_fails_after: None,
             faults: NetFaults::none(0),
         }
     }
