@@ -50,6 +50,8 @@ pub struct TaskState {
     pub updated: u64,
     /// Why it stopped short, once it has ended; `None` for a task that did everything.
     pub failure: Option<TaskFailure>,
+    /// The id of the document the failure is about, where it is about one (a conflict).
+    pub failed_id: Option<String>,
 }
 
 /// Why a task stopped short.

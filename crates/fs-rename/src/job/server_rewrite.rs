@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use fs_model::FsPath;
-use fs_store::{PrefixMove, ServerRename, StoreError, TaskState};
+use fs_store::{PrefixMove, ServerRename, StoreError, TaskFailure, TaskState};
 use tokio::time::Instant;
 
 use super::before_write::Hold;
@@ -116,7 +116,20 @@ impl Renamer {
         report.on_server = true;
         report.found += total.get().copied().unwrap_or(state.total);
         report.rewritten += state.updated;
-        match state.failure {
+        let failure = match (state.failure, &state.failed_id) {
+            (Some(TaskFailure::Conflict(reason)), Some(id))
+                if own_write(hold.tree, id, to).await =>
+            {
+                // On a cluster whose node died under the task, the new primary can be sent
+                // the task's own write again, and answer it with a conflict: the document
+                // moved all the same. The rest of the rename is still the job's to do.
+                Some(TaskFailure::Failed(format!(
+                    "its own write of `{id}` came back as a conflict ({reason})"
+                )))
+            }
+            (failure, _) => failure,
+        };
+        match failure {
             None => Ok(true),
             Some(failure) => Err(RenameError::ServerRewrite {
                 from: from.to_string(),
@@ -232,6 +245,18 @@ fn no_server_rename(store: &str) -> StoreError {
             "{store} cannot run one (only Elasticsearch with painless can): rewrite on the client"
         ),
     }
+}
+
+/// Whether the document `id` that a task's write met in conflict already lies under `to`,
+/// moved: the task's own write, landed and sent again, rather than someone else's.
+async fn own_write(tree: &FsTree, id: &str, to: &FsPath) -> bool {
+    let read = tree.store().get(tree.index(), id).await;
+    let path = read
+        .ok()
+        .flatten()
+        .and_then(|doc| doc.source.get("path")?.as_str().map(str::to_owned));
+    path.and_then(|p| FsPath::parse(&p).ok())
+        .is_some_and(|p| p.is_inside(to))
 }
 
 /// Whether `e`, the failure of a rename on the server, lost the task rather than stopped it

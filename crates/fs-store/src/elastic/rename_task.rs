@@ -183,6 +183,7 @@ fn tasks_of(answer: &Value, opaque: &str) -> Vec<(TaskId, TaskState)> {
                     total: number(&status["total"]),
                     updated: number(&status["updated"]),
                     failure: None,
+                    failed_id: None,
                 };
                 found.push((TaskId(id.clone()), state));
             }
@@ -200,6 +201,7 @@ fn ended(response: &Value) -> TaskState {
         total: number(&response["total"]),
         updated: number(&response["updated"]),
         failure: failure_of(response),
+        failed_id: response["failures"][0]["id"].as_str().map(str::to_owned),
     }
 }
 
@@ -258,10 +260,9 @@ mod tests {
             "n1:10": {"headers": {}},
         }}}});
         let running = TaskState {
-            done: false,
             total: 10,
             updated: 4,
-            failure: None,
+            ..TaskState::default()
         };
         assert_eq!(
             tasks_of(&answer, "fsrename-job-j1"),
@@ -279,11 +280,12 @@ mod tests {
                 done: true,
                 total: 10,
                 updated: 10,
-                failure: None
+                ..TaskState::default()
             }
         );
-        let conflict = json!({"total": 10, "updated": 3, "failures": [
-            {"cause": {"type": "version_conflict_engine_exception", "reason": "[x]: version conflict"}}]});
+        let conflict = json!({"total": 10, "updated": 3, "failures": [{"id": "x",
+            "cause": {"type": "version_conflict_engine_exception", "reason": "[x]: version conflict"}}]});
+        assert_eq!(ended(&conflict).failed_id.as_deref(), Some("x"));
         assert!(matches!(
             ended(&conflict).failure,
             Some(TaskFailure::Conflict(_))
