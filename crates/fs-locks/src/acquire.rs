@@ -27,7 +27,7 @@ use crate::events::LockEvent;
 use crate::guard::LockGuard;
 use crate::outcome::{Attempt, Grant};
 use crate::plan::{LockItem, TreeLockRequest};
-use crate::protocol::Protocol;
+use crate::protocol::{create_missing, Giveback, LockProtocol, Protocol};
 use crate::script_params::Request;
 use fs_model::LockMode;
 
@@ -296,18 +296,14 @@ impl LockClient {
                 // A client that holds locks already may hold what the waiters wait for.
                 queue: held.is_empty(),
             };
-            let steps = match self.steps().await {
-                Ok(steps) => steps,
-                Err(e) => return Tried::of(Err(e), &calls),
-            };
-            match steps.attempt(&mut calls, &req).await {
-                Ok(Attempt::Granted(taken)) => {
+            match self.attempt_by_protocol(&mut calls, &req).await {
+                Ok((Attempt::Granted(taken), _)) => {
                     for t in taken {
                         waiting_on.remove(&t.item.id);
                         held.hold(t, req.expires_at);
                     }
                 }
-                Ok(Attempt::Refused { blocker, refusing }) => {
+                Ok((Attempt::Refused { blocker, refusing }, steps)) => {
                     if req.queue && (queue_now || !waiting_on.is_empty()) && !refusing.is_empty() {
                         let waiting = (steps, &mut calls, &req);
                         waiting_on.extend(self.register_waiter(waiting, &refusing).await);
@@ -321,6 +317,60 @@ impl LockClient {
         drop(held);
         self.start_renewer();
         Tried::of(Ok(None), &calls)
+    }
+
+    /// Makes one attempt at `req.items` by the protocol in use; returns its outcome and the
+    /// protocol's steps. While the protocol is [undecided](LockClient::undecided), the attempt
+    /// starts by creating every document in one `bulk` (what either protocol writes on a
+    /// missing document), and decides the protocol only when one exists already: a quiet
+    /// tree costs one request, with no read and no question about scripts.
+    async fn attempt_by_protocol(
+        &self,
+        calls: &mut Calls<'_>,
+        req: &Request<'_>,
+    ) -> Result<(Attempt, &'static dyn Protocol)> {
+        if !self.undecided() {
+            let steps = self.steps().await?;
+            return Ok((steps.attempt(calls, req).await?, steps));
+        }
+        let created = create_missing(calls, req).await?;
+        let cas = LockProtocol::Cas.steps();
+        if created.existing.is_empty() {
+            return Ok((Attempt::Granted(created.taken), cas));
+        }
+        // A document exists: someone holds it or waits on it (or an answer of ours was
+        // lost). Taking it is a read-modify-write, which is where the protocols differ.
+        let (steps, outcome) = match self.steps().await {
+            Ok(steps) => {
+                let rest = Request {
+                    items: &created.existing,
+                    ..*req
+                };
+                (steps, steps.attempt(calls, &rest).await)
+            }
+            Err(e) => (cas, Err(e)),
+        };
+        match outcome {
+            Ok(Attempt::Granted(more)) => {
+                let mut taken = created.taken;
+                taken.extend(more);
+                Ok((Attempt::Granted(taken), steps))
+            }
+            outcome => {
+                // Refused or failed: what the creates took goes back too, so that the caller
+                // never waits holding a lock.
+                if !created.taken.is_empty() {
+                    let back = Giveback {
+                        taken: created.taken,
+                        first: None,
+                    };
+                    if let Err(e) = steps.release(calls, back).await {
+                        tracing::warn!(error = %e, "could not undo a refused lock attempt; leases will expire it");
+                    }
+                }
+                outcome.map(|attempt| (attempt, steps))
+            }
+        }
     }
 
     /// Registers the request as a waiter on the documents of `refusing`; returns where it is

@@ -12,6 +12,11 @@ impl LockClient {
     /// protocol on a store that [chains](fs_store::ScriptedUpdates::chains) (the embedded
     /// store).
     pub async fn chains_release(&self) -> bool {
+        // An undecided client's store does not chain: the answer is no, and deciding the
+        // protocol to give it would cost requests (see `LockClient::undecided`).
+        if self.undecided() {
+            return false;
+        }
         match self.steps().await {
             Ok(steps) => steps.chains_release(self.store()),
             Err(_) => false,
@@ -40,7 +45,7 @@ impl LockClient {
         let mut held = self.held().await;
         let given_up = held.give_up(ids, self.max_clock_skew_ms());
         let mut calls = self.calls();
-        let released = match self.steps().await {
+        let released = match self.release_steps().await {
             Ok(steps) => {
                 let back = Giveback {
                     taken: given_up.last,

@@ -475,6 +475,62 @@ async fn asking_for_scripts_where_none_run_is_a_clear_error() {
     );
 }
 
+/// Issue 35: the automatic choice is made only when it matters. On a quiet tree an acquisition
+/// creates its documents (what both protocols write on a missing one) in one `bulk` and the
+/// release gives them back by compare-and-set: nothing asks the server about scripts (which
+/// cost a one-file `mv` two requests on a server without them). A document found to exist
+/// decides it, and is taken by the protocol decided; refused there, the attempt gives back
+/// what its creates took.
+#[tokio::test]
+async fn the_automatic_protocol_is_decided_when_a_lock_document_exists() {
+    let proxied = Env::new(fs_testkit::Backend::Osmem).await;
+    for (env, decided) in [
+        (
+            Env {
+                store: std::sync::Arc::new(fs_testkit::raw_osmem_store()),
+                ..proxied.clone()
+            },
+            LockProtocol::Cas,
+        ),
+        (proxied, LockProtocol::Scripted),
+    ] {
+        let memo = fs_locks::ProtocolMemo::new();
+        let auto = |holder: &str| {
+            client_builder(&env, holder)
+                .protocol(LockProtocol::Auto)
+                .protocol_memo(memo.clone())
+                .build()
+        };
+        let (a, b) = (auto("a"), auto("b"));
+        let guard = a.lock_tree(&p("/q/r/s/t")).await.expect("quiet lock");
+        assert_eq!(guard.grant().round_trips, 1, "one bulk of creates");
+        assert_eq!(memo.decided(), None, "nothing to decide on a quiet tree");
+        // `/q` exists now (a holds a share): b's acquisition decides, shares it, and its own
+        // exclusive lock on `/q/x` was created alongside.
+        let shared = b.lock_tree(&p("/q/x")).await.expect("shares /q with a");
+        assert_eq!(memo.decided(), Some(decided));
+        assert_eq!(
+            lock_doc(&env, "/q").await.expect("shared by both")["lock_count"],
+            2
+        );
+        // A client still undecided (a memo of its own) is refused on `/q/r/s/t`, which a
+        // holds: what its creates took (`/q/r/s/t/u`) goes back.
+        let c = client_builder(&env, "c")
+            .protocol(LockProtocol::Auto)
+            .protocol_memo(fs_locks::ProtocolMemo::new())
+            .build();
+        let refused = c.lock_tree(&p("/q/r/s/t/u")).await;
+        assert!(
+            matches!(refused, Err(LockError::Timeout { .. })),
+            "{refused:?}"
+        );
+        assert!(lock_doc(&env, "/q/r/s/t/u").await.is_none(), "given back");
+        shared.release().await.expect("release b");
+        guard.release().await.expect("release a");
+        assert_eq!(lock_count(&env).await, 0);
+    }
+}
+
 /// The embedded store runs the lock scripts' twins atomically, so the automatic choice there
 /// is the scripted protocol: one round trip per acquisition, and no lost races.
 #[tokio::test]

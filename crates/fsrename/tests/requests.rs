@@ -11,8 +11,13 @@ use fs_testkit::{start_es_proxy, EsProxyOptions};
 const MOST_REQUESTS: usize = 8;
 
 fn fsrename(url: &str, index: &str, args: &[&str]) -> Output {
+    fsrename_with(url, index, "auto", args)
+}
+
+fn fsrename_with(url: &str, index: &str, lock_protocol: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fsrename"))
         .args(["--store", url, "--index", index])
+        .args(["--lock-protocol", lock_protocol])
         .args(args)
         .env_remove("FSRENAME_STORE")
         .env_remove("FSRENAME_LOG")
@@ -40,7 +45,32 @@ fn tree_of_depth(url: &str, index: &str, depth: usize) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_one_file_mv_sends_at_most_eight_requests_at_any_depth() {
-    let proxy = start_es_proxy(EsProxyOptions::default());
+    one_file_mvs_send_at_most_eight_requests(EsProxyOptions::default(), "auto");
+}
+
+/// The same on a server that runs no scripts (osmem, or Elasticsearch with scripting off),
+/// with the default `--lock-protocol auto` (which takes its locks by compare-and-set there)
+/// and with `--lock-protocol cas`. Issue 35: this was ten requests (a `GET` of a stored script
+/// and a refused `PUT` to decide the protocol, an `_mget` of the lock documents before their
+/// `bulk`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_file_mv_by_compare_and_set_sends_at_most_eight_requests_at_any_depth() {
+    for lock_protocol in ["auto", "cas"] {
+        one_file_mvs_send_at_most_eight_requests(
+            EsProxyOptions {
+                scripts: false,
+                ..EsProxyOptions::default()
+            },
+            lock_protocol,
+        );
+    }
+}
+
+/// Renames a file at depths 1, 2, 4 and 8 there and back through a proxy started with
+/// `options`, with `--lock-protocol lock_protocol`, prints every request each `mv` sent and
+/// asserts that none sent more than [`MOST_REQUESTS`].
+fn one_file_mvs_send_at_most_eight_requests(options: EsProxyOptions, lock_protocol: &str) {
+    let proxy = start_es_proxy(options);
     let mut counted = Vec::new();
     for depth in [1, 2, 4, 8] {
         let index = fs_testkit::unique_name("fs-requests");
@@ -52,7 +82,7 @@ async fn a_one_file_mv_sends_at_most_eight_requests_at_any_depth() {
                 _ => (target.as_str(), file.as_str()),
             };
             proxy.take_requests();
-            let out = fsrename(proxy.url(), &index, &["mv", from, to]);
+            let out = fsrename_with(proxy.url(), &index, lock_protocol, &["mv", from, to]);
             let requests = proxy.take_requests();
             assert_eq!(
                 out.status.code(),
@@ -68,7 +98,10 @@ async fn a_one_file_mv_sends_at_most_eight_requests_at_any_depth() {
                 listed.contains(to) && !listed.lines().any(|l| l.ends_with(from)),
                 "after mv {from} {to}, ls -R / says:\n{listed}"
             );
-            println!("depth {depth}, {round} mv: {} requests", requests.len());
+            println!(
+                "--lock-protocol {lock_protocol}, depth {depth}, {round} mv: {} requests",
+                requests.len()
+            );
             for r in &requests {
                 println!("  {r}");
             }
@@ -78,7 +111,7 @@ async fn a_one_file_mv_sends_at_most_eight_requests_at_any_depth() {
     for (depth, round, requests) in &counted {
         assert!(
             requests.len() <= MOST_REQUESTS,
-            "the {round} one-file mv at depth {depth} sent {} requests, more than {MOST_REQUESTS}:\n{}",
+            "with --lock-protocol {lock_protocol}, the {round} one-file mv at depth {depth} sent {} requests, more than {MOST_REQUESTS}:\n{}",
             requests.len(),
             requests.join("\n")
         );

@@ -113,6 +113,30 @@ impl LockClient {
         Ok(self.protocol().await?.steps())
     }
 
+    /// Returns true while this client's protocol is `Auto`, deciding it would cost requests,
+    /// and nothing has needed it yet. On a server that may run scripts, deciding costs a `GET`
+    /// of a stored script (and, where it runs none, a refused `PUT`); until a lock document
+    /// is found to exist, nothing needs it: a missing document is created with the same
+    /// source by either protocol, and what a client created it can give back by
+    /// compare-and-set. A store without scripted updates decides for compare-and-set with no
+    /// request, and one that chains them (the embedded store) runs them in its own
+    /// transaction: those decide at once.
+    pub(crate) fn undecided(&self) -> bool {
+        let settings = self.settings();
+        settings.protocol_wanted == LockProtocol::Auto
+            && settings.memo.decided().is_none()
+            && settings.store.scripted().is_some_and(|s| !s.chains())
+    }
+
+    /// Returns the steps that give locks back: the protocol in use, or compare-and-set (which
+    /// works on every store) while it is [undecided](LockClient::undecided).
+    pub(crate) async fn release_steps(&self) -> Result<&'static dyn Protocol> {
+        if self.undecided() {
+            return Ok(LockProtocol::Cas.steps());
+        }
+        self.steps().await
+    }
+
     /// Returns this client's owner identity.
     pub fn owner(&self) -> &Owner {
         &self.settings().owner

@@ -19,13 +19,17 @@ mod cas;
 mod scripted;
 
 pub(crate) use cas::adopt::{adopt_round, AdoptRound};
+pub(crate) use cas::create_missing;
 
 /// How lock documents are written. Both produce the same documents, so clients using either
 /// exclude each other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LockProtocol {
     /// Scripted where the store runs scripts (storing them succeeds), compare-and-set
-    /// otherwise; decided once per client.
+    /// otherwise; decided once per client (or [`ProtocolMemo`]), and on a server, where
+    /// deciding costs requests, only when it matters: until a lock document is found to
+    /// exist, attempts create their documents, which both protocols do alike, and releases
+    /// run by compare-and-set.
     #[default]
     Auto,
     /// Read, then write conditionally on the version read: works on every store.

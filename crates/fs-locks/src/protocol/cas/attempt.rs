@@ -192,10 +192,77 @@ async fn undo_then(
     owner: &Owner,
     outcome: Result<Attempt>,
 ) -> Result<Attempt> {
+    give_back(calls, taken, owner).await;
+    outcome
+}
+
+/// Releases what an attempt took before it failed or was refused. A failure is logged: leases
+/// expire what is left.
+async fn give_back(calls: &mut Calls<'_>, taken: Vec<Taken>, owner: &Owner) {
     if !taken.is_empty() {
         if let Err(e) = release(calls, taken, owner, MIN_RELEASE_PATIENCE).await {
             tracing::warn!(error = %e, "could not undo a refused lock attempt; leases will expire it");
         }
     }
-    outcome
+}
+
+/// What one `bulk` of plain creates left ([`create_missing`]).
+pub(crate) struct Created {
+    /// The items whose document it created: now held.
+    pub(crate) taken: Vec<Taken>,
+    /// The items whose document exists already (or whose create's fate is unknown): they need
+    /// the protocol's read-modify-write.
+    pub(crate) existing: Vec<LockItem>,
+}
+
+/// Creates the lock document of every item of `req` in one `bulk` of `_create`s, with the
+/// source a grant writes on a missing document: the document either protocol writes there
+/// (compare-and-set's create, the scripted upsert), so it takes no decision between them.
+/// A document that exists already answers 409 and is left for the caller to read.
+///
+/// # Errors
+/// The request failed, or an item failed for good; what it created is given back first.
+pub(crate) async fn create_missing(calls: &mut Calls<'_>, req: &Request<'_>) -> Result<Created> {
+    let mut ops = Vec::with_capacity(req.items.len());
+    let mut writing = Vec::with_capacity(req.items.len());
+    for item in req.items {
+        let source = fresh_source(item, req.owner, req.now, req.expires_at);
+        ops.push(BulkOp::Create {
+            id: item.id.clone(),
+            source: source.clone(),
+        });
+        writing.push((item, source));
+    }
+    let results = match calls.bulk(ops).await {
+        Ok(results) => results,
+        Err(e) => {
+            // As in a round: what of the request landed is ours, and is given back.
+            let unknown = writing
+                .into_iter()
+                .map(|(item, source)| Taken::unknown(item.clone(), source))
+                .collect();
+            let taken = match read_ours(calls, unknown, req.owner).await {
+                Ok((ours, _)) => ours,
+                Err(read) => {
+                    tracing::warn!(error = %read, "could not read back a lock attempt whose outcome is unknown; leases will expire what it took");
+                    Vec::new()
+                }
+            };
+            give_back(calls, taken, req.owner).await;
+            return Err(e);
+        }
+    };
+    let written = sort_written(writing, results, "taking");
+    if let Some(e) = written.failed {
+        give_back(calls, written.taken, req.owner).await;
+        return Err(e);
+    }
+    Ok(Created {
+        taken: written.taken,
+        existing: written
+            .again
+            .into_iter()
+            .map(|(item, _)| item.clone())
+            .collect(),
+    })
 }

@@ -21,6 +21,11 @@
 //! the book's reentrant `process_id` check, and it also makes a retry safe when an earlier
 //! write landed but its answer was lost.
 //!
+//! A client whose protocol is not decided yet ([`LockProtocol::Auto`](crate::LockProtocol))
+//! starts an attempt with [`create_missing`] instead: one `bulk` of creates, the same documents
+//! the scripted upsert writes, so it decides nothing; the documents that exist go to the
+//! protocol once it is decided (`crate::acquire`).
+//!
 //! The adoption of a dead owner's lock set ([`adopt`]) always runs here, whatever the
 //! client's protocol: no stored script takes over someone else's lock.
 
@@ -35,6 +40,8 @@ use crate::script_params::Request;
 
 pub(crate) mod adopt;
 mod attempt;
+
+pub(crate) use attempt::create_missing;
 mod release;
 mod renew;
 mod wait;
