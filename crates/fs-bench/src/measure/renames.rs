@@ -204,89 +204,102 @@ pub(super) async fn renames(
     Ok((rows, in_flight_rows))
 }
 
-/// Renames `/big` to `/moved` and back with the renamer, and rewrites it raw, alternating
-/// both ways round (rename there, raw back, raw there, rename back) `repeat` times, so that
-/// both see the same store (sizes, caches) and the same directions of travel through the
-/// path index; returns the medians (rename, raw) and a rename's round trips.
+/// Runs `first` and `second` paired, both ways round (`first` there, `second` back, `second`
+/// there, `first` back) `repeat` times, so that both see the same store (sizes, caches) and
+/// the same directions of travel through the path index; returns the seconds of each run of
+/// each.
+async fn paired(
+    (big, moved): (&FsPath, &FsPath),
+    repeat: usize,
+    mut first: impl AsyncFnMut(&FsPath, &FsPath) -> anyhow::Result<()>,
+    mut second: impl AsyncFnMut(&FsPath, &FsPath) -> anyhow::Result<()>,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let (mut firsts, mut seconds) = (Vec::new(), Vec::new());
+    for _ in 0..repeat {
+        for step in 0..4 {
+            let (from, to) = if step % 2 == 0 {
+                (big, moved)
+            } else {
+                (moved, big)
+            };
+            let started = Instant::now();
+            if step == 0 || step == 3 {
+                first(from, to).await?;
+                firsts.push(started.elapsed().as_secs_f64());
+            } else {
+                second(from, to).await?;
+                seconds.push(started.elapsed().as_secs_f64());
+            }
+        }
+    }
+    Ok((firsts, seconds))
+}
+
+/// Renames `/big` to `/moved` and back with the renamer, and rewrites it raw, [paired];
+/// returns the medians (rename, raw) and a rename's round trips.
 async fn alternate(
     store: &SharedStore,
     tree: &FsTree,
-    (big, moved): (&FsPath, &FsPath),
+    ends: (&FsPath, &FsPath),
     repeat: usize,
     in_flight: usize,
 ) -> anyhow::Result<(f64, f64, u64)> {
-    let docs = tree.count_under(big).await? as usize;
+    let docs = tree.count_under(ends.0).await? as usize;
     // The client's rewrite, against the client's raw rewrite; the server's is `against_peer`.
     let renamer = Renamer::builder(Arc::clone(store), tree.index())
         .in_flight(in_flight)
         .rewrite(Rewrite::Client)
         .build();
-    let (mut renames, mut raws) = (Vec::new(), Vec::new());
     let mut round_trips = 0;
-    for _ in 0..repeat {
-        for step in 0..4 {
-            let (from, to) = if step % 2 == 0 {
-                (big, moved)
-            } else {
-                (moved, big)
-            };
-            let started = Instant::now();
-            if step == 0 || step == 3 {
-                let report = renamer.rename(from, to).await?;
-                renames.push(started.elapsed().as_secs_f64());
-                round_trips = report.round_trips;
-            } else {
-                let n = raw_rewrite(tree, from, to, in_flight).await?;
-                raws.push(started.elapsed().as_secs_f64());
-                anyhow::ensure!(n == docs, "raw rewrite moved {n} of {docs}");
-            }
-        }
-    }
+    let (mut renames, mut raws) = paired(
+        ends,
+        repeat,
+        async |from, to| {
+            round_trips = renamer.rename(from, to).await?.round_trips;
+            Ok(())
+        },
+        async |from, to| {
+            let n = raw_rewrite(tree, from, to, in_flight).await?;
+            anyhow::ensure!(n == docs, "raw rewrite moved {n} of {docs}");
+            Ok(())
+        },
+    )
+    .await?;
     // The runs themselves, for a reader who wants to judge the spread behind the medians.
     eprintln!("  {docs} documents, seconds a run: rename {renames:.3?}, raw {raws:.3?}");
     Ok((median(&mut renames), median(&mut raws), round_trips))
 }
 
-/// The rename the server rewrites (`--rewrite server`) paired with the unsafe peer: server
-/// rename there, peer back, peer there, server rename back, `repeat` times; returns the
-/// medians (peer, server rename).
+/// The rename the server rewrites (`--rewrite server`) [paired] with the unsafe peer; returns
+/// the medians (peer, server rename).
 async fn against_peer(
     store: &SharedStore,
     tree: &FsTree,
     peer: &crate::peer::Peer,
-    (big, moved): (&FsPath, &FsPath),
+    ends: (&FsPath, &FsPath),
     repeat: usize,
 ) -> anyhow::Result<(f64, f64)> {
-    let docs = tree.count_under(big).await?;
+    let docs = tree.count_under(ends.0).await?;
     let renamer = Renamer::builder(Arc::clone(store), tree.index())
         .rewrite(Rewrite::Server)
         .build();
-    let (mut peers, mut servers) = (Vec::new(), Vec::new());
-    for _ in 0..repeat {
-        for step in 0..4 {
-            let (from, to) = if step % 2 == 0 {
-                (big, moved)
-            } else {
-                (moved, big)
-            };
-            let started = Instant::now();
-            if step == 0 || step == 3 {
-                let report = renamer.rename(from, to).await?;
-                servers.push(started.elapsed().as_secs_f64());
-                anyhow::ensure!(
-                    report.rewritten == docs,
-                    "the server moved {}",
-                    report.rewritten
-                );
-            } else {
-                let n = peer.rename(tree.index(), from, to).await?;
-                peers.push(started.elapsed().as_secs_f64());
-                anyhow::ensure!(n == docs, "_update_by_query moved {n} of {docs}");
-            }
-        }
-    }
+    let (mut servers, mut peers) = paired(
+        ends,
+        repeat,
+        async |from, to| {
+            let moved = renamer.rename(from, to).await?.rewritten;
+            anyhow::ensure!(moved == docs, "the server moved {moved} of {docs}");
+            Ok(())
+        },
+        async |from, to| {
+            let n = peer.rename(tree.index(), from, to).await?;
+            anyhow::ensure!(n == docs, "_update_by_query moved {n} of {docs}");
+            Ok(())
+        },
+    )
+    .await?;
     eprintln!("  {docs} documents, seconds a run: server rename {servers:.3?}, _update_by_query {peers:.3?}");
-    let back = tree.count_under(big).await?;
+    let back = tree.count_under(ends.0).await?;
     anyhow::ensure!(back == docs, "after the peer, {back} of {docs} under /big");
     Ok((median(&mut peers), median(&mut servers)))
 }
