@@ -169,6 +169,34 @@ async fn a_refusal_is_not_a_race() {
     );
 }
 
+/// Passing through, the proxy is only a counter: the server behind answers (osmem refuses the
+/// lock scripts the proxy itself would store) and every request is logged.
+#[tokio::test]
+async fn passing_through_leaves_the_answers_to_the_server_and_counts_the_requests() {
+    let script = &LOCK_SCRIPTS[0];
+    let proxy = fs_testkit::EsProxy::start(
+        fs_testkit::osmem_url(),
+        EsProxyOptions {
+            pass_through: true,
+            ..EsProxyOptions::default()
+        },
+    );
+    let store = elastic_store(proxy.url());
+    assert!(!store
+        .put_script(script.id, script.painless)
+        .await
+        .expect("answer"));
+    assert_eq!(
+        proxy.take_requests(),
+        vec![format!("PUT /_scripts/{}", script.id)]
+    );
+    let behaving = start_es_proxy(EsProxyOptions::default());
+    assert!(elastic_store(behaving.url())
+        .put_script(script.id, script.painless)
+        .await
+        .expect("answer"));
+}
+
 #[tokio::test]
 async fn unknown_scripts_are_refused_at_storing() {
     let proxy = start_es_proxy(EsProxyOptions::default());

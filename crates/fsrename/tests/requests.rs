@@ -4,7 +4,7 @@
 
 use std::process::{Command, Output};
 
-use fs_testkit::{start_es_proxy, EsProxyOptions};
+use fs_testkit::{start_es_proxy, EsProxy, EsProxyOptions};
 
 /// The most requests a one-file rename may send (issue 16): about what the book's own
 /// sequence costs for a file at depth 4, with a journal entry added.
@@ -66,11 +66,36 @@ async fn a_one_file_mv_by_compare_and_set_sends_at_most_eight_requests_at_any_de
     }
 }
 
+/// The same on a real Elasticsearch (scripts on, so `--lock-protocol auto` takes its locks by
+/// scripted updates), counted by a proxy that passes every request on as it came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real Elasticsearch: FSRENAME_TEST_ES_URL=http://127.0.0.1:9200"]
+async fn real_elasticsearch_a_one_file_mv_sends_at_most_eight_requests_at_any_depth() {
+    let url = std::env::var(fs_testkit::REAL_ES_VAR).unwrap_or_else(|_| {
+        panic!(
+            "{} is not set: point it at an Elasticsearch 7.x/8.x (see docs/elasticsearch.md)",
+            fs_testkit::REAL_ES_VAR
+        )
+    });
+    let proxy = EsProxy::start(
+        &url,
+        EsProxyOptions {
+            pass_through: true,
+            ..EsProxyOptions::default()
+        },
+    );
+    one_file_mvs_through(&proxy, "auto");
+}
+
 /// Renames a file at depths 1, 2, 4 and 8 there and back through a proxy started with
 /// `options`, with `--lock-protocol lock_protocol`, prints every request each `mv` sent and
 /// asserts that none sent more than [`MOST_REQUESTS`].
 fn one_file_mvs_send_at_most_eight_requests(options: EsProxyOptions, lock_protocol: &str) {
-    let proxy = start_es_proxy(options);
+    one_file_mvs_through(&start_es_proxy(options), lock_protocol);
+}
+
+/// What [`one_file_mvs_send_at_most_eight_requests`] does, through `proxy`.
+fn one_file_mvs_through(proxy: &EsProxy, lock_protocol: &str) {
     let mut counted = Vec::new();
     for depth in [1, 2, 4, 8] {
         let index = fs_testkit::unique_name("fs-requests");
@@ -82,7 +107,9 @@ fn one_file_mvs_send_at_most_eight_requests(options: EsProxyOptions, lock_protoc
                 _ => (target.as_str(), file.as_str()),
             };
             proxy.take_requests();
+            let started = std::time::Instant::now();
             let out = fsrename_with(proxy.url(), &index, lock_protocol, &["mv", from, to]);
+            let took = started.elapsed();
             let requests = proxy.take_requests();
             assert_eq!(
                 out.status.code(),
@@ -99,8 +126,9 @@ fn one_file_mvs_send_at_most_eight_requests(options: EsProxyOptions, lock_protoc
                 "after mv {from} {to}, ls -R / says:\n{listed}"
             );
             println!(
-                "--lock-protocol {lock_protocol}, depth {depth}, {round} mv: {} requests",
-                requests.len()
+                "--lock-protocol {lock_protocol}, depth {depth}, {round} mv: {} requests, {} ms with the process's start",
+                requests.len(),
+                took.as_millis()
             );
             for r in &requests {
                 println!("  {r}");

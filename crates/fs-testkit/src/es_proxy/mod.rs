@@ -87,6 +87,11 @@ pub struct EsProxyOptions {
     pub update_by_query_fails_after: Option<usize>,
     /// The network faults; default none ([`EsProxy::set_faults`] changes them while it runs).
     pub faults: NetFaults,
+    /// Whether every request goes to the server behind as it came, with none of the proxy's
+    /// own behaviour (scripts, search contexts, near-real-time search, tasks); default
+    /// false. In front of a real Elasticsearch, this counts what a client sends it
+    /// ([`EsProxy::take_requests`]) and changes nothing else.
+    pub pass_through: bool,
 }
 
 impl Default for EsProxyOptions {
@@ -100,6 +105,7 @@ impl Default for EsProxyOptions {
             update_by_query_pause: Duration::ZERO,
             update_by_query_fails_after: None,
             faults: NetFaults::none(0),
+            pass_through: false,
         }
     }
 }
@@ -533,6 +539,10 @@ async fn handle(
 
 /// Sends each request where it belongs: the proxy's own handling, or upstream as it is.
 async fn route(proxy: &Arc<Proxy>, r: &Request) -> Result<Response, String> {
+    if proxy.options.pass_through {
+        let (status, body) = nrt::forward(proxy, r).await?;
+        return Ok(passed_on(status, body));
+    }
     let seg: Vec<&str> = r.segments.iter().map(String::as_str).collect();
     let m = &r.method;
     match seg.as_slice() {

@@ -387,7 +387,7 @@ async fn index_exists(proxy: &Proxy, index: &str) -> Result<bool, String> {
     Ok(status == 200)
 }
 
-async fn forward(proxy: &Proxy, r: &Request) -> Result<(u16, Bytes), String> {
+pub(crate) async fn forward(proxy: &Proxy, r: &Request) -> Result<(u16, Bytes), String> {
     proxy
         .upstream
         .send(
