@@ -30,14 +30,53 @@ impl FromStr for StoreLocation {
         if s == "mem" {
             return Ok(StoreLocation::Memory);
         }
-        if s.starts_with("http://") || s.starts_with("https://") {
-            return Ok(StoreLocation::Http(s.to_owned()));
+        if let Some((scheme, _)) = s.split_once("://") {
+            let known = ["http", "https"];
+            if known.iter().any(|k| k.eq_ignore_ascii_case(scheme)) {
+                return Ok(StoreLocation::Http(s.to_owned()));
+            }
+            if is_scheme(scheme) {
+                return Err(format!(
+                    "unknown scheme `{scheme}://` in `{}`: give `http://HOST:PORT` or `https://HOST:PORT` for a server, `file:PATH` for a database file",
+                    fs_store::redact_url(s)
+                ));
+            }
         }
         match s.strip_prefix("file:") {
             Some("") => Err("`file:` needs a path after it".to_owned()),
             Some(path) => Ok(StoreLocation::File(PathBuf::from(path))),
+            None if looks_like_an_address(s) => Err(format!(
+                "`{s}` looks like a server's address, not a file: write `http://{s}` (or `https://{s}`) for a server, `file:{s}` for a database file of that name"
+            )),
             None => Ok(StoreLocation::File(PathBuf::from(s))),
         }
+    }
+}
+
+/// Whether `s` is a URL scheme (a letter, then letters, digits, `+`, `-` or `.`).
+fn is_scheme(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+/// Whether a bare store location reads as `HOST:PORT` or an IP address rather than a file
+/// name: such a location given without `http://` is a forgotten scheme far more often than a
+/// database file named so (which `file:` still allows).
+fn looks_like_an_address(s: &str) -> bool {
+    if s.parse::<std::net::IpAddr>().is_ok() || s.parse::<std::net::SocketAddr>().is_ok() {
+        return true;
+    }
+    match s.rsplit_once(':') {
+        Some((host, port)) => {
+            !host.is_empty()
+                && !port.is_empty()
+                && port.chars().all(|c| c.is_ascii_digit())
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-'))
+        }
+        None => false,
     }
 }
 
@@ -77,6 +116,27 @@ impl StoreLocation {
     }
 }
 
+impl StoreLocation {
+    /// Opens the store only if it is there: a database file that does not exist is an error
+    /// naming it, not a new empty file. For the verbs that read a tree or change one that must
+    /// exist; only `index`, `mkdir`, `touch`, `serve` and `demo` make a new one.
+    ///
+    /// # Errors
+    /// As [`StoreLocation::open`], and when the database file does not exist.
+    pub fn open_existing(&self, replicas: Option<u32>) -> anyhow::Result<SharedStore> {
+        if let StoreLocation::File(path) = self {
+            // An error here (a directory that cannot be read) is left to `open` to name.
+            if let Ok(false) = path.try_exists() {
+                anyhow::bail!(
+                    "there is no tree at `{self}`: `{}` does not exist (make one with `fsrename index DIR` or `fsrename mkdir PATH`, or name another store with --store or FSRENAME_STORE)",
+                    path.display()
+                );
+            }
+        }
+        self.open(replicas)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +154,42 @@ mod tests {
         let secret: StoreLocation = "https://u:pw@h:9200".parse().expect("url");
         assert_eq!(secret.to_string(), "https://<credentials>@h:9200");
         assert!("file:".parse::<StoreLocation>().is_err());
+        assert_eq!(
+            "HTTPS://h:9200".parse(),
+            Ok(StoreLocation::Http("HTTPS://h:9200".into()))
+        );
+    }
+
+    #[test]
+    fn addresses_and_unknown_schemes_are_refused_with_a_hint() {
+        for address in [
+            "127.0.0.1:1",
+            "localhost:9200",
+            "es-1.example.org:9200",
+            "::1",
+            "[::1]:9200",
+            "10.0.0.7",
+        ] {
+            let e = address.parse::<StoreLocation>().expect_err(address);
+            assert!(e.contains(&format!("http://{address}")), "{address}: {e}");
+            assert!(e.contains(&format!("file:{address}")), "{address}: {e}");
+        }
+        let e = "garbage://x".parse::<StoreLocation>().expect_err("scheme");
+        assert!(e.contains("unknown scheme `garbage://`"), "{e}");
+        let e = "ftp://u:secret@h"
+            .parse::<StoreLocation>()
+            .expect_err("scheme");
+        assert!(!e.contains("secret"), "{e}");
+        // What a file may still be called.
+        for file in [
+            "fs.db",
+            "dir/fs.db",
+            "./x:1",
+            "a:b",
+            "c:\\tree.db",
+            "file:127.0.0.1:1",
+        ] {
+            assert!(file.parse::<StoreLocation>().is_ok(), "{file}");
+        }
     }
 }

@@ -974,3 +974,83 @@ fn recover_says_when_a_leased_job_can_be_finished_and_waits_for_it() {
     assert_eq!(ls.status.code(), Some(0), "{}", text(&ls.stderr));
     assert_eq!(text(&ls.stdout).lines().count(), 3, "{}", text(&ls.stdout));
 }
+
+/// Runs `fsrename` in `dir` with `args`, no store in the environment.
+fn fsrename_in(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fsrename"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("FSRENAME_STORE")
+        .output()
+        .expect("run fsrename")
+}
+
+/// The names in `dir`, sorted.
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Issue 36: `--store 127.0.0.1:1` made a database file of that name; `garbage://x` was
+/// taken for a file path.
+#[test]
+fn a_store_given_as_an_address_or_with_an_unknown_scheme_is_refused_and_creates_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (store, says) in [
+        ("127.0.0.1:1", "write `http://127.0.0.1:1`"),
+        ("localhost:9200", "write `http://localhost:9200`"),
+        ("garbage://x", "unknown scheme `garbage://`"),
+    ] {
+        for verb in [&["ls", "/"][..], &["mkdir", "/a"], &["index", "."]] {
+            let args = [&["--store", store][..], verb].concat();
+            let out = fsrename_in(dir.path(), &args);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+            assert!(stderr.contains(says), "{args:?}: {stderr}");
+        }
+    }
+    assert!(
+        names_in(dir.path()).is_empty(),
+        "{:?}",
+        names_in(dir.path())
+    );
+}
+
+/// Issue 36: `ls`, `find`, `locks` and `fsck` (and the jobs on a tree that must be there)
+/// created `fsrename.db` where none was; only the verbs that make a tree create one.
+#[test]
+fn verbs_on_a_missing_database_say_there_is_no_tree_and_create_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for verb in [
+        &["ls", "/"][..],
+        &["ls", "-R", "--consistent", "/"],
+        &["find", "/", "--name", "*.txt"],
+        &["locks"],
+        &["fsck", "/"],
+        &["mv", "/a", "/b"],
+        &["cp", "-r", "/a", "/b"],
+        &["rm", "-r", "/a"],
+        &["recover"],
+    ] {
+        let out = fsrename_in(dir.path(), verb);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{verb:?}: {stderr}");
+        assert!(
+            stderr.contains("there is no tree at `file:fsrename.db`: `fsrename.db` does not exist"),
+            "{verb:?}: {stderr}"
+        );
+    }
+    assert!(
+        names_in(dir.path()).is_empty(),
+        "{:?}",
+        names_in(dir.path())
+    );
+    let out = fsrename_in(dir.path(), &["mkdir", "/a"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = fsrename_in(dir.path(), &["ls", "/"]);
+    assert_eq!(text(&out.stdout), "a/\n", "{}", text(&out.stderr));
+}

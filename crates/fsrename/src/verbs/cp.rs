@@ -4,7 +4,7 @@ use anyhow::Context;
 use fs_model::{DocKind, FsPath};
 use fs_rename::JobKind;
 
-use super::{job, open_tree};
+use super::{job, open_existing_tree};
 use crate::cli::{Cli, JobArgs};
 
 pub async fn run(
@@ -14,7 +14,7 @@ pub async fn run(
     recursive: bool,
     args: &JobArgs,
 ) -> anyhow::Result<u8> {
-    let tree = open_tree(cli).await?;
+    let tree = open_existing_tree(cli).await?;
     let what = format!("cp{} `{from}` `{to}`", if recursive { " -r" } else { "" });
     if !recursive {
         // cp's rule, checked before any lock: it guards against a slip of the hand, not

@@ -4,7 +4,7 @@ use anyhow::Context;
 use fs_model::{FindQuery, FsPath, NameGlob};
 
 use super::ls::print_entry;
-use super::open_tree;
+use super::open_existing_tree;
 use crate::cli::Cli;
 use crate::output::{to_stderr, Printer};
 use crate::EXIT_OK;
@@ -31,7 +31,7 @@ pub async fn run(cli: &Cli, path: &FsPath, options: &FindOptions) -> anyhow::Res
             );
         }
     }
-    let tree = open_tree(cli).await?;
+    let tree = open_existing_tree(cli).await?;
     // One more than asked tells whether there are more.
     let mut found = tree
         .find_matching(&query, options.limit + 1)

@@ -5,13 +5,13 @@ use std::sync::Arc;
 use anyhow::Context;
 use fs_locks::{LeaseClock, LockClient};
 
-use super::open_tree;
+use super::open_existing_tree;
 use crate::cli::Cli;
 use crate::output::Printer;
 use crate::EXIT_OK;
 
 pub async fn run(cli: &Cli, json: bool) -> anyhow::Result<u8> {
-    let tree = open_tree(cli).await?;
+    let tree = open_existing_tree(cli).await?;
     let client = LockClient::builder(Arc::clone(tree.store()), tree.lock_index()).build();
     let locks = client
         .list_locks()

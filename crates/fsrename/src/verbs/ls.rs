@@ -4,7 +4,7 @@ use anyhow::Context;
 use fs_model::{DocKind, FsPath};
 use fs_rename::{Entry, LockSettings, RenameError};
 
-use super::open_tree;
+use super::open_existing_tree;
 use crate::cli::Cli;
 use crate::output::Printer;
 use crate::EXIT_OK;
@@ -19,7 +19,7 @@ pub struct LsOptions {
 }
 
 pub async fn run(cli: &Cli, path: &FsPath, options: &LsOptions) -> anyhow::Result<u8> {
-    let tree = open_tree(cli).await?;
+    let tree = open_existing_tree(cli).await?;
     let LsOptions {
         recursive,
         long,

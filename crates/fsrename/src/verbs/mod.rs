@@ -220,9 +220,21 @@ fn print_verdict<R: serde::Serialize>(
     output::keep_verdict(printed.and_then(|()| out.flush()), code)
 }
 
-/// Opens the store and its tree, creating the indices if they are missing.
+/// Opens the store and its tree, creating the store and the indices if they are missing: for
+/// the verbs that make a tree (`index`, `mkdir`, `touch`).
 async fn open_tree(cli: &Cli) -> anyhow::Result<FsTree> {
-    let store = cli.store.open(cli.replicas)?;
+    tree_of(cli, cli.store.open(cli.replicas)?).await
+}
+
+/// Opens the tree of a store that must be there already (a database file that does not exist
+/// is an error, not a new empty file), creating its indices if they are missing: for the verbs
+/// that read a tree or change what is in it.
+async fn open_existing_tree(cli: &Cli) -> anyhow::Result<FsTree> {
+    tree_of(cli, cli.store.open_existing(cli.replicas)?).await
+}
+
+/// The tree of `store`, its indices made if they are missing.
+async fn tree_of(cli: &Cli, store: fs_store::SharedStore) -> anyhow::Result<FsTree> {
     let tree = FsTree::new(store, cli.index.clone());
     tree.ensure_indices()
         .await

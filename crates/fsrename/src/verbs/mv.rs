@@ -3,11 +3,11 @@
 use fs_model::FsPath;
 use fs_rename::JobKind;
 
-use super::{job, open_tree};
+use super::{job, open_existing_tree};
 use crate::cli::{Cli, JobArgs};
 
 pub async fn run(cli: &Cli, from: &FsPath, to: &FsPath, args: &JobArgs) -> anyhow::Result<u8> {
-    let tree = open_tree(cli).await?;
+    let tree = open_existing_tree(cli).await?;
     let what = format!("mv `{from}` `{to}`");
     job::run(
         cli,

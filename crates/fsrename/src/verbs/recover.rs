@@ -7,7 +7,7 @@ use anyhow::Context;
 use fs_locks::LeaseClock;
 use fs_rename::{short_duration, Recovery};
 
-use super::{open_tree, print_verdict};
+use super::{open_existing_tree, print_verdict};
 use crate::cli::Cli;
 use crate::output;
 
@@ -25,7 +25,7 @@ pub async fn run(
     (wait, foreign_lease): (Option<Option<Duration>>, Duration),
     json: bool,
 ) -> anyhow::Result<u8> {
-    let tree = open_tree(cli).await?;
+    let tree = open_existing_tree(cli).await?;
     let lock_wait = wait.flatten().unwrap_or(LOCK_WAIT);
     let recovery = Recovery::new(Arc::clone(tree.store()), tree.index())
         .lease(cli.lease)
