@@ -119,7 +119,7 @@ impl StoreLocation {
 impl StoreLocation {
     /// Opens the store only if it is there: a database file that does not exist is an error
     /// naming it, not a new empty file. For the verbs that read a tree or change one that must
-    /// exist; only `index`, `mkdir`, `touch`, `serve` and `demo` make a new one.
+    /// exist; only `index`, `mkdir`, `touch` and `serve` make a new one.
     ///
     /// # Errors
     /// As [`StoreLocation::open`], and when the database file does not exist.
