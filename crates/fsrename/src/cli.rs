@@ -34,8 +34,8 @@ pub struct Cli {
     pub index: String,
 
     /// How long a lock lives unless its holder renews it (it renews every third of this while
-    /// it works). A job that dies leaves locks that expire after this long.
-    #[arg(long, global = true, default_value = "30s", value_parser = parse_duration)]
+    /// it works). A job that dies leaves locks that expire after this long. At least 100ms.
+    #[arg(long, global = true, default_value = "30s", value_parser = parse_lease)]
     pub lease: Duration,
 
     /// How lock documents are written: `auto` (the book's scripts where the server runs them,
@@ -435,6 +435,21 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s)
         .map_err(|e| format!("`{s}` is not a duration like 30s, 500ms or 2m: {e}"))
+}
+
+/// The shortest lease taken: a holder renews every third of its lease, with a request to the
+/// store each time, so a shorter one is lost before a renewal can land (and `0s` at once).
+const SHORTEST_LEASE: Duration = Duration::from_millis(100);
+
+/// A lease: a duration of at least [`SHORTEST_LEASE`].
+fn parse_lease(s: &str) -> Result<Duration, String> {
+    let lease = parse_duration(s)?;
+    if lease < SHORTEST_LEASE {
+        return Err(format!(
+            "a lease of `{s}` would be lost before its holder could renew it (every third of the lease): give at least 100ms"
+        ));
+    }
+    Ok(lease)
 }
 
 /// A page size: at least 1.

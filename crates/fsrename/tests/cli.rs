@@ -1054,3 +1054,34 @@ fn verbs_on_a_missing_database_say_there_is_no_tree_and_create_nothing() {
     let out = fsrename_in(dir.path(), &["ls", "/"]);
     assert_eq!(text(&out.stdout), "a/\n", "{}", text(&out.stderr));
 }
+
+/// Issue 36: `--lease 0s` was taken, and the job then failed with "lost the lock"; `fsck /nope`
+/// reported a clean empty subtree.
+#[test]
+fn a_lease_too_short_to_renew_and_a_check_of_nothing_are_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = fsrename_in(dir.path(), &["mkdir", "-p", "/a/b"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    for lease in ["0s", "50ms"] {
+        let out = fsrename_in(dir.path(), &["mv", "--lease", lease, "/a/b", "/a/c"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{lease}: {stderr}");
+        assert!(stderr.contains("give at least 100ms"), "{lease}: {stderr}");
+    }
+    let out = fsrename_in(dir.path(), &["fsck", "/nope"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "`/nope` is not in the tree (index `fs` of file:fsrename.db): nothing to check"
+        ),
+        "{stderr}"
+    );
+    let out = fsrename_in(dir.path(), &["fsck", "/a"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        fsrename_in(dir.path(), &["ls", "-R", "/"]).stdout,
+        b"/a/\n/a/b/\n",
+        "the refused mv changed nothing"
+    );
+}

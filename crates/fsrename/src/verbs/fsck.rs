@@ -43,6 +43,15 @@ pub async fn run(
             })
         }
     };
+    // A subtree with no document at all is a path that is not there (a typo, or a tree
+    // renamed since), not a clean subtree: checking nothing proves nothing.
+    if report.documents == 0 && !scope.is_root() {
+        anyhow::bail!(
+            "`{scope}` is not in the tree (index `{}` of {}): nothing to check",
+            cli.index,
+            cli.store
+        );
+    }
     print_verdict(&report, report.is_clean(), json, |out, report| {
         out.text(report)
     })
