@@ -76,6 +76,45 @@ async fn an_absent_server_is_a_transient_error_naming_the_call() {
     );
 }
 
+/// With a first-contact deadline (what the CLI sets), a server that has refused every
+/// connection from the first is named as not there once it has passed, not retried to the
+/// retry deadline; a server that has answered once and then refuses is retried as before.
+#[tokio::test]
+async fn a_server_never_reached_is_named_at_the_first_contact_deadline() {
+    let config = ElasticConfig::new("http://127.0.0.1:9")
+        .expect("url")
+        .first_contact(Duration::from_millis(200));
+    let store = ElasticStore::connect(config).expect("client");
+    let started = std::time::Instant::now();
+    let err = store.get("fs", "x").await.expect_err("nobody listens");
+    assert!(!err.is_retryable(), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("cannot connect to http://127.0.0.1:9: connection refused"),
+        "{err}"
+    );
+    // The retry deadline is 30 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let mut proxy = fs_testkit::start_es_proxy(fs_testkit::EsProxyOptions::default());
+    let config = ElasticConfig::new(proxy.url())
+        .expect("url")
+        .first_contact(Duration::from_millis(200))
+        .retry_deadline(Duration::from_millis(600));
+    let store = ElasticStore::connect(config).expect("client");
+    store
+        .refresh(&fs_testkit::unique_name("answered"))
+        .await
+        .expect_err("no such index, but an answer");
+    proxy.kill();
+    let err = store.get("fs", "x").await.expect_err("the proxy is gone");
+    assert!(err.is_retryable(), "{err:?}");
+}
+
 #[tokio::test]
 async fn osmem_refuses_stored_scripts_and_is_asked_once() {
     use fs_store::ScriptedUpdates;

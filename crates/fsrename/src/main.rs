@@ -1,7 +1,7 @@
 //! The `fsrename` binary: parses arguments, sets up logging and the shutdown signal, and hands
 //! over to [`fsrename::run`].
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -15,6 +15,9 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal: escape codes in a log file or a pipe are
+        // noise (and NO_COLOR turns them off everywhere, as https://no-color.org asks).
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         // A log line that cannot be written (stderr closed) is dropped; the default would
         // report it with `eprintln!`, which panics on that same closed stderr.
         .log_internal_errors(false)

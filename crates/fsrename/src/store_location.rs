@@ -7,6 +7,11 @@ use std::sync::Arc;
 
 use fs_store::{ElasticConfig, ElasticStore, SharedStore, SqliteStore};
 
+/// How long a command tries to reach a server that has not answered yet: one that refuses
+/// every connection from the first is not there (a wrong port, a server not started), said
+/// within a second or two, where a busy one gets the whole retry deadline.
+const FIRST_CONTACT: std::time::Duration = std::time::Duration::from_millis(1_500);
+
 /// A store location: `file:PATH` or a bare path, `mem`, or an `http(s)://` URL (or several,
 /// separated by commas: the nodes of a cluster).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +103,24 @@ impl StoreLocation {
     /// # Errors
     /// Names the location when it cannot be opened.
     pub fn open(&self, replicas: Option<u32>) -> anyhow::Result<SharedStore> {
+        self.open_with(replicas, Some(FIRST_CONTACT))
+    }
+
+    /// Opens the store for `serve`: as [`StoreLocation::open`], but a server that has not
+    /// answered yet is given the whole retry deadline of each call (a service started before
+    /// its store, as a container set often is), with a line saying that it is retrying.
+    ///
+    /// # Errors
+    /// As [`StoreLocation::open`].
+    pub fn open_for_service(&self, replicas: Option<u32>) -> anyhow::Result<SharedStore> {
+        self.open_with(replicas, None)
+    }
+
+    fn open_with(
+        &self,
+        replicas: Option<u32>,
+        first_contact: Option<std::time::Duration>,
+    ) -> anyhow::Result<SharedStore> {
         match self {
             StoreLocation::File(path) => {
                 let store = SqliteStore::open(path)
@@ -107,6 +130,9 @@ impl StoreLocation {
             StoreLocation::Memory => Ok(Arc::new(SqliteStore::in_memory()?)),
             StoreLocation::Http(url) => {
                 let mut config = ElasticConfig::new(url)?.with_env()?;
+                if let Some(deadline) = first_contact {
+                    config = config.first_contact(deadline);
+                }
                 if let Some(replicas) = replicas {
                     config = config.replicas(replicas);
                 }

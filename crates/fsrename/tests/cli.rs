@@ -1085,3 +1085,37 @@ fn a_lease_too_short_to_renew_and_a_check_of_nothing_are_errors() {
         "the refused mv changed nothing"
     );
 }
+
+/// Issue 36: `--store http://127.0.0.1:1 ls /` was silent for 29 s, then called the refusal
+/// "transient". A server that refuses every connection from the first is not there: the
+/// command says so after its first-contact deadline (1.5 s). The bound is loose, so that a
+/// loaded machine cannot fail it, and far below the 30 s retry deadline it replaces.
+#[test]
+fn a_server_that_refuses_every_connection_is_named_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for store in [
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:1,http://127.0.0.1:2",
+    ] {
+        for verb in [&["ls", "/"][..], &["mv", "/a", "/b"]] {
+            let started = std::time::Instant::now();
+            let args = [&["--store", store][..], verb].concat();
+            let out = fsrename_in(dir.path(), &args);
+            let took = started.elapsed();
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+            assert!(
+                stderr.contains("cannot connect to http://127.0.0.1:1")
+                    && stderr.contains("connection refused"),
+                "{args:?}: {stderr}"
+            );
+            assert!(!stderr.contains("transient"), "{args:?}: {stderr}");
+            // Written to a pipe: no colour codes.
+            assert!(!stderr.contains('\u{1b}'), "{args:?}: {stderr:?}");
+            assert!(
+                took < std::time::Duration::from_secs(10),
+                "{args:?} took {took:?}"
+            );
+        }
+    }
+}

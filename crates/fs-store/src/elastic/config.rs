@@ -73,6 +73,9 @@ pub struct ElasticConfig {
     pub(crate) replicas: Option<u32>,
     pub(crate) request_timeout: Duration,
     pub(crate) retry_deadline: Duration,
+    /// How long connections that fail are retried before any node has answered at all;
+    /// `None`: as long as [`ElasticConfig::retry_deadline`].
+    pub(crate) first_contact: Option<Duration>,
     pub(crate) paging: Paging,
     pub(crate) keep_alive: Duration,
 }
@@ -121,6 +124,7 @@ impl ElasticConfig {
             replicas: None,
             request_timeout: Duration::from_secs(30),
             retry_deadline: Duration::from_secs(30),
+            first_contact: None,
             paging: Paging::Auto,
             keep_alive: ElasticConfig::DEFAULT_KEEP_ALIVE,
         })
@@ -192,6 +196,17 @@ impl ElasticConfig {
     /// before a call fails with [`StoreError::Transient`]. Default: 30 s.
     pub fn retry_deadline(mut self, deadline: Duration) -> ElasticConfig {
         self.retry_deadline = deadline;
+        self
+    }
+
+    /// Sets how long failed connections are retried while no node has answered any request
+    /// yet; then a call fails with [`StoreError::Backend`] saying it cannot connect. Default:
+    /// as long as the retry deadline. A command run by hand sets it short: a server that
+    /// refuses every connection from the first is not there (a wrong port, a server not
+    /// started), and waiting 30 s to say so helps no one; a service keeps its patience and
+    /// says once that it is waiting.
+    pub fn first_contact(mut self, deadline: Duration) -> ElasticConfig {
+        self.first_contact = Some(deadline);
         self
     }
 

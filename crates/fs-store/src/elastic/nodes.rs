@@ -8,7 +8,7 @@
 //! requests again, and one that is answered clears its mark. When every node is down, the one
 //! that comes back soonest is tried, so that a call still fails only at its retry deadline.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,10 @@ struct Pool {
     turn: AtomicUsize,
     /// Time zero of the `down_until` clocks.
     epoch: Instant,
+    /// Whether any node has answered any request yet.
+    answered: AtomicBool,
+    /// Whether the wait for a first answer has been said ([`NodePool::first_waited`]).
+    said_waiting: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -62,6 +66,8 @@ impl NodePool {
                 nodes,
                 turn: AtomicUsize::new(0),
                 epoch: Instant::now(),
+                answered: AtomicBool::new(false),
+                said_waiting: AtomicBool::new(false),
             }),
         }
     }
@@ -96,12 +102,34 @@ impl NodePool {
 
     /// Clears the mark of the node of `url`: it answered.
     pub(crate) fn mark_up(&self, url: &Url) {
+        self.inner.answered.store(true, Ordering::Relaxed);
         if let Some(node) = self.node_of(url) {
             if node.downs.swap(0, Ordering::Relaxed) > 0 {
                 node.down_until.store(0, Ordering::Relaxed);
                 tracing::info!(node = %node.origin, "node serves requests again");
             }
         }
+    }
+
+    /// Whether any node has answered a request since the pool was made: until one has, a
+    /// refused connection may be a server that is not there at all rather than a busy one.
+    pub(crate) fn has_answered(&self) -> bool {
+        self.inner.answered.load(Ordering::Relaxed)
+    }
+
+    /// Returns true the first time it is called: the wait for a first answer is said once.
+    pub(crate) fn first_waited(&self) -> bool {
+        !self.inner.said_waiting.swap(true, Ordering::Relaxed)
+    }
+
+    /// The nodes' URLs, for a message.
+    pub(crate) fn origins(&self) -> String {
+        self.inner
+            .nodes
+            .iter()
+            .map(|n| n.origin.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// How many nodes are skipped now.

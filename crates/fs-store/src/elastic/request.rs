@@ -40,6 +40,7 @@ impl ElasticStore {
         Fut: Future<Output = std::result::Result<Response, elasticsearch::Error>>,
     {
         let mut backoff = resend_policy(self.inner.config.retry_deadline).start();
+        let started = std::time::Instant::now();
         loop {
             let failure = match make().await {
                 Ok(response) => {
@@ -85,6 +86,9 @@ impl ElasticStore {
                     if let Some(url) = url_of(&e) {
                         self.inner.nodes.mark_down(url);
                     }
+                    if let Some(cause) = connect_failure(&e) {
+                        self.first_contact(context, &cause, started.elapsed())?;
+                    }
                     (retry == Retry::Always || never_arrived(&e), e.to_string())
                 }
             };
@@ -97,8 +101,47 @@ impl ElasticStore {
                 });
             };
             tracing::debug!(%context, %message, "transient failure; retrying");
+            // Before a first answer, the last try comes at the first-contact deadline, not a
+            // long pause after it.
+            let pause = match self.inner.config.first_contact {
+                Some(deadline) if !self.inner.nodes.has_answered() => {
+                    pause.min(deadline.saturating_sub(started.elapsed()))
+                }
+                _ => pause,
+            };
             tokio::time::sleep(pause).await;
         }
+    }
+
+    /// A connection failed with `cause` `waited` into a call: before any node has ever
+    /// answered, fails the call once the first-contact deadline has passed
+    /// ([`super::ElasticConfig::first_contact`]), and says once that it is still trying.
+    fn first_contact(&self, context: &str, cause: &str, waited: Duration) -> Result<()> {
+        let nodes = &self.inner.nodes;
+        if nodes.has_answered() {
+            return Ok(());
+        }
+        let config = &self.inner.config;
+        if waited >= config.first_contact.unwrap_or(config.retry_deadline) {
+            return Err(StoreError::Backend {
+                context: context.to_owned(),
+                message: format!(
+                    "cannot connect to {}: {cause} (no node has answered; is the server running there?)",
+                    nodes.origins()
+                ),
+            });
+        }
+        // A command that set a short deadline says why it failed soon enough; a service
+        // that waits says that it does.
+        if config.first_contact.is_none() && nodes.first_waited() {
+            tracing::warn!(
+                nodes = %nodes.origins(),
+                %cause,
+                deadline = ?config.retry_deadline,
+                "cannot connect to the store yet; retrying"
+            );
+        }
+        Ok(())
     }
 
     /// Sends and returns the body of a 2xx answer; anything else becomes its error.
@@ -175,6 +218,28 @@ fn url_of(error: &elasticsearch::Error) -> Option<&elasticsearch::http::Url> {
         source = e.source();
     }
     None
+}
+
+/// What failed, if `error` is a failure to connect (refused, no such host, no route): the
+/// innermost cause, which says more than "error sending request".
+fn connect_failure(error: &elasticsearch::Error) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    let mut connect = false;
+    let mut innermost = None;
+    while let Some(e) = source {
+        if let Some(http) = e.downcast_ref::<reqwest::Error>() {
+            connect |= http.is_connect();
+        }
+        innermost = Some(e);
+        source = e.source();
+    }
+    let cause = innermost?.to_string();
+    // `Connection refused (os error 111)` reads better without its number, lowercased.
+    let cause = match cause.split_once(" (os error") {
+        Some((text, _)) => text.to_lowercase(),
+        None => cause,
+    };
+    connect.then_some(cause)
 }
 
 /// Returns true if the error shows the request never reached the server (a refused
