@@ -103,7 +103,9 @@ impl std::fmt::Display for Blocker {
 pub enum LockError {
     /// The locks were not granted before the deadline.
     #[error(
-        "{wanted} not granted within {waited:?} ({attempts} attempts): blocked by the {blocker}"
+        "{wanted} not granted within {} ({}): blocked by the {blocker}",
+        fs_model::short_duration(*waited),
+        fs_model::plural(*attempts, "attempt", "attempts")
     )]
     Timeout {
         /// What was being locked.

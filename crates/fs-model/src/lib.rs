@@ -15,6 +15,8 @@
 //!   in Rust, for stores and test servers that run no painless.
 //! - [`rename_script`]: the stored painless script of a rename the server carries out
 //!   (`_update_by_query`), beside the same logic in Rust.
+//! - [`short_duration`] and [`plural`]: durations and counts as messages say them, in every
+//!   layer's words alike.
 //!
 //! ```
 //! use fs_model::{FsDoc, FsPath};
@@ -32,6 +34,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod doc;
+mod duration;
 pub mod entropy;
 mod error;
 mod find;
@@ -44,6 +47,7 @@ mod path;
 pub mod rename_script;
 
 pub use doc::{DocKind, FsDoc, Identity};
+pub use duration::{plural, short_duration};
 pub use error::{PathError, Result};
 pub use find::FindQuery;
 pub use glob::NameGlob;

@@ -55,7 +55,7 @@ pub enum RenameError {
     #[error("the root `/` cannot be removed")]
     RootCannotDelete,
     /// A directory with entries was to be removed without `recursive`.
-    #[error("`{path}` is a directory with {entries} entries; use -r to remove it and everything under it")]
+    #[error("`{path}` is a directory with {}; use -r to remove it and everything under it", fs_model::plural(*.entries, "entry", "entries"))]
     DirectoryNotEmpty {
         /// The directory.
         path: FsPath,
@@ -138,7 +138,7 @@ pub enum RenameError {
     /// written. Its locks were left in place (not released) so nobody sees or changes the
     /// half-done tree; once their lease runs out, `fsrename recover` (or a running
     /// `fsrename serve`) takes them over and finishes the job.
-    #[error("{cause}; the job is unfinished: it stays locked, and journal entry `{job}` lets `fsrename recover` finish it once the locks' lease runs out, within {} (`fsrename recover --wait` waits for that and finishes it)", crate::duration::short_duration(std::time::Duration::from_millis(*.lease_ms)))]
+    #[error("{cause}; the job is unfinished: it stays locked, and journal entry `{job}` lets `fsrename recover` finish it once the locks' lease runs out, within {} (`fsrename recover --wait` waits for that and finishes it)", fs_model::short_duration(std::time::Duration::from_millis(*.lease_ms)))]
     Unfinished {
         /// The journal entry (the job id).
         job: String,

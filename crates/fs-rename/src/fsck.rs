@@ -50,8 +50,12 @@ impl fmt::Display for FsckReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "fsck {}: {} documents ({} directories, {} files), {} problem(s)",
-            self.scope, self.documents, self.dirs, self.files, self.problem_count
+            "fsck {}: {} ({}, {}), {}",
+            self.scope,
+            fs_model::plural(self.documents, "document", "documents"),
+            fs_model::plural(self.dirs, "directory", "directories"),
+            fs_model::plural(self.files, "file", "files"),
+            fs_model::plural(self.problem_count, "problem", "problems")
         )?;
         for problem in &self.problems {
             writeln!(f, "  problem: {problem}")?;

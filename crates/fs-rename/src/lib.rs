@@ -43,7 +43,6 @@
 mod claims;
 pub mod clinton;
 mod consistent;
-mod duration;
 mod error;
 mod fsck;
 mod indexer;
@@ -59,8 +58,8 @@ mod strategy;
 mod tree;
 
 pub use consistent::{fsck_consistent, list_consistent};
-pub use duration::short_duration;
 pub use error::{RenameError, Result};
+pub use fs_model::short_duration;
 pub use fsck::{fsck, FsckReport};
 pub use indexer::{
     index_dir, watch_dir, IndexOptions, IndexProgress, IndexProgressSink, IndexReport, Move,

@@ -757,7 +757,7 @@ fn cp_rm_and_consistent_reads() {
     let out = with_db(&db, &["cp", "/src/g", "/dst/g2"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
-        text(&out.stdout).starts_with("copied /src/g to /dst/g2: 1 documents"),
+        text(&out.stdout).starts_with("copied /src/g to /dst/g2: 1 document,"),
         "{}",
         text(&out.stdout)
     );

@@ -412,7 +412,10 @@ fn describe_event(event: &RenameEvent, plan: &LockPlan) -> Option<String> {
             waited.as_secs_f64() * 1e3
         )),
         RenameEvent::Locked { .. } => Some("takes no locks".to_owned()),
-        RenameEvent::Checked { total } => Some(format!("checks pass: {total} documents to move")),
+        RenameEvent::Checked { total } => Some(format!(
+            "checks pass: {} to move",
+            fs_model::plural(*total, "document", "documents")
+        )),
         RenameEvent::Progress { .. }
         | RenameEvent::Retrying { .. }
         | RenameEvent::Journaled { .. }
@@ -427,12 +430,13 @@ fn describe_event(event: &RenameEvent, plan: &LockPlan) -> Option<String> {
 fn describe_outcome(outcome: &RenameOutcome) -> String {
     match &outcome.result {
         Ok(()) => format!(
-            "done: moved {} documents ({} round trips)",
-            outcome.report.rewritten, outcome.report.round_trips
+            "done: moved {} ({})",
+            fs_model::plural(outcome.report.rewritten, "document", "documents"),
+            fs_model::plural(outcome.report.round_trips, "round trip", "round trips")
         ),
         Err(e) => format!(
-            "FAILED after moving {} documents: {e}",
-            outcome.report.rewritten
+            "FAILED after moving {}: {e}",
+            fs_model::plural(outcome.report.rewritten, "document", "documents")
         ),
     }
 }

@@ -158,11 +158,11 @@ impl RecoveryReport {
             };
             writeln!(
                 f,
-                "{finish} {} (journal {}, recovery #{}): {} documents {done}",
+                "{finish} {} (journal {}, recovery #{}): {} {done}",
                 r.kind.describe(&r.from, &r.to),
                 r.job_id,
                 r.recoveries,
-                r.rewritten
+                fs_model::plural(r.rewritten, "document", "documents")
             )?;
         }
         Ok(())
@@ -180,7 +180,7 @@ impl RecoveryReport {
                      --wait` waits for them)",
                     r.job,
                     r.job_id,
-                    crate::duration::short_duration(left)
+                    fs_model::short_duration(left)
                 )?,
                 None => writeln!(
                     f,

@@ -63,9 +63,9 @@ where
             JobKind::Delete => format!("removed {from}"),
         };
         out.line(format_args!(
-            "{done}: {} documents, {} round trips ({} strategy); locks {:.1} ms, writes {:.1} ms, total {:.1} ms",
-            report.rewritten,
-            report.round_trips,
+            "{done}: {}, {} ({} strategy); locks {:.1} ms, writes {:.1} ms, total {:.1} ms",
+            fs_model::plural(report.rewritten, "document", "documents"),
+            fs_model::plural(report.round_trips, "round trip", "round trips"),
             report.strategy,
             p.locking.as_secs_f64() * 1e3,
             p.rewriting.as_secs_f64() * 1e3,

@@ -1,4 +1,4 @@
-//! Durations as people read them, for messages.
+//! Durations and counts as people read them, for messages.
 
 /// A duration as a person reads it: `250 ms`, `1.5 s`, `30 s`, `2 min 5 s`.
 pub fn short_duration(d: std::time::Duration) -> String {
@@ -14,11 +14,27 @@ pub fn short_duration(d: std::time::Duration) -> String {
     }
 }
 
+/// `count` and its noun, singular for one: `1 document`, `2 documents`. `one` is the
+/// singular, `many` the plural.
+pub fn plural(count: impl Into<u64>, one: &str, many: &str) -> String {
+    match count.into() {
+        1 => format!("1 {one}"),
+        n => format!("{n} {many}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
-    use super::short_duration;
+    use super::{plural, short_duration};
+
+    #[test]
+    fn one_is_singular() {
+        assert_eq!(plural(1u32, "attempt", "attempts"), "1 attempt");
+        assert_eq!(plural(0u64, "document", "documents"), "0 documents");
+        assert_eq!(plural(2u64, "directory", "directories"), "2 directories");
+    }
 
     #[test]
     fn durations_read_as_a_person_says_them() {
