@@ -102,19 +102,18 @@ impl Drop for LockGuard {
         if self.keep_on_drop {
             // The client forgets them when it is dropped, which stops their renewal.
             tracing::warn!(wanted = %self.wanted, "lock guard dropped; its locks are left to expire for recovery");
+            crate::background::kept();
             return;
         }
         tracing::warn!(wanted = %self.wanted, "lock guard dropped without release; releasing in the background");
         let ids = std::mem::take(&mut self.ids);
         let client = self.client.clone();
         match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                handle.spawn(async move {
-                    if let Err(e) = client.release_ids(&ids).await {
-                        tracing::warn!(error = %e, "background release failed; leases will expire the locks");
-                    }
-                });
-            }
+            Ok(handle) => crate::background::spawn(&handle, async move {
+                if let Err(e) = client.release_ids(&ids).await {
+                    tracing::warn!(error = %e, "background release failed; leases will expire the locks");
+                }
+            }),
             Err(_) => tracing::warn!("no runtime to release on; leases will expire the locks"),
         }
     }

@@ -38,7 +38,8 @@
 //!    [`FOREIGN_SEEN`]), `plan` ([`TreeLockRequest`], [`LockItem`]), `outcome` ([`Grant`],
 //!    [`FirstWrite`], [`ReleaseReport`], and the protocols' results), `error`, `events`,
 //!    `clock`, `backoff`, `script_params` (the stored scripts, their params, their Rust
-//!    twins run locally).
+//!    twins run locally), `background` (the releases dropped guards leave running, counted
+//!    so that a process can wait for them before it ends).
 //! 2. **Store calls.** `calls`: the only way the protocols and the operations reach the lock
 //!    index (round trips counted, failures in context).
 //! 3. **Protocols.** `protocol`: compare-and-set (`protocol/cas`) and scripted
@@ -72,6 +73,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 // Floor 1: values.
+mod background;
 mod backoff;
 mod clock;
 mod error;
@@ -96,6 +98,7 @@ mod lease;
 mod listing;
 mod release;
 
+pub use background::{guards_kept_for_recovery, settle_background_releases};
 pub use backoff::Backoff;
 pub use builder::LockClientBuilder;
 pub use client::LockClient;

@@ -1119,3 +1119,111 @@ fn a_server_that_refuses_every_connection_is_named_at_once() {
         }
     }
 }
+
+/// The locks held now in `index` at `url`, as `fsrename locks` lists their grants.
+fn grants_held(url: &str, index: &str) -> Vec<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_fsrename"))
+        .args(["--store", url, "--index", index, "locks"])
+        .env_remove("FSRENAME_STORE")
+        .env_remove("FSRENAME_LOG")
+        .output()
+        .expect("run fsrename locks");
+    assert_eq!(out.status.code(), Some(0), "locks: {}", text(&out.stderr));
+    text(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("(process ") && !l.trim_start().starts_with("waiting"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Issue 36, bug 1: Ctrl-C on a verb that held a lock without a journal (`ls -R
+/// --consistent`, `index`) ended the process before the release its dropped guard had started
+/// was sent, leaving the lock for its whole lease. Each verb here runs through a proxy that
+/// holds every request up to 300 ms, so that it is still at work, holding its lock, when it
+/// is interrupted; afterwards no lock is left, or (a job interrupted after its journal entry)
+/// the job says that `recover` finishes it, and `recover --wait` does. The interrupted `ls`
+/// stops where it is (before, it was let run to its end for up to ten seconds, and a longer
+/// one was cut off with its release unsent).
+#[test]
+fn ctrl_c_gives_back_every_lock_it_holds() {
+    use fs_testkit::{start_es_proxy, unique_name, EsProxyOptions, NetFaults};
+    let proxy = start_es_proxy(EsProxyOptions::default());
+    let url = proxy.url().to_owned();
+    let index = unique_name("ctrl-c");
+    let work = tempfile::tempdir().expect("temp dir");
+    let top = work.path().join("t");
+    generate(&top, 20, 50);
+    let top = top.to_str().expect("utf-8 temp path").to_owned();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_fsrename"))
+            .args(["--store", &url, "--index", &index, "--lease", "5s"])
+            .args(args)
+            .env_remove("FSRENAME_STORE")
+            .env_remove("FSRENAME_LOG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start fsrename")
+    };
+    // Polled straight at osmem, past the proxy's delays, to interrupt as soon as it holds.
+    let held_now = || grants_held(fs_testkit::osmem_url(), &index);
+    let out = run(&["index", &top, "--as", "/t"])
+        .wait_with_output()
+        .expect("index");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = run(&["ls", "-R", "/t"]).wait_with_output().expect("ls");
+    let whole_listing = text(&out.stdout).lines().count();
+    assert_eq!(whole_listing, 1_020, "{}", text(&out.stderr));
+    let slow = NetFaults {
+        delay: 1.0,
+        max_delay: std::time::Duration::from_millis(300),
+        ..NetFaults::none(36)
+    };
+    for verb in [
+        &["ls", "-R", "--consistent", "/t"][..],
+        &["index", &top, "--as", "/t"],
+        &["mv", "/t/d000", "/t/moved"],
+        &["cp", "-r", "/t/d001", "/t/copy"],
+    ] {
+        proxy.set_faults(slow.clone());
+        let child = run(verb);
+        let started = std::time::Instant::now();
+        while held_now().is_empty() {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(60),
+                "{verb:?} took no lock"
+            );
+        }
+        let interrupt = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(interrupt.success());
+        let out = child.wait_with_output().expect("fsrename ends");
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "{verb:?}: {stderr}");
+        if verb[0] == "ls" {
+            let listed = text(&out.stdout).lines().count();
+            assert!(
+                listed < whole_listing,
+                "the interrupted ls listed all {listed}"
+            );
+        }
+        proxy.set_faults(NetFaults::none(36));
+        let held = grants_held(&url, &index);
+        if !held.is_empty() {
+            // Only a job interrupted after its journal entry keeps its locks, and says so.
+            assert!(
+                matches!(verb[0], "mv" | "cp") && stderr.contains("fsrename recover"),
+                "{verb:?} left {held:?}: {stderr}"
+            );
+            let out = run(&["recover", "--wait"])
+                .wait_with_output()
+                .expect("recover");
+            assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+            assert_eq!(grants_held(&url, &index), Vec::<String>::new(), "{verb:?}");
+        }
+    }
+    let out = run(&["fsck", "/"]).wait_with_output().expect("fsck");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}

@@ -81,20 +81,10 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
         )
         .await
     } else {
-        let verb = run_verb(&cli);
-        tokio::pin!(verb);
+        let mut verb = Box::pin(run_verb(&cli));
         tokio::select! {
             result = &mut verb => result,
-            () = shutdown => {
-                STOP.send_replace(true);
-                let wound_down = tokio::time::timeout(WIND_DOWN, verb).await;
-                if let Ok(Err(e)) = wound_down {
-                    if !output::is_stdout_closed(&e) {
-                        output::to_stderr(format_args!("fsrename: {e:#}"));
-                    }
-                }
-                return EXIT_INTERRUPTED;
-            }
+            () = shutdown => return interrupted(&cli, verb).await,
         }
     };
     match result {
@@ -108,6 +98,53 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
         }
     }
 }
+
+/// Ends `verb` on Ctrl-C or SIGTERM, giving back what it holds: a job (`mv`, `cp`, `rm`) is
+/// told to stop and winds down (see [`STOP`]); any other verb is dropped at once, its locks
+/// released in the background, and the process waits for those releases before it ends, or
+/// they would die with it and leave the locks for their whole lease.
+async fn interrupted(
+    cli: &Cli,
+    mut verb: std::pin::Pin<Box<impl Future<Output = anyhow::Result<u8>>>>,
+) -> u8 {
+    STOP.send_replace(true);
+    if matches!(
+        cli.verb,
+        Verb::Mv { .. } | Verb::Cp { .. } | Verb::Rm { .. }
+    ) {
+        if let Ok(Err(e)) = tokio::time::timeout(WIND_DOWN, &mut verb).await {
+            if !output::is_stdout_closed(&e) {
+                output::to_stderr(format_args!("fsrename: {e:#}"));
+            }
+        }
+    }
+    drop(verb);
+    if !fs_locks::settle_background_releases(GIVE_BACK).await {
+        output::to_stderr(format_args!(
+            "fsrename: stopped before every lock was given back; their lease ends the rest within {}",
+            fs_model::short_duration(cli.lease)
+        ));
+    }
+    let kept = fs_locks::guards_kept_for_recovery();
+    if kept > 0
+        && !matches!(
+            cli.verb,
+            Verb::Mv { .. } | Verb::Cp { .. } | Verb::Rm { .. }
+        )
+    {
+        // A job of this verb (`index --prune`'s removals) had journaled itself: its tree stays
+        // locked for recovery, as a job's own wind-down says.
+        output::to_stderr(format_args!(
+            "fsrename: stopped {} after its journal entry: `fsrename recover` finishes it once its locks' lease runs out, within {} (`fsrename recover --wait` waits for that)",
+            if kept == 1 { "a job" } else { "jobs" },
+            fs_model::short_duration(cli.lease)
+        ));
+    }
+    EXIT_INTERRUPTED
+}
+
+/// How long a stopped verb's locks may take to be given back before the process ends.
+const GIVE_BACK: Duration = Duration::from_secs(5);
 
 async fn run_verb(cli: &Cli) -> anyhow::Result<u8> {
     match &cli.verb {
