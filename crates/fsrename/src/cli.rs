@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use fs_locks::LockProtocol;
 use fs_model::{FsPath, NameGlob};
 use fs_rename::Strategy;
@@ -57,6 +58,48 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub verb: Verb,
+}
+
+/// The global options that say where and how the tree is stored, which `demo` (on its own
+/// in-memory store) does not take: `(argument id, flag)`.
+const STORE_OPTIONS: [(&str, &str); 6] = [
+    ("store", "--store"),
+    ("index", "--index"),
+    ("lease", "--lease"),
+    ("lock_protocol", "--lock-protocol"),
+    ("rewrite", "--rewrite"),
+    ("replicas", "--replicas"),
+];
+
+impl Cli {
+    /// Parses the command line as [`Parser::parse`] does (exiting with 2 and clap's message on
+    /// bad usage), and also refuses, the same way, store options given on the command line to
+    /// `demo`, which runs on a store of its own: silently ignoring them let a user believe the
+    /// demo had run on their server. (From the environment, as `FSRENAME_STORE`, they are
+    /// settings of the shell, not a request, and are left alone.)
+    pub fn parse_args() -> Cli {
+        let matches = Cli::command().get_matches();
+        let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        if matches!(cli.verb, Verb::Demo { .. }) {
+            let given: Vec<&str> = STORE_OPTIONS
+                .iter()
+                .filter(|(id, _)| matches.value_source(id) == Some(ValueSource::CommandLine))
+                .map(|(_, flag)| *flag)
+                .collect();
+            if !given.is_empty() {
+                Cli::command()
+                    .error(
+                        clap::error::ErrorKind::ArgumentConflict,
+                        format!(
+                            "`demo` runs on an in-memory store of its own, so {} cannot be given to it",
+                            given.join(", ")
+                        ),
+                    )
+                    .exit();
+            }
+        }
+        cli
+    }
 }
 
 /// The verbs.

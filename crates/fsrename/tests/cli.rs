@@ -1227,3 +1227,36 @@ fn ctrl_c_gives_back_every_lock_it_holds() {
     let out = run(&["fsck", "/"]).wait_with_output().expect("fsck");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
+
+/// Issue 36, bug 3: `demo` ignored `--store`, `--index`, `--lease` and `--replicas` (its
+/// `--help` lists them, as global options): `--store file:demo.db demo` created no file.
+#[test]
+fn demo_refuses_the_store_options_it_cannot_honour() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (args, named) in [
+        (
+            &["--store", "file:demo.db", "demo", "--files", "10"][..],
+            "--store",
+        ),
+        (&["demo", "--index", "x", "--files", "10"], "--index"),
+        (
+            &["demo", "--lease", "3s", "--replicas", "0"],
+            "--lease, --replicas",
+        ),
+    ] {
+        let out = fsrename_in(dir.path(), args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "`demo` runs on an in-memory store of its own, so {named} cannot be given to it"
+            )),
+            "{args:?}: {stderr}"
+        );
+    }
+    assert!(
+        names_in(dir.path()).is_empty(),
+        "{:?}",
+        names_in(dir.path())
+    );
+}
