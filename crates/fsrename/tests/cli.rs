@@ -1260,3 +1260,35 @@ fn demo_refuses_the_store_options_it_cannot_honour() {
         names_in(dir.path())
     );
 }
+
+/// Issue 36, bug 2: indexing again after `fsrename mv` renamed the tree back (the disk is what
+/// `index` follows) but said "moved on disk", though nothing moved there. And a summary with
+/// nothing skipped said "skipped: 0 (0 symbolic links…)".
+#[test]
+fn index_after_a_rename_in_the_store_says_what_it_saw() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("src/a")).expect("mkdir");
+    std::fs::write(dir.path().join("src/a/f"), "hi").expect("write");
+    let ok = |args: &[&str]| {
+        let out = fsrename_in(dir.path(), args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    };
+    ok(&["index", "src", "--as", "/p"]);
+    ok(&["mv", "/p/a", "/p/b"]);
+    let summary = ok(&["index", "src", "--as", "/p"]);
+    assert!(
+        summary.contains("renamed to match the disk: 1 rename (2 documents), ids kept")
+            && summary.contains("    store /p/b → disk /p/a (2 documents)"),
+        "{summary}"
+    );
+    assert!(!summary.contains("moved on disk:"), "{summary}");
+    assert!(!summary.contains("skipped"), "{summary}");
+    assert!(summary.contains("1 file, 2 directories"), "{summary}");
+    assert_eq!(ok(&["ls", "-R", "/p"]), "/p/a/\n/p/a/f\n");
+}

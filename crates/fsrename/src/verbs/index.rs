@@ -184,11 +184,11 @@ fn progress() -> (
 
 fn print_summary(out: &mut Printer, r: &IndexReport) -> anyhow::Result<()> {
     out.line(format_args!(
-        "indexed `{}` as `{}`: {} files, {} directories, {}",
+        "indexed `{}` as `{}`: {}, {}, {}",
         r.dir.display(),
         r.at,
-        r.files,
-        r.dirs,
+        fs_model::plural(r.files, "file", "files"),
+        fs_model::plural(r.dirs, "directory", "directories"),
         human_bytes(r.bytes)
     ))?;
     out.line(format_args!(
@@ -202,14 +202,21 @@ fn print_summary(out: &mut Printer, r: &IndexReport) -> anyhow::Result<()> {
         ))?;
     }
     if r.moves > 0 {
+        // The walk cannot tell a move on disk from a rename in the store since the last run
+        // (`fsrename mv`): both leave a file at one path on disk and another in the store. The
+        // disk is what `index` follows, so either way the store is renamed to match it.
         out.line(format_args!(
-            "  moved on disk: {} move(s) of {} documents, renamed in the store (ids kept)",
-            r.moves, r.moved
+            "  renamed to match the disk: {} ({}), ids kept; the store had {} at another path (moved on disk, or renamed in the store since the last index)",
+            fs_model::plural(r.moves, "rename", "renames"),
+            fs_model::plural(r.moved, "document", "documents"),
+            if r.moves == 1 { "it" } else { "them" }
         ))?;
         for m in &r.move_list {
             out.line(format_args!(
-                "    {} → {} ({} documents)",
-                m.from, m.to, m.documents
+                "    store {} → disk {} ({})",
+                m.from,
+                m.to,
+                fs_model::plural(m.documents, "document", "documents")
             ))?;
         }
     }
@@ -229,10 +236,13 @@ fn print_summary(out: &mut Printer, r: &IndexReport) -> anyhow::Result<()> {
             ))?;
         }
     }
-    out.line(format_args!(
-        "  skipped: {} ({} symbolic links, not followed)",
-        r.skipped_count, r.symlinks
-    ))?;
+    if r.skipped_count > 0 {
+        out.line(format_args!(
+            "  skipped: {} ({} not followed)",
+            r.skipped_count,
+            fs_model::plural(r.symlinks, "symbolic link", "symbolic links")
+        ))?;
+    }
     for s in &r.skipped {
         out.line(format_args!("    {}: {}", s.path, s.reason))?;
     }
