@@ -16,43 +16,67 @@ use crate::store_location::StoreLocation;
 #[derive(Debug, Parser)]
 #[command(name = "fsrename", version, about, long_about = None)]
 pub struct Cli {
-    /// Where the tree lives: `file:PATH` or a bare path (an embedded database file), `mem`
-    /// (in memory, gone when the command ends), or `http(s)://HOST:PORT` (Elasticsearch 7.x/8.x
-    /// or OpenSearch; for a cluster, its nodes' URLs separated by commas: requests go round
-    /// them and a node that does not answer is skipped for a while; credentials in the URL or
-    /// in FSRENAME_ES_USER/FSRENAME_ES_PASSWORD or FSRENAME_ES_API_KEY; a CA file in
+    /// Where the tree lives: a database file (`file:PATH`), `mem`, or `http(s)://HOST:PORT`.
+    ///
+    /// `file:PATH` or a bare path is an embedded database file; `mem` is in memory, gone when
+    /// the command ends; `http(s)://HOST:PORT` is Elasticsearch 7.x/8.x or OpenSearch (for a
+    /// cluster, its nodes' URLs separated by commas: requests go round them and a node that
+    /// does not answer is skipped for a while; credentials in the URL or in
+    /// FSRENAME_ES_USER/FSRENAME_ES_PASSWORD or FSRENAME_ES_API_KEY; a CA file in
     /// FSRENAME_ES_CA).
     #[arg(
         long,
         global = true,
+        help_heading = "Store options",
         env = "FSRENAME_STORE",
         default_value = "fsrename.db"
     )]
     pub store: StoreLocation,
 
     /// The tree index; its locks live in `<INDEX>-lock`.
-    #[arg(long, global = true, default_value = fs_model::DEFAULT_TREE_INDEX)]
+    #[arg(long, global = true, help_heading = "Store options", default_value = fs_model::DEFAULT_TREE_INDEX)]
     pub index: String,
 
-    /// How long a lock lives unless its holder renews it (it renews every third of this while
-    /// it works). A job that dies leaves locks that expire after this long. At least 100ms.
-    #[arg(long, global = true, default_value = "30s", value_parser = parse_lease)]
+    /// How long a lock lives unless renewed (verbs that take locks). At least 100ms.
+    ///
+    /// Its holder renews it every third of this while it works; a job that dies leaves locks
+    /// that expire after this long.
+    #[arg(long, global = true, help_heading = "Lock options", default_value = "30s", value_parser = parse_lease)]
     pub lease: Duration,
 
-    /// How lock documents are written: `auto` (the book's scripts where the server runs them,
-    /// compare-and-set otherwise), `cas` or `scripted`.
-    #[arg(long, global = true, default_value = "auto")]
+    /// How lock documents are written (verbs that take locks): `auto`, `cas` or `scripted`.
+    ///
+    /// `auto` uses the book's scripts where the server runs them and compare-and-set
+    /// otherwise.
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Lock options",
+        default_value = "auto"
+    )]
     pub lock_protocol: LockProtocol,
 
-    /// Where a rename's documents are rewritten: `auto` (by the server, in one task, where it
-    /// runs painless and the rename moves more than a page of documents; by this process
-    /// otherwise), `server` or `client`. The locks, check and journal are the same.
-    #[arg(long, global = true, default_value = "auto")]
+    /// Where `mv` rewrites its documents: `auto`, `server` or `client`.
+    ///
+    /// `auto` has the server do it, in one task, where it runs painless and the rename moves
+    /// more than a page of documents, and this process otherwise. The locks, check and journal
+    /// are the same.
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Lock options",
+        default_value = "auto"
+    )]
     pub rewrite: fs_rename::Rewrite,
 
     /// On Elasticsearch: `number_of_replicas` of the indices fsrename creates (0 suits a
     /// single node). Default: the server's default.
-    #[arg(long, global = true, env = "FSRENAME_ES_REPLICAS")]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Store options",
+        env = "FSRENAME_ES_REPLICAS"
+    )]
     pub replicas: Option<u32>,
 
     /// What to do.
@@ -105,8 +129,9 @@ impl Cli {
 /// The verbs.
 #[derive(Debug, Subcommand)]
 pub enum Verb {
-    /// Indexes a local directory tree: one document per file and directory. Symbolic links
-    /// are not followed (they are counted and skipped), nor are entries that cannot be read or
+    /// Indexes a local directory tree into the store, or brings it in step with the disk.
+    ///
+    /// One document per file and directory. Symbolic links are not followed (they are counted and skipped), nor are entries that cannot be read or
     /// whose names are not UTF-8 (each is reported). Indexing again updates what changed, and
     /// what moved on disk (the same file, by device and inode, at a new path, its old path
     /// gone) is renamed in the store, ids kept, instead of deleted and created again.
@@ -271,8 +296,10 @@ pub enum Verb {
         #[command(flatten)]
         consistent: ConsistentArgs,
     },
-    /// Finds files and directories under PATH by name and by the words of their text (stored
-    /// by `index --content`), like `find PATH -name GLOB` and `grep -lw`, from the store.
+    /// Finds entries under PATH by name and by the words of their text.
+    ///
+    /// Like `find PATH -name GLOB` and `grep -lw`, from the store (the text is what `index
+    /// --content` stored).
     ///
     /// With --text, every word must be in the text (any case, whole words: letters and
     /// digits; anything else separates words), and the best matches come first; without it,
@@ -289,7 +316,7 @@ pub enum Verb {
         /// Words the text must hold, all of them.
         #[arg(long, value_name = "WORDS")]
         text: Option<String>,
-        /// Prints at most this many entries (and says when there are more).
+        /// Prints at most this many entries, 1 to 10000 (and says when there are more).
         #[arg(long, default_value_t = 100, value_parser = parse_limit)]
         limit: usize,
         /// Shows kind, size and modification time.
@@ -305,9 +332,11 @@ pub enum Verb {
         #[arg(long)]
         json: bool,
     },
-    /// Checks the tree: every document's parent exists and is a directory, parent/name/depth
-    /// agree with the path, no path is stored twice. Reports lock documents left behind and
-    /// unfinished jobs in the journal. Exits 1 if the tree is broken.
+    /// Checks the tree, and reports locks left behind and unfinished jobs.
+    ///
+    /// Every document's parent exists and is a directory, parent/name/depth agree with the
+    /// path, no path is stored twice. Reports lock documents left behind and unfinished jobs
+    /// in the journal. Exits 1 if the tree is broken.
     ///
     /// Without --consistent it takes no lock, so a job at work may show as a broken tree
     /// (half-renamed, half-copied). With --consistent it holds a shared lock on PATH while it
@@ -323,7 +352,9 @@ pub enum Verb {
         #[command(flatten)]
         consistent: ConsistentArgs,
     },
-    /// Serves rename, copy and delete jobs over HTTP: POST /renames {"from", "to",
+    /// Serves rename, copy and delete jobs over HTTP, with a live page at `/`.
+    ///
+    /// POST /renames {"from", "to",
     /// "strategy"?}, POST /copies {"from", "to", "strategy"?}, POST /deletes {"path",
     /// "recursive"?, "strategy"?} → 202 with a job id; GET /jobs/{id} (any kind), GET
     /// /renames/{id}, /copies/{id}, /deletes/{id}; GET /jobs, /renames, /copies, /deletes;
@@ -367,8 +398,10 @@ pub enum Verb {
         #[arg(long, env = "FSRENAME_INSTANCE")]
         instance: Option<String>,
     },
-    /// Runs the book's /clinton scenario four ways on an in-memory store and shows, with a
-    /// timeline, why renames need tree locks. Exits 0 only if every run shows what it should.
+    /// Shows, with the book's /clinton scenario run four ways, why renames need tree locks.
+    ///
+    /// Runs on an in-memory store of its own, with a timeline of each run. Exits 0 only if
+    /// every run shows what it should.
     ///
     /// With --serve it also serves the live page and tells the story there: open the address
     /// it prints, and watch job A wait for B's shares, the locks come root first and go

@@ -192,7 +192,7 @@ fn index_ls_mv_fsck_on_a_generated_tree() {
     let missing = with_db(&db, &["ls", "/gen/d007"]);
     assert_eq!(missing.status.code(), Some(1));
     assert!(
-        text(&missing.stderr).contains("`/gen/d007` not found"),
+        text(&missing.stderr).contains("`/gen/d007`: no such file or directory in the tree"),
         "{}",
         text(&missing.stderr)
     );
@@ -1291,4 +1291,54 @@ fn index_after_a_rename_in_the_store_says_what_it_saw() {
     assert!(!summary.contains("skipped"), "{summary}");
     assert!(summary.contains("1 file, 2 directories"), "{summary}");
     assert_eq!(ok(&["ls", "-R", "/p"]), "/p/a/\n/p/a/f\n");
+}
+
+/// Issue 36, words: the top-level help gives each verb one line; the store and lock options are
+/// set apart from a verb's own; `ls` of a missing path says so without calling it a
+/// "source"; `find` says how many it shows.
+#[test]
+fn help_is_short_and_messages_name_what_they_mean() {
+    let out = fsrename(&["-h"]);
+    let help = text(&out.stdout);
+    for line in help
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+    {
+        assert!(
+            line.chars().count() <= 110,
+            "too long for a summary: {line}"
+        );
+    }
+    let out = fsrename(&["find", "-h"]);
+    let help = text(&out.stdout);
+    let own = help.split("Store options:").next().unwrap_or_default();
+    assert!(
+        !own.contains("--lease") && !own.contains("--store"),
+        "{help}"
+    );
+    assert!(help.contains("Lock options:"), "{help}");
+    assert!(help.contains("1 to 10000"), "{help}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    for n in 0..3 {
+        let out = fsrename_in(dir.path(), &["mkdir", "-p", &format!("/d/x{n}")]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    for args in [&["ls", "/nope"][..], &["ls", "-R", "--consistent", "/nope"]] {
+        let out = fsrename_in(dir.path(), args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains("ls `/nope`: no such file or directory in the tree")
+                && !stderr.contains("source"),
+            "{stderr}"
+        );
+    }
+    let out = fsrename_in(dir.path(), &["find", "/d", "--name", "x*", "--limit", "2"]);
+    assert!(
+        text(&out.stderr)
+            .contains("more than 2 found; showing the first 2 (--limit shows up to 10000)"),
+        "{}",
+        text(&out.stderr)
+    );
 }

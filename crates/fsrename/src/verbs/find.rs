@@ -46,8 +46,13 @@ pub async fn run(cli: &Cli, path: &FsPath, options: &FindOptions) -> anyhow::Res
     out.flush()?;
     if more {
         to_stderr(format_args!(
-            "fsrename: more than {} found; showing the first (--limit shows more)",
-            options.limit
+            "fsrename: more than {0} found; showing the first {0}{1}",
+            options.limit,
+            if options.limit < 10_000 {
+                " (--limit shows up to 10000)"
+            } else {
+                ""
+            }
         ));
     }
     Ok(EXIT_OK)

@@ -1,6 +1,5 @@
 //! `fsrename ls [PATH] [-R] [--long] [--consistent]`.
 
-use anyhow::Context;
 use fs_model::{DocKind, FsPath};
 use fs_rename::{Entry, LockSettings, RenameError};
 
@@ -49,9 +48,7 @@ pub async fn run(cli: &Cli, path: &FsPath, options: &LsOptions) -> anyhow::Resul
         })
         .await
     } else {
-        let top = fs_rename::stat(&tree, path)
-            .await
-            .with_context(|| format!("ls `{path}`"))?;
+        let top = fs_rename::stat(&tree, path).await.map_err(not_there)?;
         if top.doc.kind == DocKind::File {
             print(&top, true)
         } else {
@@ -64,9 +61,20 @@ pub async fn run(cli: &Cli, path: &FsPath, options: &LsOptions) -> anyhow::Resul
     if let Some(e) = unprinted {
         return Err(e);
     }
-    listed.with_context(|| format!("ls `{path}`"))?;
+    listed.map_err(not_there)?;
     out.flush()?;
     Ok(EXIT_OK)
+}
+
+/// `ls` names a missing path as missing, not as a job's "source"; other errors say they
+/// happened in `ls`.
+fn not_there(e: RenameError) -> anyhow::Error {
+    match e {
+        RenameError::SourceNotFound { path } => {
+            anyhow::anyhow!("ls `{path}`: no such file or directory in the tree")
+        }
+        e => anyhow::Error::new(e).context("ls"),
+    }
 }
 
 pub(super) fn print_entry(
