@@ -75,7 +75,7 @@ pub enum RenameError {
     /// A document changed between the job's read and its conditional write: someone else
     /// wrote it (for a copy: a document holds the copy's id but not what the copy would
     /// write). The job stopped there; what it wrote before stays written.
-    #[error("`{path}` changed while the job was writing it (version conflict); stopped after writing {rewritten} of {found} documents")]
+    #[error("`{path}` changed while the job was writing it (version conflict); stopped after writing {rewritten} of the {found} documents to move")]
     Conflict {
         /// The document that changed.
         path: String,

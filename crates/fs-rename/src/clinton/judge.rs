@@ -49,8 +49,10 @@ pub(super) fn judge(o: &ScenarioOutcome) -> (bool, String) {
             let half = o.left_under_clinton > 0 && o.a.report.rewritten > 0;
             let ok = conflict && half && same_count && !o.fsck.is_clean();
             (ok, format!(
-                "A stopped on a conflict: {conflict}; {} documents moved, {} left under /clinton; fsck finds {} problem(s)",
-                o.a.report.rewritten, o.left_under_clinton, o.fsck.problem_count
+                "A stopped on a conflict: {conflict}; {} moved, {} left under /clinton; fsck finds {}",
+                fs_model::plural(o.a.report.rewritten, "document", "documents"),
+                o.left_under_clinton,
+                fs_model::plural(o.fsck.problem_count, "problem", "problems")
             ))
         }
     }
@@ -77,7 +79,11 @@ impl fmt::Display for ScenarioOutcome {
         let problems = self.fsck.problem_count;
         if problems > 0 {
             let first = self.fsck.problems.first().map(String::as_str).unwrap_or("");
-            writeln!(f, "fsck: {problems} problem(s), e.g. {first}")?;
+            writeln!(
+                f,
+                "fsck: {}, e.g. {first}",
+                fs_model::plural(problems, "problem", "problems")
+            )?;
         } else {
             writeln!(f, "fsck: clean")?;
         }
@@ -98,9 +104,10 @@ impl ScenarioOutcome {
         let half_moved = self.a.report.rewritten > 0 && self.left_under_clinton > 0;
         if half_moved || self.fsck.problem_count > 0 {
             Some(format!(
-                "the tree is broken: {} documents moved to /gormley, {} left under /clinton; \
-                 fsck finds {} problem(s)",
-                self.a.report.rewritten, self.left_under_clinton, self.fsck.problem_count
+                "the tree is broken: {} moved to /gormley, {} left under /clinton; fsck finds {}",
+                fs_model::plural(self.a.report.rewritten, "document", "documents"),
+                self.left_under_clinton,
+                fs_model::plural(self.fsck.problem_count, "problem", "problems")
             ))
         } else if self.b.result.is_ok() && !readme.ends_with("/README.asciidoc") {
             Some(format!(

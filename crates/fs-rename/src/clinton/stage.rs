@@ -398,9 +398,10 @@ impl LockPlan {
 
 fn describe_event(event: &RenameEvent, plan: &LockPlan) -> Option<String> {
     match event {
-        RenameEvent::Waiting { blocker, attempts } if *attempts == 1 => {
-            Some(format!("waits: blocked by the {blocker}"))
-        }
+        RenameEvent::Waiting { blocker, attempts } if *attempts == 1 => Some(format!(
+            "waits: blocked by the {}",
+            without_process(blocker)
+        )),
         RenameEvent::Waiting { .. } => None,
         RenameEvent::Locked {
             round_trips,
@@ -438,5 +439,17 @@ fn describe_outcome(outcome: &RenameOutcome) -> String {
             "FAILED after moving {}: {e}",
             fs_model::plural(outcome.report.rewritten, "document", "documents")
         ),
+    }
+}
+
+/// `blocker` without its holder's process id (`… held by job A (process 2009fcc7-…)`): in the
+/// demo the job's name says who holds it, and a 36-character id on a line adds nothing.
+fn without_process(blocker: &str) -> String {
+    match blocker.find(" (process ") {
+        Some(start) => match blocker[start..].find(')') {
+            Some(len) => format!("{}{}", &blocker[..start], &blocker[start + len + 1..]),
+            None => blocker[..start].to_owned(),
+        },
+        None => blocker.to_owned(),
     }
 }
