@@ -58,6 +58,49 @@ impl FromStr for StoreLocation {
     }
 }
 
+/// Why a database file could not be opened, if it is a permission: SQLite's own words
+/// ("attempt to write a readonly database") name neither the file nor the directory, and it
+/// needs to write both (its write-ahead log lives beside the database), even to read.
+fn permission_hint(path: &std::path::Path) -> String {
+    let denied = |r: std::io::Result<()>| matches!(r, Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied);
+    let file_denied =
+        path.exists() && denied(std::fs::OpenOptions::new().write(true).open(path).map(drop));
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    // `.` says nothing in a message: the directory by its full name.
+    let dir = std::path::absolute(&dir).unwrap_or(dir);
+    // A probe, removed at once: the only portable way to ask whether this user may create
+    // files there (permission bits alone say nothing of ACLs, read-only mounts or root).
+    let probe = dir.join(format!(".fsrename-probe-{}", std::process::id()));
+    let dir_denied = denied(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+            .map(drop),
+    );
+    if !dir_denied {
+        let _ = std::fs::remove_file(&probe);
+    }
+    match (file_denied, dir_denied) {
+        (false, false) => String::new(),
+        (true, false) => format!(
+            " (`{}` is not writable by this user: fsrename writes the database even to read it, as SQLite records readers there)",
+            path.display()
+        ),
+        (file, true) => format!(
+            " ({} not writable by this user, and SQLite keeps its write-ahead log beside the database, even to read: run as the owner, or copy the database somewhere writable)",
+            if file {
+                format!("`{}` and its directory `{}` are", path.display(), dir.display())
+            } else {
+                format!("the directory `{}` is", dir.display())
+            }
+        ),
+    }
+}
+
 /// Whether `s` is a URL scheme (a letter, then letters, digits, `+`, `-` or `.`).
 fn is_scheme(s: &str) -> bool {
     let mut chars = s.chars();
@@ -123,8 +166,9 @@ impl StoreLocation {
     ) -> anyhow::Result<SharedStore> {
         match self {
             StoreLocation::File(path) => {
-                let store = SqliteStore::open(path)
-                    .map_err(|e| anyhow::anyhow!("cannot open store `{self}`: {e}"))?;
+                let store = SqliteStore::open(path).map_err(|e| {
+                    anyhow::anyhow!("cannot open store `{self}`: {e}{}", permission_hint(path))
+                })?;
                 Ok(Arc::new(store))
             }
             StoreLocation::Memory => Ok(Arc::new(SqliteStore::in_memory()?)),

@@ -1342,3 +1342,39 @@ fn help_is_short_and_messages_name_what_they_mean() {
         text(&out.stderr)
     );
 }
+
+/// Issue 36: a database in a directory this user cannot write said only "attempt to write a
+/// readonly database", even for `ls`. As root (CI) the test runs fsrename as `nobody`, for
+/// whom the directory is read-only; as anyone else it takes the write permission away.
+#[test]
+fn a_database_in_a_read_only_directory_is_named_with_the_permission() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = fsrename_in(dir.path(), &["mkdir", "/a"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let root = text(&Command::new("id").arg("-u").output().expect("id").stdout).trim() == "0";
+    let mode = if root { 0o755 } else { 0o555 };
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).expect("chmod");
+    let mut ls = if root {
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_fsrename"));
+        cmd
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_fsrename"))
+    };
+    let out = ls
+        .args(["ls", "/"])
+        .current_dir(dir.path())
+        .env_remove("FSRENAME_STORE")
+        .output()
+        .expect("run fsrename");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("directory `{}`", dir.path().display()))
+            && stderr.contains("not writable by this user"),
+        "{stderr}"
+    );
+}
