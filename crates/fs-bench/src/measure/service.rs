@@ -87,6 +87,12 @@ async fn run(
     let tree = FsTree::new(Arc::clone(&counted), index);
     super::drop_tree(&tree).await.ok();
     tree.ensure_indices().await?;
+    // The destinations' parent must exist for the renames to be accepted.
+    tree.insert_all(vec![fs_model::FsDoc::dir(
+        fs_model::FsPath::parse("/p")?,
+        0,
+    )])
+    .await?;
     for i in 0..k {
         insert_dir(&tree, plan.concurrent_docs, &format!("/p/s{i}")).await?;
     }
