@@ -109,6 +109,19 @@ pub fn targets(results: &[BackendResults]) -> Vec<Target> {
                 });
             }
         }
+        let service = |s: Strategy| {
+            r.service
+                .iter()
+                .find(|row| row.k == 16 && row.strategy == s)
+                .map(|row| row.per_sec)
+        };
+        if let (Some(tree), Some(none)) = (service(Strategy::Tree), service(Strategy::None)) {
+            out.push(Target {
+                what: format!("{}: service: tree at K = 16 ≥ 0.8 × no locks", r.name),
+                measured: format!("{:.2} ×", tree / none),
+                met: tree >= 0.8 * none,
+            });
+        }
     }
     out
 }
