@@ -109,6 +109,19 @@ pub fn targets(results: &[BackendResults]) -> Vec<Target> {
                 });
             }
         }
+        let service = |s: Strategy| {
+            r.service
+                .iter()
+                .find(|row| row.k == 16 && row.strategy == s)
+                .map(|row| row.per_sec)
+        };
+        if let (Some(tree), Some(none)) = (service(Strategy::Tree), service(Strategy::None)) {
+            out.push(Target {
+                what: format!("{}: service: tree at K = 16 ≥ 0.8 × no locks", r.name),
+                measured: format!("{:.2} ×", tree / none),
+                met: tree >= 0.8 * none,
+            });
+        }
     }
     out
 }
@@ -173,6 +186,7 @@ pub fn markdown(results: &[BackendResults], plan: &Plan, command: &str) -> Strin
     concurrency(&mut s, results, plan);
     affected(&mut s, results, plan);
     fairness(&mut s, results, plan);
+    service(&mut s, results, plan);
     s
 }
 
@@ -387,6 +401,39 @@ fn fairness(s: &mut String, results: &[BackendResults], plan: &Plan) {
                     row.timeouts(),
                 );
             }
+        }
+        let _ = writeln!(s);
+    }
+}
+
+fn service(s: &mut String, results: &[BackendResults], plan: &Plan) {
+    if results.iter().all(|r| r.service.is_empty()) {
+        return;
+    }
+    let _ = writeln!(s, "## 6. Renames through the service\n\n`fsrename serve` in process on the backend: K clients each rename their own `/p/sI` (of {} documents) back and forth through the HTTP API (`POST /renames`, then `GET /renames/ID` every 2 ms until done) for {} s; medians over {} rounds, each running tree, global and no locks in a rotating order. Read *tree ÷ none* as what the locks cost a job served over HTTP, against the same service taking none; *latency* is a client's submit-to-done time, polling included; *requests / job* counts every store request of the service while it runs (locks, rewrite, the job's records in the jobs index), over the jobs finished.\n", plan.concurrent_docs, plan.concurrent_secs, plan.service_rounds);
+    for r in results.iter().filter(|r| !r.service.is_empty()) {
+        let _ = writeln!(
+            s,
+            "**{}**\n\n| K | tree /s | global /s | none /s | tree ÷ none | tree latency ms | none latency ms | tree requests / job | none requests / job |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            r.name
+        );
+        for &k in &plan.service_ks {
+            let row = |st: Strategy| r.service.iter().find(|c| c.k == k && c.strategy == st);
+            let rate = |st: Strategy| row(st).map_or(0.0, |c| c.per_sec);
+            let lat = |st: Strategy| row(st).map_or(0.0, |c| c.latency_ms);
+            let req = |st: Strategy| row(st).map_or(0.0, |c| c.requests);
+            let _ = writeln!(
+                s,
+                "| {k} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                rate(Strategy::Tree),
+                rate(Strategy::Global),
+                rate(Strategy::None),
+                rate(Strategy::Tree) / rate(Strategy::None),
+                lat(Strategy::Tree),
+                lat(Strategy::None),
+                req(Strategy::Tree),
+                req(Strategy::None),
+            );
         }
         let _ = writeln!(s);
     }

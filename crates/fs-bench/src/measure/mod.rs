@@ -14,10 +14,12 @@ mod concurrency;
 mod locks;
 mod renames;
 mod run;
+mod service;
 
 pub use concurrency::disjoint_renames;
 pub use renames::{drop_tree, insert_dir, profile_rename};
 pub use run::{osmem, run_all};
+pub use service::ServiceRow;
 
 /// What to run.
 pub struct Plan {
@@ -43,6 +45,10 @@ pub struct Plan {
     pub in_flight_docs: usize,
     /// The round trip of the `remote` backend.
     pub rtt: Duration,
+    /// The clients of the service measurement.
+    pub service_ks: Vec<usize>,
+    /// Rounds of the service measurement (each runs tree, global and none once).
+    pub service_rounds: usize,
     /// How the embedded store is opened.
     pub embedded: Embedded,
     /// The measurements to run (all by default).
@@ -65,6 +71,8 @@ pub enum Measurement {
     /// 5: the wait of a rename of `/p` under streams of small renames, before and after fair
     /// waiting.
     Fairness,
+    /// 6: renames through `fsrename serve`, tree, global and no locks (issue 35).
+    Service,
 }
 
 /// How the embedded store is opened for a benchmark.
@@ -124,6 +132,8 @@ impl Plan {
             in_flights: vec![1, 2, 4, 8],
             in_flight_docs: if quick { 2_000 } else { 10_000 },
             rtt,
+            service_ks: vec![1, 16],
+            service_rounds: if quick { 1 } else { 5 },
             embedded,
             only: vec![
                 Measurement::Locks,
@@ -131,6 +141,7 @@ impl Plan {
                 Measurement::Concurrency,
                 Measurement::Affected,
                 Measurement::Fairness,
+                Measurement::Service,
             ],
             backends: vec!["embedded".into(), "osmem".into(), "remote".into()],
         }
@@ -227,6 +238,8 @@ pub struct BackendResults {
     pub affected: Vec<AffectedRow>,
     /// Measurement 5, before (no queue) and after (fair waiting).
     pub fairness: Vec<crate::fairness::FairnessRow>,
+    /// Measurement 6: renames through the service.
+    pub service: Vec<ServiceRow>,
     /// The measurements that failed on this backend, with why.
     pub failures: Vec<String>,
 }

@@ -7,7 +7,9 @@ use anyhow::Context as _;
 use fs_store::SharedStore;
 use fs_testkit::LatencyStore;
 
-use super::{concurrency, embedded, locks, renames, BackendResults, Embedded, Measurement, Plan};
+use super::{
+    concurrency, embedded, locks, renames, service, BackendResults, Embedded, Measurement, Plan,
+};
 
 /// One backend to measure.
 struct Bench {
@@ -180,6 +182,9 @@ pub async fn run_all(plan: &Plan) -> anyhow::Result<Vec<BackendResults>> {
                 crate::fairness::fairness(&store, plan.fairness_trials),
             )
             .await;
+        let service = measured
+            .run(Measurement::Service, service::service(&store, plan))
+            .await;
         let r = BackendResults {
             name,
             about,
@@ -189,6 +194,7 @@ pub async fn run_all(plan: &Plan) -> anyhow::Result<Vec<BackendResults>> {
             concurrency,
             affected,
             fairness,
+            service,
             failures,
         };
         out.push(r);

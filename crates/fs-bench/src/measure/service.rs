@@ -1,0 +1,200 @@
+//! The service (issue 35): `fsrename serve` in process on the backend, behind a
+//! [`CountingStore`]; K clients each rename their own `/p/sI` back and forth through the HTTP
+//! API (submit, then poll the job until it is done). Each round runs tree, global and no
+//! locks one after the other, the order rotating from round to round so that the machine's
+//! drift falls on each in turn; the rates compared are the medians of the rounds.
+//!
+//! No locks is the service's default strategy here (`ServeConfig::strategy`), with requests
+//! that name none: the API itself refuses `"strategy": "none"` from users.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use fs_rename::{FsTree, Strategy};
+use fs_store::{CountingStore, SharedStore};
+use fsrename::serve::{ServeConfig, Server};
+use serde_json::{json, Value};
+
+use super::{insert_dir, median, Plan};
+
+/// The strategies compared, in the first round's order.
+const STRATEGIES: [Strategy; 3] = [Strategy::Tree, Strategy::Global, Strategy::None];
+
+/// Before counting: the first jobs done.
+const WARM_UP: Duration = Duration::from_millis(500);
+
+/// How long a client waits between two polls of its job.
+const POLL: Duration = Duration::from_millis(2);
+
+/// One strategy at one K: medians over the rounds.
+#[derive(Debug, Clone)]
+pub struct ServiceRow {
+    pub k: usize,
+    pub strategy: Strategy,
+    pub per_sec: f64,
+    /// The median time from submit to seeing the job done, in ms.
+    pub latency_ms: f64,
+    /// Store requests per job, everything counted (locks, rewrite, job records, recovery).
+    pub requests: f64,
+}
+
+/// Runs the rounds for each K of the plan's service Ks.
+pub async fn service(store: &SharedStore, plan: &Plan) -> anyhow::Result<Vec<ServiceRow>> {
+    let mut out = Vec::new();
+    for &k in &plan.service_ks {
+        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); STRATEGIES.len()];
+        let mut latencies: Vec<Vec<f64>> = vec![Vec::new(); STRATEGIES.len()];
+        let mut requests: Vec<Vec<f64>> = vec![Vec::new(); STRATEGIES.len()];
+        for round in 0..plan.service_rounds {
+            for step in 0..STRATEGIES.len() {
+                let which = (round + step) % STRATEGIES.len();
+                let run = run(store, k, STRATEGIES[which], plan).await?;
+                eprintln!(
+                    "service K = {k} {:?}: {:.1} renames/s, median {:.1} ms, {:.1} requests/job",
+                    STRATEGIES[which], run.per_sec, run.latency_ms, run.requests
+                );
+                rates[which].push(run.per_sec);
+                latencies[which].push(run.latency_ms);
+                requests[which].push(run.requests);
+            }
+        }
+        for (i, strategy) in STRATEGIES.into_iter().enumerate() {
+            out.push(ServiceRow {
+                k,
+                strategy,
+                per_sec: median(&mut rates[i]),
+                latency_ms: median(&mut latencies[i]),
+                requests: median(&mut requests[i]),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// One service with `strategy` as its default, `k` clients for the plan's seconds.
+async fn run(
+    store: &SharedStore,
+    k: usize,
+    strategy: Strategy,
+    plan: &Plan,
+) -> anyhow::Result<ServiceRow> {
+    let counting = CountingStore::new(Arc::clone(store));
+    let counted: SharedStore = Arc::new(counting.clone());
+    // Index names avoid `J`, `M` and backticks (a Debian Elasticsearch build refuses them).
+    let index = "bench-service";
+    let tree = FsTree::new(Arc::clone(&counted), index);
+    super::drop_tree(&tree).await.ok();
+    tree.ensure_indices().await?;
+    // The destinations' parent must exist for the renames to be accepted.
+    tree.insert_all(vec![fs_model::FsDoc::dir(
+        fs_model::FsPath::parse("/p")?,
+        0,
+    )])
+    .await?;
+    for i in 0..k {
+        insert_dir(&tree, plan.concurrent_docs, &format!("/p/s{i}")).await?;
+    }
+    tree.refresh().await?;
+
+    let mut config = ServeConfig::new(index);
+    config.listen = "127.0.0.1:0".parse()?;
+    config.max_jobs = k;
+    config.recover_every = None;
+    config.strategy = strategy;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = Server::start(config, Arc::clone(&counted), async {
+        let _ = stopped.await;
+    })
+    .await?;
+    let base = format!("http://{}", server.addr());
+    let http = reqwest::Client::new();
+
+    let counting_on = Arc::new(AtomicBool::new(false));
+    let finished = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let latencies = Arc::new(Mutex::new(Vec::new()));
+    let mut clients = Vec::with_capacity(k);
+    for i in 0..k {
+        let (http, base) = (http.clone(), base.clone());
+        let (counting_on, finished, done, latencies) = (
+            Arc::clone(&counting_on),
+            Arc::clone(&finished),
+            Arc::clone(&done),
+            Arc::clone(&latencies),
+        );
+        clients.push(tokio::spawn(async move {
+            let names = [format!("/p/s{i}"), format!("/p/t{i}")];
+            let mut turn = 0;
+            while !done.load(Ordering::Relaxed) {
+                let (from, to) = (&names[turn % 2], &names[(turn + 1) % 2]);
+                let started = Instant::now();
+                rename(&http, &base, from, to).await?;
+                if counting_on.load(Ordering::Relaxed) {
+                    finished.fetch_add(1, Ordering::Relaxed);
+                    if let Ok(mut l) = latencies.lock() {
+                        l.push(started.elapsed().as_secs_f64() * 1e3);
+                    }
+                }
+                turn += 1;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    tokio::time::sleep(WARM_UP).await;
+    let before = counting.round_trips();
+    counting_on.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs_f64(plan.concurrent_secs)).await;
+    let requests = counting.round_trips() - before;
+    let elapsed = started.elapsed().as_secs_f64();
+    counting_on.store(false, Ordering::Relaxed);
+    let renames = finished.load(Ordering::Relaxed);
+    done.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.await.context("a renaming client")??;
+    }
+    let _ = stop.send(());
+    server.wait().await?;
+    let mut latencies = latencies
+        .lock()
+        .map(|l| l.clone())
+        .map_err(|_| anyhow::anyhow!("a client panicked holding the latencies"))?;
+    Ok(ServiceRow {
+        k,
+        strategy,
+        per_sec: renames as f64 / elapsed,
+        latency_ms: median(&mut latencies),
+        requests: requests as f64 / renames.max(1) as f64,
+    })
+}
+
+/// Renames `from` to `to` through the API, naming no strategy, and polls the job until done.
+async fn rename(http: &reqwest::Client, base: &str, from: &str, to: &str) -> anyhow::Result<()> {
+    let answer: Value = http
+        .post(format!("{base}/renames"))
+        .json(&json!({ "from": from, "to": to }))
+        .send()
+        .await
+        .context("POST /renames")?
+        .json()
+        .await?;
+    let id = answer["id"]
+        .as_str()
+        .with_context(|| format!("no job id in {answer}"))?
+        .to_owned();
+    loop {
+        let job: Value = http
+            .get(format!("{base}/renames/{id}"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        match job["state"].as_str() {
+            Some("done") => return Ok(()),
+            Some("failed") => anyhow::bail!("rename {from} → {to} failed: {job}"),
+            _ => tokio::time::sleep(POLL).await,
+        }
+    }
+}
