@@ -27,7 +27,8 @@ pub enum RenameEvent {
     Locked {
         /// Round trips the acquisition took.
         round_trips: u32,
-        /// Time spent waiting for them.
+        /// Time spent waiting for them (in JSON `waited_ms`, milliseconds).
+        #[serde(rename = "waited_ms", serialize_with = "millis")]
         waited: Duration,
     },
     /// The checks passed; `total` documents are to be moved (copied, deleted).
@@ -91,17 +92,28 @@ pub trait RenameHooks: Send + Sync {
     async fn committed(&self, _from: &FsPath, _to: &FsPath) {}
 }
 
-/// Time spent in each phase of a rename.
+/// Time spent in each phase of a rename. In JSON (`mv --json`, the service's reports) each is
+/// a number of milliseconds, `locking_ms` and so on: serde's own form of a duration,
+/// `{"secs", "nanos"}`, is for programs, not for people reading a report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct PhaseTimes {
     /// Taking the locks, waiting included.
+    #[serde(rename = "locking_ms", serialize_with = "millis")]
     pub locking: Duration,
     /// Refreshing and checking source and destination.
+    #[serde(rename = "checking_ms", serialize_with = "millis")]
     pub checking: Duration,
     /// Scanning and rewriting the documents.
+    #[serde(rename = "rewriting_ms", serialize_with = "millis")]
     pub rewriting: Duration,
     /// Releasing the locks.
+    #[serde(rename = "releasing_ms", serialize_with = "millis")]
     pub releasing: Duration,
+}
+
+/// A duration as milliseconds, with microseconds in the fraction.
+fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64((d.as_secs_f64() * 1e6).round() / 1e3)
 }
 
 /// What a job (a rename, a copy or a delete) did and cost.
