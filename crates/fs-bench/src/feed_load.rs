@@ -248,8 +248,14 @@ async fn run(streams: usize, seconds: f64, workers: usize, kind: Embedded) -> an
     })
 }
 
-/// Renames `from` to `to` through the API and polls the job until it is done.
-async fn rename(http: &reqwest::Client, base: &str, from: &str, to: &str) -> anyhow::Result<()> {
+/// Renames `from` to `to` through the API, naming no strategy (the service's default), and
+/// polls the job every 2 ms until it is done. The service measurement's clients too.
+pub(crate) async fn rename(
+    http: &reqwest::Client,
+    base: &str,
+    from: &str,
+    to: &str,
+) -> anyhow::Result<()> {
     let answer: Value = http
         .post(format!("{base}/renames"))
         .json(&json!({ "from": from, "to": to }))

@@ -15,18 +15,15 @@ use anyhow::Context as _;
 use fs_rename::{FsTree, Strategy};
 use fs_store::{CountingStore, SharedStore};
 use fsrename::serve::{ServeConfig, Server};
-use serde_json::{json, Value};
 
 use super::{insert_dir, median, Plan};
+use crate::feed_load::rename;
 
 /// The strategies compared, in the first round's order.
 const STRATEGIES: [Strategy; 3] = [Strategy::Tree, Strategy::Global, Strategy::None];
 
 /// Before counting: the first jobs done.
 const WARM_UP: Duration = Duration::from_millis(500);
-
-/// How long a client waits between two polls of its job.
-const POLL: Duration = Duration::from_millis(2);
 
 /// One strategy at one K: medians over the rounds.
 #[derive(Debug, Clone)]
@@ -168,33 +165,4 @@ async fn run(
         latency_ms: median(&mut latencies),
         requests: requests as f64 / renames.max(1) as f64,
     })
-}
-
-/// Renames `from` to `to` through the API, naming no strategy, and polls the job until done.
-async fn rename(http: &reqwest::Client, base: &str, from: &str, to: &str) -> anyhow::Result<()> {
-    let answer: Value = http
-        .post(format!("{base}/renames"))
-        .json(&json!({ "from": from, "to": to }))
-        .send()
-        .await
-        .context("POST /renames")?
-        .json()
-        .await?;
-    let id = answer["id"]
-        .as_str()
-        .with_context(|| format!("no job id in {answer}"))?
-        .to_owned();
-    loop {
-        let job: Value = http
-            .get(format!("{base}/renames/{id}"))
-            .send()
-            .await?
-            .json()
-            .await?;
-        match job["state"].as_str() {
-            Some("done") => return Ok(()),
-            Some("failed") => anyhow::bail!("rename {from} → {to} failed: {job}"),
-            _ => tokio::time::sleep(POLL).await,
-        }
-    }
 }
