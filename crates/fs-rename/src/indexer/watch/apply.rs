@@ -4,8 +4,9 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use fs_model::FsPath;
+use fs_model::{FsDoc, FsPath, Identity};
 
+use super::super::one::describe_one;
 use super::super::{index_prepared, index_unpruned, IndexReport, Target};
 use super::{Applier, Change, WatchBatch, MAX_HOLD, RECENT};
 use crate::error::RenameError;
@@ -47,6 +48,7 @@ impl Applier<'_> {
         {
             self.recent.pop_front();
         }
+        self.renamed_away.retain(|_, at| at.elapsed() <= RECENT);
         if hold {
             self.held = (
                 dirty,
@@ -118,16 +120,27 @@ impl Applier<'_> {
         // A directory's entries changed: its own modification time did too.
         touched.extend(dirty.iter().filter_map(|p| p.parent()).map(Path::to_owned));
         touched.retain(|p| p.starts_with(self.root));
+        // What vanished, even under a directory indexed whole (which would only find it gone).
+        let vanished = topmost(
+            dirty
+                .iter()
+                .filter(|p| p.symlink_metadata().is_err())
+                .cloned()
+                .collect(),
+        );
         // Directories on disk are indexed whole (created, moved in: their entries may have
         // come before their watch); the rest, and the directories touched, one document each.
         let (dirs, others): (Vec<PathBuf>, Vec<PathBuf>) = topmost(dirty)
             .into_iter()
             .partition(|p| p.symlink_metadata().is_ok_and(|m| m.is_dir()));
         // A move into a directory made just before it has no pair: inotify had no watch there
-        // yet. What vanished in this batch and turns up under a directory to index is the
-        // same file by identity, and is renamed, not deleted and created again.
-        if !dirs.is_empty() {
-            self.pair_by_identity(&dirs, &others, batch).await;
+        // yet; a rename the store could not follow (its source held elsewhere, its
+        // destination's directory not yet seen) is a path gone and a path new. What vanished
+        // and turns up under a directory to index, or as a file to write, is the same file by
+        // identity, and is renamed, not deleted and created again.
+        if !vanished.is_empty() {
+            self.pair_by_identity((&dirs, &others), &vanished, batch)
+                .await;
         }
         for dir in &dirs {
             self.index_subtree(dir, batch).await;
@@ -197,7 +210,15 @@ impl Applier<'_> {
         for change in changes {
             match change {
                 Change::Dirty(_, Some(t)) if paired.contains(&t) => {}
-                Change::Dirty(path, _) => dirty.push(path),
+                Change::Dirty(path, tracker) => {
+                    // Half a rename (only renames carry a tracker): the other half went
+                    // outside, or into a directory with no watch yet.
+                    if tracker.is_some() {
+                        self.renamed_away
+                            .insert(path.clone(), tokio::time::Instant::now());
+                    }
+                    dirty.push(path);
+                }
                 Change::Rename(from, to, _) => {
                     // Inside a directory just moved, inotify may still name the old place:
                     // if the destination is not on disk, its new place is taken.
@@ -221,6 +242,18 @@ impl Applier<'_> {
                             *path = rebased(&to, rest);
                         }
                     }
+                    self.renamed_away = std::mem::take(&mut self.renamed_away)
+                        .into_iter()
+                        .map(|(path, at)| match path.strip_prefix(&from) {
+                            Ok(rest) => (rebased(&to, rest), at),
+                            Err(_) => (path, at),
+                        })
+                        .collect();
+                    // If the store cannot follow it (it holds the source at another path, or
+                    // the destination is in a directory it has not seen yet), the source is
+                    // dirty and gone, and found again by identity.
+                    self.renamed_away
+                        .insert(from.clone(), tokio::time::Instant::now());
                     // Their directories' modification times changed.
                     touched.extend(from.parent().map(Path::to_owned));
                     touched.extend(to.parent().map(Path::to_owned));
@@ -236,16 +269,17 @@ impl Applier<'_> {
         }
     }
 
-    /// Renames in the store what vanished from disk in this batch (`others` gone from disk)
-    /// and turns up, by identity, under one of `dirs` (see `moves.rs`).
+    /// Renames in the store what vanished from disk in this batch (`vanished`, gone from disk)
+    /// and turns up, by identity, under one of `dirs` or as one of `files` (the destination
+    /// of a rename the store could not follow, say); see `moves.rs`.
     pub(super) async fn pair_by_identity(
         &self,
-        dirs: &[PathBuf],
-        others: &[PathBuf],
+        (dirs, files): (&[PathBuf], &[PathBuf]),
+        vanished: &[PathBuf],
         batch: &mut WatchBatch,
     ) {
         let mut gone: HashMap<FsPath, Entry> = HashMap::new();
-        for local in others {
+        for local in vanished {
             if local.symlink_metadata().is_ok() {
                 continue;
             }
@@ -266,37 +300,88 @@ impl Applier<'_> {
         if gone.is_empty() {
             return;
         }
+        // All the directories at once: what moved into one may be inside what moved into
+        // another (a directory moved, then a directory of it moved elsewhere), and the
+        // moves are found in order, each from where the moves before it put it.
+        let mut walked = Vec::new();
         for dir in dirs {
             let Some(path) = self.store_path(dir) else {
                 continue;
             };
-            let (local, at) = (dir.clone(), path.clone());
-            let Ok(walked) =
-                tokio::task::spawn_blocking(move || super::super::walk::walk_all(&local, &at))
+            let local = dir.clone();
+            if let Ok(found) =
+                tokio::task::spawn_blocking(move || super::super::walk::walk_all(&local, &path))
                     .await
-            else {
-                continue;
-            };
-            let planned =
-                super::super::moves::find_moves((self.root, self.at), gone.values(), &walked);
-            match super::super::moves::apply_moves(
-                self.tree,
-                (self.root, self.at),
-                (&planned, Vec::new()),
-                &HashSet::new(),
-                &self.options.index,
-            )
-            .await
             {
-                Ok(moves) => {
-                    batch.renames += moves.done.len() as u64;
-                    for m in &moves.done {
-                        gone.retain(|p, _| !p.is_inside(&m.from));
-                    }
-                }
-                Err(e) => batch.failures.push(format!("moves into {path}: {e}")),
+                walked.extend(found);
             }
         }
+        for file in files {
+            if let (Some(path), Ok(meta)) = (self.store_path(file), file.symlink_metadata()) {
+                if meta.is_file() {
+                    walked.push(super::super::walk::Walked::Doc(describe_one(&path, &meta)));
+                }
+            }
+        }
+        let gone = self.trusting_renames(&gone, &walked);
+        let planned = super::super::moves::find_moves((self.root, self.at), gone.iter(), &walked);
+        match super::super::moves::apply_moves(
+            self.tree,
+            (self.root, self.at),
+            (&planned, Vec::new()),
+            &HashSet::new(),
+            &self.options.index,
+        )
+        .await
+        {
+            Ok(moves) => batch.renames += moves.done.len() as u64,
+            Err(e) => batch.failures.push(format!("moves found by identity: {e}")),
+        }
+    }
+
+    /// `gone`, where a file found on disk under its identity is given the size and
+    /// modification time found there when it is surely the same file. Move detection asks a
+    /// file for the same size and time too, to tell a reused inode from the same file; but a
+    /// write before the move (the store not yet told of it) must not turn the move into a
+    /// deletion and a new file with a new id. It is the same file if the events saw it renamed
+    /// away (it still exists, so its inode is not free), or if the file on disk was born no
+    /// later than the stored file was last written (a reused inode belongs to a file born
+    /// after the old one was deleted).
+    fn trusting_renames(
+        &self,
+        gone: &HashMap<FsPath, Entry>,
+        walked: &[super::super::walk::Walked],
+    ) -> Vec<Entry> {
+        let found: HashMap<Identity, &FsDoc> = walked
+            .iter()
+            .filter_map(|w| match w {
+                super::super::walk::Walked::Doc(doc) => doc.identity.map(|i| (i, doc)),
+                _ => None,
+            })
+            .collect();
+        let local = |path: &FsPath| super::super::walk::local_path(self.root, self.at, path);
+        gone.values()
+            .map(|entry| {
+                let mut entry = entry.clone();
+                let Some(on_disk) = entry.doc.identity.and_then(|i| found.get(&i)) else {
+                    return entry;
+                };
+                if entry.doc.is_dir()
+                    || (entry.doc.size, entry.doc.modified) == (on_disk.size, on_disk.modified)
+                {
+                    return entry;
+                }
+                let renamed_away =
+                    local(&entry.doc.path).is_some_and(|l| self.renamed_away.contains_key(&l));
+                let born_before =
+                    local(&on_disk.path).is_some_and(|l| born_by(&l, entry.doc.modified));
+                if renamed_away || born_before {
+                    entry.doc.size = on_disk.size;
+                    entry.doc.modified = on_disk.modified;
+                }
+                entry
+            })
+            .collect()
     }
 
     /// Where `path` is after the recent renames, in order.
@@ -383,17 +468,11 @@ impl Applier<'_> {
             return;
         };
         let renamer = self.renamer(format!("mv {f} {t}"));
+        // A destination whose parent the store does not hold (a directory made on disk, or
+        // moved where inotify had no watch yet, or held by the store elsewhere) is not made
+        // here: made, it could take the place the store's own must be renamed to. Both ends
+        // are left dirty, and the source is found again by identity (`pair_by_identity`).
         let mut outcome = renamer.rename(&f, &t).await;
-        if let (Err(RenameError::DestinationParentMissing { .. }), Some(parent)) =
-            (&outcome, t.parent())
-        {
-            // A directory made on disk in this batch, not indexed yet: made in the store now
-            // (its document is brought up to date with the rest of the batch).
-            match crate::ops::mkdir(self.tree, &self.options.index.locks, &parent, true).await {
-                Ok(_) => outcome = renamer.rename(&f, &t).await,
-                Err(e) => batch.failures.push(format!("mkdir -p {parent}: {e}")),
-            }
-        }
         if let Err(RenameError::DestinationExists { .. }) = outcome {
             // rename(2) replaces its destination: so does the store.
             if let Err(e) = renamer.remove(&t, true).await {
@@ -412,6 +491,18 @@ impl Applier<'_> {
             }
         }
     }
+}
+
+/// Whether the file at `local` was born (its birth time, where the file system keeps one) no
+/// later than `modified` (milliseconds since the Unix epoch).
+fn born_by(local: &Path, modified: i64) -> bool {
+    let born = local
+        .symlink_metadata()
+        .and_then(|meta| meta.created())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .and_then(|d| i64::try_from(d.as_millis()).ok());
+    born.is_some_and(|born| born <= modified)
 }
 
 /// `to` followed by `rest` (`Path::join` of an empty `rest` would add a trailing slash, and

@@ -14,6 +14,11 @@
 //!   delete, and a burst of writes to one file one update;
 //! - a dirty path recorded before a rename of a directory above it is followed to its new
 //!   place.
+//! - what vanished from disk and turns up elsewhere in the batch by identity (a move whose
+//!   second half inotify never saw, into a directory made an instant before; a rename the
+//!   store could not follow) is renamed in the store, ids kept. A write before the move does
+//!   not hide it: a file renamed away, or born before the store's copy was last written, is
+//!   the same file, not a reused inode.
 //!
 //! The disk runs ahead of the events: when a batch is applied, the disk is as it is now. So a
 //! batch cut while the events go on applies its renames only (its dirty paths wait for a quiet
@@ -337,6 +342,10 @@ struct Applier<'a> {
     options: &'a WatchOptions,
     /// Renames on disk of the last [`RECENT`], oldest first.
     recent: std::collections::VecDeque<(PathBuf, PathBuf, tokio::time::Instant)>,
+    /// Paths renamed away in the last [`RECENT`] whose other half never came (moved out, or
+    /// into a directory not watched yet), and when: what was there still exists somewhere, so
+    /// its inode is not free for another file (see [`Applier::pair_by_identity`]).
+    renamed_away: std::collections::HashMap<PathBuf, tokio::time::Instant>,
     /// Paths found gone from disk, whose removal from the store waits for the next batch
     /// (see [`Applier::apply`]).
     postponed: std::sync::Mutex<Vec<PathBuf>>,
@@ -371,6 +380,7 @@ impl<'a> Applier<'a> {
             at,
             options,
             recent: std::collections::VecDeque::new(),
+            renamed_away: std::collections::HashMap::new(),
             postponed: std::sync::Mutex::default(),
             confirmed: HashSet::new(),
             recheck: std::sync::Mutex::default(),
