@@ -10,7 +10,7 @@
 //! in each round's ratio: requests a second with the streams open over requests a second
 //! without.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -196,44 +196,16 @@ async fn run(streams: usize, seconds: f64, workers: usize, kind: Embedded) -> an
         }));
     }
 
-    let counting_on = Arc::new(AtomicBool::new(false));
-    let finished = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicBool::new(false));
-    let mut clients = Vec::with_capacity(workers);
-    for w in 0..workers {
-        let (http, base) = (http.clone(), base.clone());
-        let (counting_on, finished, done) = (
-            Arc::clone(&counting_on),
-            Arc::clone(&finished),
-            Arc::clone(&done),
-        );
-        clients.push(tokio::spawn(async move {
-            let names = [format!("/a{w}"), format!("/b{w}")];
-            let mut turn = 0;
-            while !done.load(Ordering::Relaxed) {
-                let (from, to) = (&names[turn % 2], &names[(turn + 1) % 2]);
-                rename(&http, &base, from, to).await?;
-                if counting_on.load(Ordering::Relaxed) {
-                    finished.fetch_add(1, Ordering::Relaxed);
-                }
-                turn += 1;
-            }
-            anyhow::Ok(())
-        }));
-    }
-    tokio::time::sleep(WARM_UP).await;
-    let before = counting.round_trips();
-    counting_on.store(true, Ordering::Relaxed);
-    let started = Instant::now();
-    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
-    let requests = counting.round_trips() - before;
-    let elapsed = started.elapsed().as_secs_f64();
-    counting_on.store(false, Ordering::Relaxed);
-    let renames = finished.load(Ordering::Relaxed);
-    done.store(true, Ordering::Relaxed);
-    for client in clients {
-        client.await.context("a renaming client")??;
-    }
+    let window = renaming_window(
+        &http,
+        &base,
+        &counting,
+        workers,
+        |w| [format!("/a{w}"), format!("/b{w}")],
+        WARM_UP,
+        seconds,
+    )
+    .await?;
     let _ = stop.send(());
     server.wait().await?;
     let mut heard = 0;
@@ -241,10 +213,74 @@ async fn run(streams: usize, seconds: f64, workers: usize, kind: Embedded) -> an
         heard += usize::from(page.await.unwrap_or(false));
     }
     Ok(Run {
-        requests,
-        renames,
-        seconds: elapsed,
+        requests: window.requests,
+        renames: window.latencies_ms.len() as u64,
+        seconds: window.seconds,
         heard,
+    })
+}
+
+/// What [`renaming_window`] counted.
+pub(crate) struct Window {
+    /// The store's requests in the window.
+    pub(crate) requests: u64,
+    /// How long the window lasted, in seconds.
+    pub(crate) seconds: f64,
+    /// The submit-to-done time of each rename finished in the window, in milliseconds.
+    pub(crate) latencies_ms: Vec<f64>,
+}
+
+/// Keeps `clients` clients renaming through the service at `base`, client `i` its own pair of
+/// paths (`pair(i)`) there and back; after `warm_up`, counts for `seconds` the store's
+/// requests (through `counting`) and the renames finished with their latencies; then stops
+/// the clients and waits for them.
+pub(crate) async fn renaming_window(
+    http: &reqwest::Client,
+    base: &str,
+    counting: &CountingStore,
+    clients: usize,
+    pair: impl Fn(usize) -> [String; 2],
+    warm_up: Duration,
+    seconds: f64,
+) -> anyhow::Result<Window> {
+    let counting_on = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
+    let mut running = Vec::with_capacity(clients);
+    for i in 0..clients {
+        let (http, base, names) = (http.clone(), base.to_owned(), pair(i));
+        let (counting_on, done) = (Arc::clone(&counting_on), Arc::clone(&done));
+        running.push(tokio::spawn(async move {
+            let mut latencies_ms = Vec::new();
+            let mut turn = 0;
+            while !done.load(Ordering::Relaxed) {
+                let (from, to) = (&names[turn % 2], &names[(turn + 1) % 2]);
+                let started = Instant::now();
+                rename(&http, &base, from, to).await?;
+                if counting_on.load(Ordering::Relaxed) {
+                    latencies_ms.push(started.elapsed().as_secs_f64() * 1e3);
+                }
+                turn += 1;
+            }
+            anyhow::Ok(latencies_ms)
+        }));
+    }
+    tokio::time::sleep(warm_up).await;
+    let before = counting.round_trips();
+    counting_on.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+    let requests = counting.round_trips() - before;
+    let elapsed = started.elapsed().as_secs_f64();
+    counting_on.store(false, Ordering::Relaxed);
+    done.store(true, Ordering::Relaxed);
+    let mut latencies_ms = Vec::new();
+    for client in running {
+        latencies_ms.extend(client.await.context("a renaming client")??);
+    }
+    Ok(Window {
+        requests,
+        seconds: elapsed,
+        latencies_ms,
     })
 }
 

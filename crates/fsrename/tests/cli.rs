@@ -1013,11 +1013,7 @@ fn a_store_given_as_an_address_or_with_an_unknown_scheme_is_refused_and_creates_
             assert!(stderr.contains(says), "{args:?}: {stderr}");
         }
     }
-    assert!(
-        names_in(dir.path()).is_empty(),
-        "{:?}",
-        names_in(dir.path())
-    );
+    assert_eq!(names_in(dir.path()), Vec::<String>::new(), "files created");
 }
 
 /// Issue 36: `ls`, `find`, `locks` and `fsck` (and the jobs on a tree that must be there)
@@ -1044,11 +1040,7 @@ fn verbs_on_a_missing_database_say_there_is_no_tree_and_create_nothing() {
             "{verb:?}: {stderr}"
         );
     }
-    assert!(
-        names_in(dir.path()).is_empty(),
-        "{:?}",
-        names_in(dir.path())
-    );
+    assert_eq!(names_in(dir.path()), Vec::<String>::new(), "files created");
     let out = fsrename_in(dir.path(), &["mkdir", "/a"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let out = fsrename_in(dir.path(), &["ls", "/"]);
@@ -1254,11 +1246,7 @@ fn demo_refuses_the_store_options_it_cannot_honour() {
             "{args:?}: {stderr}"
         );
     }
-    assert!(
-        names_in(dir.path()).is_empty(),
-        "{:?}",
-        names_in(dir.path())
-    );
+    assert_eq!(names_in(dir.path()), Vec::<String>::new(), "files created");
 }
 
 /// Issue 36, bug 2: indexing again after `fsrename mv` renamed the tree back (the disk is what

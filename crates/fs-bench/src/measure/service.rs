@@ -7,17 +7,15 @@
 //! No locks is the service's default strategy here (`ServeConfig::strategy`), with requests
 //! that name none: the API itself refuses `"strategy": "none"` from users.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use anyhow::Context as _;
 use fs_rename::{FsTree, Strategy};
 use fs_store::{CountingStore, SharedStore};
 use fsrename::serve::{ServeConfig, Server};
 
 use super::{insert_dir, median, Plan};
-use crate::feed_load::rename;
+use crate::feed_load::renaming_window;
 
 /// The strategies compared, in the first round's order.
 const STRATEGIES: [Strategy; 3] = [Strategy::Tree, Strategy::Global, Strategy::None];
@@ -108,61 +106,25 @@ async fn run(
     let base = format!("http://{}", server.addr());
     let http = reqwest::Client::new();
 
-    let counting_on = Arc::new(AtomicBool::new(false));
-    let finished = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicBool::new(false));
-    let latencies = Arc::new(Mutex::new(Vec::new()));
-    let mut clients = Vec::with_capacity(k);
-    for i in 0..k {
-        let (http, base) = (http.clone(), base.clone());
-        let (counting_on, finished, done, latencies) = (
-            Arc::clone(&counting_on),
-            Arc::clone(&finished),
-            Arc::clone(&done),
-            Arc::clone(&latencies),
-        );
-        clients.push(tokio::spawn(async move {
-            let names = [format!("/p/s{i}"), format!("/p/t{i}")];
-            let mut turn = 0;
-            while !done.load(Ordering::Relaxed) {
-                let (from, to) = (&names[turn % 2], &names[(turn + 1) % 2]);
-                let started = Instant::now();
-                rename(&http, &base, from, to).await?;
-                if counting_on.load(Ordering::Relaxed) {
-                    finished.fetch_add(1, Ordering::Relaxed);
-                    if let Ok(mut l) = latencies.lock() {
-                        l.push(started.elapsed().as_secs_f64() * 1e3);
-                    }
-                }
-                turn += 1;
-            }
-            anyhow::Ok(())
-        }));
-    }
-    tokio::time::sleep(WARM_UP).await;
-    let before = counting.round_trips();
-    counting_on.store(true, Ordering::Relaxed);
-    let started = Instant::now();
-    tokio::time::sleep(Duration::from_secs_f64(plan.concurrent_secs)).await;
-    let requests = counting.round_trips() - before;
-    let elapsed = started.elapsed().as_secs_f64();
-    counting_on.store(false, Ordering::Relaxed);
-    let renames = finished.load(Ordering::Relaxed);
-    done.store(true, Ordering::Relaxed);
-    for client in clients {
-        client.await.context("a renaming client")??;
-    }
+    let window = renaming_window(
+        &http,
+        &base,
+        &counting,
+        k,
+        |i| [format!("/p/s{i}"), format!("/p/t{i}")],
+        WARM_UP,
+        plan.concurrent_secs,
+    )
+    .await?;
     let _ = stop.send(());
     server.wait().await?;
-    let mut latencies = latencies
-        .lock()
-        .map(|l| l.clone())
-        .map_err(|_| anyhow::anyhow!("a client panicked holding the latencies"))?;
+    let mut latencies = window.latencies_ms;
+    let renames = latencies.len();
     Ok(ServiceRow {
         k,
         strategy,
-        per_sec: renames as f64 / elapsed,
+        per_sec: renames as f64 / window.seconds,
         latency_ms: median(&mut latencies),
-        requests: requests as f64 / renames.max(1) as f64,
+        requests: window.requests as f64 / renames.max(1) as f64,
     })
 }
