@@ -2,10 +2,15 @@
 //! over a point in time or a scroll.
 //!
 //! A one-page search ([`SearchRequest::single_page`], [`Scope::Exact`]) is one request and
-//! opens nothing. A paged search opens its context with its first page and renews it with
-//! every page for the configured keep-alive; the last page (short or empty) closes it before
-//! it returns, and so does a page that fails. A caller that stops earlier closes it with
-//! [`HeldCursors::close_cursor`](crate::HeldCursors::close_cursor).
+//! opens nothing. A paged search over a point in time first asks, without one, for a page and
+//! one document more: an answer that fits in the page is the whole answer, in one request
+//! (most scans are of a file or a small directory). One that does not is read again from the
+//! start over a point in time, opened with its first page and renewed with every page for
+//! the configured keep-alive; the last page (short or empty) closes it before it returns, and
+//! so does a page that fails. A caller that stops earlier closes it with
+//! [`HeldCursors::close_cursor`](crate::HeldCursors::close_cursor). (Besides the two round
+//! trips, a point in time open while others write is what osmem pays most for: it copies the
+//! whole index at the first write after one opens.)
 
 use elasticsearch::{CountParts, ScrollParts, SearchParts};
 use serde_json::{json, Value};
@@ -19,6 +24,10 @@ use crate::error::{Result, StoreError};
 use crate::types::{Page, Scope, SearchRequest, StoredDoc};
 use fs_model::FsPath;
 
+/// Pages this large or larger are paged at once: a search for one more document than the page
+/// must stay inside the default result window (`index.max_result_window`, 10 000).
+const PROBE_LIMIT: usize = 10_000;
+
 impl ElasticStore {
     pub(super) async fn search_page(&self, index: &str, request: SearchRequest) -> Result<Page> {
         let context = format!("searching `{index}`");
@@ -31,7 +40,12 @@ impl ElasticStore {
             None if paging == Paging::Scroll => {
                 return self.first_scroll_page(&context, index, &request).await
             }
-            None => self.open_pit(index).await?,
+            None => {
+                if let Some(page) = self.whole_in_one(&context, index, &request).await? {
+                    return Ok(page);
+                }
+                self.open_pit(index).await?
+            }
         };
         match self
             .next_page(&context, index, &request, paging, &cursor)
@@ -109,6 +123,36 @@ impl ElasticStore {
         let answer = self.search_body(context, index, &body, None).await?;
         let docs = docs_of(context, &answer)?;
         Ok(Page { docs, next: None })
+    }
+
+    /// The whole answer of a paged search in one plain request, if it fits in one page: most
+    /// scans do (a file, a small directory), and a point in time would cost two more round
+    /// trips (open and close) around that page. Asks for one document more than a page: if
+    /// it comes, the answer does not fit, and `None` says to page over a point in time from
+    /// the start (what was read is dropped, so that every page comes from one snapshot). A
+    /// page of the index's whole result window or more is not tried.
+    async fn whole_in_one(
+        &self,
+        context: &str,
+        index: &str,
+        request: &SearchRequest,
+    ) -> Result<Option<Page>> {
+        if request.size == 0 || request.size >= PROBE_LIMIT {
+            return Ok(None);
+        }
+        let sort = if request.scope.sorted_by_path() {
+            json!([{ "path": "asc" }])
+        } else {
+            json!(["_doc"])
+        };
+        let body = json!({ "size": request.size + 1, "query": scope_query(&request.scope),
+                           "sort": sort, "seq_no_primary_term": true, "track_total_hits": false });
+        let answer = self.search_body(context, index, &body, None).await?;
+        let docs = docs_of(context, &answer)?;
+        if docs.len() > request.size {
+            return Ok(None);
+        }
+        Ok(Some(Page { docs, next: None }))
     }
 
     /// The first page of a scroll, which opens the scroll.

@@ -259,6 +259,44 @@ async fn a_single_page_search_opens_nothing() {
     );
 }
 
+/// A paged search whose answer fits in one page is one plain search: no point in time opened
+/// and closed around it (two round trips, and on osmem a copy of the whole index at the next
+/// write while it is open). One document more than a page, and the search is paged over a
+/// point in time from the start, every document read once.
+#[tokio::test]
+async fn a_paged_search_that_fits_in_one_page_opens_nothing() {
+    for paging in [Paging::Auto, Paging::PitId] {
+        for (docs, contexts) in [(0, 0), (5, 0), (PAGE, 0), (PAGE + 1, 1), (25, 1)] {
+            let proxy = fs_testkit::start_es_proxy(EsProxyOptions::default());
+            let store = client(proxy.url(), paging);
+            let index = index_of(&store, docs).await;
+            let shared: SharedStore = Arc::new(store.clone());
+            let found = Scan::new(shared, &index, Scope::Subtree(dir()), PAGE)
+                .read_all()
+                .await
+                .expect("scan");
+            let mut paths: Vec<String> = found
+                .iter()
+                .map(|d| d.source["path"].as_str().unwrap_or("").to_owned())
+                .collect();
+            let read = paths.len();
+            paths.dedup();
+            assert_eq!(
+                (read, paths.len()),
+                (docs, docs),
+                "{docs} documents ({paging:?})"
+            );
+            assert!(paths.is_sorted(), "in path order ({paging:?})");
+            assert_eq!(
+                proxy.stats().contexts_opened,
+                contexts,
+                "{docs} documents in pages of {PAGE} ({paging:?})"
+            );
+            assert_eq!(store.open_cursors(), 0);
+        }
+    }
+}
+
 /// Issue 14: `fsrename` on Elasticsearch 7.2.1 (scroll paging) left a scroll open per paged
 /// search: its close ran in a task spawned on a runtime that the short-lived CLI process shut
 /// down first. After a few hundred commands the server refused every search (HTTP 500) until
