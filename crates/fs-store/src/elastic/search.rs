@@ -140,15 +140,9 @@ impl ElasticStore {
         if request.size == 0 || request.size >= PROBE_LIMIT {
             return Ok(None);
         }
-        let sort = if request.scope.sorted_by_path() {
-            json!([{ "path": "asc" }])
-        } else {
-            json!(["_doc"])
-        };
-        let body = json!({ "size": request.size + 1, "query": scope_query(&request.scope),
-                           "sort": sort, "seq_no_primary_term": true, "track_total_hits": false });
-        let answer = self.search_body(context, index, &body, None).await?;
-        let docs = docs_of(context, &answer)?;
+        let mut probe = request.clone();
+        probe.size += 1;
+        let docs = self.search_once(context, index, &probe).await?.docs;
         if docs.len() > request.size {
             return Ok(None);
         }

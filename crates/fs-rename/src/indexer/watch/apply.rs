@@ -238,16 +238,11 @@ impl Applier<'_> {
                     let partial = dirty.iter().any(|d| from.starts_with(d) && *d != from);
                     // What was dirty under `from` is now under `to`.
                     for path in dirty.iter_mut() {
-                        if let Ok(rest) = path.strip_prefix(&from) {
-                            *path = rebased(&to, rest);
-                        }
+                        *path = moved_by(path, (&from, &to));
                     }
                     self.renamed_away = std::mem::take(&mut self.renamed_away)
                         .into_iter()
-                        .map(|(path, at)| match path.strip_prefix(&from) {
-                            Ok(rest) => (rebased(&to, rest), at),
-                            Err(_) => (path, at),
-                        })
+                        .map(|(path, at)| (moved_by(&path, (&from, &to)), at))
                         .collect();
                     // If the store cannot follow it (it holds the source at another path, or
                     // the destination is in a directory it has not seen yet), the source is
@@ -386,13 +381,11 @@ impl Applier<'_> {
 
     /// Where `path` is after the recent renames, in order.
     pub(super) fn follow(&self, path: &Path) -> PathBuf {
-        let mut moved = path.to_owned();
-        for (from, to, _) in &self.recent {
-            if let Ok(rest) = moved.strip_prefix(from) {
-                moved = rebased(to, rest);
-            }
-        }
-        moved
+        self.recent
+            .iter()
+            .fold(path.to_owned(), |moved, (from, to, _)| {
+                moved_by(&moved, (from, to))
+            })
     }
 
     /// Indexes the directory `local` and everything under it.
@@ -503,6 +496,14 @@ fn born_by(local: &Path, modified: i64) -> bool {
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .and_then(|d| i64::try_from(d.as_millis()).ok());
     born.is_some_and(|born| born <= modified)
+}
+
+/// Where `path` is once `from` is renamed to `to` (itself if it is not under `from`).
+fn moved_by(path: &Path, (from, to): (&Path, &Path)) -> PathBuf {
+    match path.strip_prefix(from) {
+        Ok(rest) => rebased(to, rest),
+        Err(_) => path.to_owned(),
+    }
 }
 
 /// `to` followed by `rest` (`Path::join` of an empty `rest` would add a trailing slash, and
