@@ -228,6 +228,11 @@ pub(crate) struct Window {
     pub(crate) seconds: f64,
     /// The submit-to-done time of each rename finished in the window, in milliseconds.
     pub(crate) latencies_ms: Vec<f64>,
+    /// The job of each of those renames as the service showed it done (its report's phases,
+    /// its timestamps), in the same order.
+    pub(crate) jobs: Vec<Value>,
+    /// The CPU the machine used in the window.
+    pub(crate) cpu: crate::cpu::CpuUse,
 }
 
 /// Keeps `clients` clients renaming through the service at `base`, client `i` its own pair of
@@ -251,47 +256,59 @@ pub(crate) async fn renaming_window(
         let (counting_on, done) = (Arc::clone(&counting_on), Arc::clone(&done));
         running.push(tokio::spawn(async move {
             let mut latencies_ms = Vec::new();
+            let mut jobs = Vec::new();
             let mut turn = 0;
             while !done.load(Ordering::Relaxed) {
                 let (from, to) = (&names[turn % 2], &names[(turn + 1) % 2]);
                 let started = Instant::now();
-                rename(&http, &base, from, to).await?;
+                let job = rename(&http, &base, from, to).await?;
                 if counting_on.load(Ordering::Relaxed) {
                     latencies_ms.push(started.elapsed().as_secs_f64() * 1e3);
+                    jobs.push(job);
                 }
                 turn += 1;
             }
-            anyhow::Ok(latencies_ms)
+            anyhow::Ok((latencies_ms, jobs))
         }));
     }
     tokio::time::sleep(warm_up).await;
     let before = counting.round_trips();
+    let cpu_before = crate::cpu::CpuMark::now();
     counting_on.store(true, Ordering::Relaxed);
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
     let requests = counting.round_trips() - before;
     let elapsed = started.elapsed().as_secs_f64();
+    let cpu = match (cpu_before, crate::cpu::CpuMark::now()) {
+        (Some(before), Some(after)) => before.to(after),
+        _ => crate::cpu::CpuUse::default(),
+    };
     counting_on.store(false, Ordering::Relaxed);
     done.store(true, Ordering::Relaxed);
-    let mut latencies_ms = Vec::new();
+    let (mut latencies_ms, mut jobs) = (Vec::new(), Vec::new());
     for client in running {
-        latencies_ms.extend(client.await.context("a renaming client")??);
+        let (latencies, done) = client.await.context("a renaming client")??;
+        latencies_ms.extend(latencies);
+        jobs.extend(done);
     }
     Ok(Window {
         requests,
         seconds: elapsed,
         latencies_ms,
+        jobs,
+        cpu,
     })
 }
 
 /// Renames `from` to `to` through the API, naming no strategy (the service's default), and
-/// polls the job every 2 ms until it is done. The service measurement's clients too.
+/// polls the job every 2 ms until it is done; returns the job as shown done. The service
+/// measurement's clients too.
 pub(crate) async fn rename(
     http: &reqwest::Client,
     base: &str,
     from: &str,
     to: &str,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Value> {
     let answer: Value = http
         .post(format!("{base}/renames"))
         .json(&json!({ "from": from, "to": to }))
@@ -312,7 +329,7 @@ pub(crate) async fn rename(
             .json()
             .await?;
         match job["state"].as_str() {
-            Some("done") => return Ok(()),
+            Some("done") => return Ok(job),
             Some("failed") => anyhow::bail!("rename {from} → {to} failed: {job}"),
             _ => tokio::time::sleep(Duration::from_millis(2)).await,
         }

@@ -16,6 +16,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod book;
+mod cpu;
 mod fairness;
 mod feed_load;
 mod measure;

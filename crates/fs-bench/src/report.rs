@@ -435,6 +435,23 @@ fn service(s: &mut String, results: &[BackendResults], plan: &Plan) {
                 req(Strategy::None),
             );
         }
+        let _ = writeln!(
+            s,
+            "\nWhere a job's time goes (means in ms, from the service's own record of each job: queued is submitted to started, the phases are the job's report's, other is the rest of its run (journal entry, the job's records), seen after is finished to seen done by the client), and the CPU a job cost: *here* is this process (the clients and the service), *server* every other process on the machine (a server named with `es=` on this machine), *busy* the cores' busy share in the window:\n\n| K | locks | queued | locking | checking | rewriting | releasing | other | seen after | CPU here | CPU server | busy |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        );
+        for &k in &plan.service_ks {
+            for st in [Strategy::Tree, Strategy::Global, Strategy::None] {
+                if let Some(c) = r.service.iter().find(|c| c.k == k && c.strategy == st) {
+                    let p = c.split;
+                    let _ = writeln!(
+                        s,
+                        "| {k} | {st:?} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} % |",
+                        p.queued, p.locking, p.checking, p.rewriting, p.releasing, p.other, p.seen_after,
+                        p.own_cpu, p.others_cpu, p.busy * 100.0
+                    );
+                }
+            }
+        }
         let _ = writeln!(s);
     }
 }

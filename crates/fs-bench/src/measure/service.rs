@@ -33,6 +33,69 @@ pub struct ServiceRow {
     pub latency_ms: f64,
     /// Store requests per job, everything counted (locks, rewrite, job records, recovery).
     pub requests: f64,
+    /// Where a job's time went, in the round of median rate.
+    pub split: Split,
+}
+
+/// Where the time of a job served over HTTP goes, as means in milliseconds over the jobs of
+/// a run: from the service's own record of each (its timestamps, its report's phases).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Split {
+    /// Submitted to started: the queue (and the job's first record).
+    pub queued: f64,
+    /// The rename's phases (`RenameReport::phases`).
+    pub locking: f64,
+    pub checking: f64,
+    pub rewriting: f64,
+    pub releasing: f64,
+    /// Started to finished, less the phases: the journal entry, the job's records, the
+    /// report.
+    pub other: f64,
+    /// Finished to seen done by the client: the record's way to the client, and polling.
+    pub seen_after: f64,
+    /// CPU per job, in ms: this process's (clients and service) and the others' (the server,
+    /// where it runs on this machine); and the machine's busy share in the window.
+    pub own_cpu: f64,
+    pub others_cpu: f64,
+    pub busy: f64,
+}
+
+impl Split {
+    /// The means over `jobs` (as `GET /renames/ID` showed them done), `latencies_ms` the
+    /// clients' submit-to-done times of the same jobs.
+    fn of(jobs: &[serde_json::Value], latencies_ms: &[f64]) -> Split {
+        let mut sum = Split::default();
+        for (job, latency) in jobs.iter().zip(latencies_ms) {
+            let at = |field: &str| job[field].as_f64().unwrap_or(0.0);
+            let phase = |name: &str| job["report"]["phases"][name].as_f64().unwrap_or(0.0);
+            let (submitted, started, finished) =
+                (at("submitted_at"), at("started_at"), at("finished_at"));
+            let phases = [
+                phase("locking_ms"),
+                phase("checking_ms"),
+                phase("rewriting_ms"),
+                phase("releasing_ms"),
+            ];
+            sum.queued += started - submitted;
+            sum.locking += phases[0];
+            sum.checking += phases[1];
+            sum.rewriting += phases[2];
+            sum.releasing += phases[3];
+            sum.other += (finished - started) - phases.iter().sum::<f64>();
+            sum.seen_after += latency - (finished - submitted);
+        }
+        let n = jobs.len().max(1) as f64;
+        Split {
+            queued: sum.queued / n,
+            locking: sum.locking / n,
+            checking: sum.checking / n,
+            rewriting: sum.rewriting / n,
+            releasing: sum.releasing / n,
+            other: sum.other / n,
+            seen_after: sum.seen_after / n,
+            ..Split::default()
+        }
+    }
 }
 
 /// Runs the rounds for each K of the plan's service Ks.
@@ -42,26 +105,38 @@ pub async fn service(store: &SharedStore, plan: &Plan) -> anyhow::Result<Vec<Ser
         let mut rates: Vec<Vec<f64>> = vec![Vec::new(); STRATEGIES.len()];
         let mut latencies: Vec<Vec<f64>> = vec![Vec::new(); STRATEGIES.len()];
         let mut requests: Vec<Vec<f64>> = vec![Vec::new(); STRATEGIES.len()];
+        let mut splits: Vec<Vec<(f64, Split)>> = vec![Vec::new(); STRATEGIES.len()];
         for round in 0..plan.service_rounds {
             for step in 0..STRATEGIES.len() {
                 let which = (round + step) % STRATEGIES.len();
                 let run = run(store, k, STRATEGIES[which], plan).await?;
+                let p = run.split;
                 eprintln!(
-                    "service K = {k} {:?}: {:.1} renames/s, median {:.1} ms, {:.1} requests/job",
-                    STRATEGIES[which], run.per_sec, run.latency_ms, run.requests
+                    "service K = {k} {:?}: {:.1} renames/s, median {:.1} ms, {:.1} requests/job; mean ms: queued {:.1}, locking {:.1}, checking {:.1}, rewriting {:.1}, releasing {:.1}, other {:.1}, seen after {:.1}; CPU ms a job: here {:.1}, others {:.1}; cores {:.0} % busy",
+                    STRATEGIES[which], run.per_sec, run.latency_ms, run.requests,
+                    p.queued, p.locking, p.checking, p.rewriting, p.releasing, p.other, p.seen_after,
+                    p.own_cpu, p.others_cpu, p.busy * 100.0
                 );
                 rates[which].push(run.per_sec);
                 latencies[which].push(run.latency_ms);
                 requests[which].push(run.requests);
+                splits[which].push((run.per_sec, run.split));
             }
         }
         for (i, strategy) in STRATEGIES.into_iter().enumerate() {
+            let per_sec = median(&mut rates[i]);
+            // The split of the round whose rate is the median.
+            let split = splits[i]
+                .iter()
+                .min_by(|a, b| (a.0 - per_sec).abs().total_cmp(&(b.0 - per_sec).abs()))
+                .map_or_else(Split::default, |(_, split)| *split);
             out.push(ServiceRow {
                 k,
                 strategy,
-                per_sec: median(&mut rates[i]),
+                per_sec,
                 latency_ms: median(&mut latencies[i]),
                 requests: median(&mut requests[i]),
+                split,
             });
         }
     }
@@ -118,6 +193,11 @@ async fn run(
     .await?;
     let _ = stop.send(());
     server.wait().await?;
+    let mut split = Split::of(&window.jobs, &window.latencies_ms);
+    let jobs = window.jobs.len().max(1) as f64;
+    split.own_cpu = window.cpu.own_ms / jobs;
+    split.others_cpu = window.cpu.others_ms / jobs;
+    split.busy = window.cpu.busy;
     let mut latencies = window.latencies_ms;
     let renames = latencies.len();
     Ok(ServiceRow {
@@ -126,5 +206,6 @@ async fn run(
         per_sec: renames as f64 / window.seconds,
         latency_ms: median(&mut latencies),
         requests: window.requests as f64 / renames.max(1) as f64,
+        split,
     })
 }

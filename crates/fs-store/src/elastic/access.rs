@@ -169,6 +169,9 @@ pub(super) fn refusal(
             };
             Some(format!("{node} {given} ({})", status_and(401, &reason)))
         }
+        // Elasticsearch also answers 403 for a block (a read-only index, a full disk):
+        // that is no privilege, and its own message says what it is.
+        403 if body.is_some_and(|b| !is_security(b)) => None,
         403 => {
             let user = bracketed(&reason, "for user [");
             let action = bracketed(&reason, "action [");
@@ -187,7 +190,8 @@ pub(super) fn refusal(
                     )
                 }
                 (Some(action), None) => format!("may not `{action}`"),
-                _ => "is not allowed this".to_owned(),
+                _ => "is refused this request: a privilege is missing (or a block is on the index)"
+                    .to_owned(),
             };
             Some(format!("{who} {what} ({})", status_and(403, &reason)))
         }
@@ -202,6 +206,14 @@ fn status_and(status: u16, reason: &str) -> String {
     } else {
         format!("HTTP {status}: {reason}")
     }
+}
+
+/// Whether an error body is the security plugin's (`security_exception`), or no body at all
+/// (a `HEAD` answer).
+fn is_security(body: &Value) -> bool {
+    body.is_null()
+        || body["error"]["type"] == "security_exception"
+        || body["error"]["root_cause"][0]["type"] == "security_exception"
 }
 
 /// The server's reason in an Elasticsearch error body.
@@ -250,6 +262,16 @@ mod tests {
             ),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_block_is_not_taken_for_a_missing_privilege() {
+        let body = json!({"error": {"type": "cluster_block_exception",
+            "reason": "index [fs] blocked by: [FORBIDDEN/12/index read-only / allow delete (api)];"}, "status": 403});
+        let config = ElasticConfig::new("https://h:1").expect("url");
+        assert_eq!(refusal(403, Some(&body), "https://h:1", &config), None);
+        let message = refusal(403, Some(&Value::Null), "https://h:1", &config).expect("HEAD");
+        assert!(message.contains("a privilege is missing"), "{message}");
     }
 
     #[test]
