@@ -9,7 +9,7 @@
 //! applied in the order they finished to a model of the tree as it was, and the model must be
 //! the tree as it is. A job that failed must have changed nothing.
 //!
-//! Bounded: a fixed number of examples per operation (`FSRENAME_FUZZ_EXAMPLES`, default 60)
+//! Bounded: a fixed number of examples per operation (`FSRENAME_FUZZ_EXAMPLES`, default 100)
 //! and a deadline on the whole run; the seed is fixed (`FSRENAME_FUZZ_SEED` to change it), so
 //! that a failure in CI replays.
 
@@ -229,7 +229,7 @@ fn schemathesis_finds_nothing_wrong_and_the_tree_changes_only_by_done_jobs() {
         .recv_timeout(Duration::from_secs(60))
         .unwrap_or_else(|_| panic!("the service did not start: {:?}", log.lock().expect("log")));
 
-    let examples = std::env::var("FSRENAME_FUZZ_EXAMPLES").unwrap_or_else(|_| "60".into());
+    let examples = std::env::var("FSRENAME_FUZZ_EXAMPLES").unwrap_or_else(|_| "100".into());
     let seed = std::env::var("FSRENAME_FUZZ_SEED").unwrap_or_else(|_| "37".into());
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/schemathesis.toml");
     let started = Instant::now();
@@ -278,7 +278,8 @@ fn schemathesis_finds_nothing_wrong_and_the_tree_changes_only_by_done_jobs() {
     let took = started.elapsed();
     let summary: Vec<&str> = report
         .lines()
-        .filter(|l| l.contains("generated") || l.contains("passed") || l.contains("Seed"))
+        .filter(|l| l.contains(" generated, ") || l.starts_with("Seed:"))
+        .map(str::trim)
         .collect();
     eprintln!(
         "schemathesis: {status} in {took:.1?}, {examples} examples an operation: {summary:?}"

@@ -1150,28 +1150,52 @@ async fn the_description_lists_every_route_with_its_answers() {
     service.stop().await;
 }
 
-/// Schemathesis found it: `?limit=` and `?depth=` took any number a `usize` holds, up to
-/// 18446744073709551615, while the description says `int64` (at most 9223372036854775807),
-/// so a request the description calls invalid was answered 200. Both are now read as
-/// `int64`: beyond it, or below their minimum, is a 400 naming the parameter.
+/// Schemathesis found it: the first description called `?limit=` and `?depth=` `int64`, and
+/// the handlers took any number up to 2^64 - 1 (a depth past the deepest entry means all), so
+/// requests it called invalid were answered 200. The description now says what the handlers
+/// read: a whole number up to 18446744073709551615; one past it is a 400 naming the parameter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_limit_or_depth_beyond_int64_is_refused() {
+async fn limit_and_depth_are_described_as_the_handlers_read_them() {
     let service = Service::start(Backend::Embedded, |_| {}).await;
     service.build(1, 1, 1).await;
+    let (_, doc) = service.get("/openapi.json").await;
+    let parameter = |path: &str, name: &str| {
+        let parameters = doc["paths"][path]["get"]["parameters"].as_array().cloned();
+        parameters
+            .unwrap_or_default()
+            .into_iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{path} has no `{name}`"))["schema"]
+            .clone()
+    };
+    for (path, name, minimum) in [
+        ("/jobs", "limit", 0),
+        ("/renames", "limit", 0),
+        ("/tree", "depth", 1),
+    ] {
+        let schema = parameter(path, name);
+        assert_eq!(
+            schema["maximum"],
+            json!(u64::MAX),
+            "{path} {name}: {schema}"
+        );
+        assert_eq!(schema["minimum"], json!(minimum), "{path} {name}: {schema}");
+        assert_eq!(schema.get("format"), None, "{path} {name}: {schema}");
+    }
     for (query, field) in [
-        ("/jobs?limit=9223372036854775808", "limit"),
+        ("/jobs?limit=18446744073709551616", "limit"),
         ("/renames?limit=-1", "limit"),
-        ("/tree?depth=9223372036854775808", "depth"),
-        ("/tree?depth=18446744073709551615", "depth"),
-        ("/tree?limit=9223372036854775808", "limit"),
+        ("/tree?depth=18446744073709551616", "depth"),
+        ("/tree?depth=0", "depth"),
+        ("/tree?limit=10001", "limit"),
     ] {
         let (status, answer) = service.get(query).await;
         assert_eq!(status, 400, "{query}: {answer}");
         assert_eq!(answer["field"], field, "{query}: {answer}");
     }
     for query in [
-        "/jobs?limit=9223372036854775807",
-        "/tree?depth=9223372036854775807",
+        "/jobs?limit=18446744073709551615",
+        "/tree?depth=18446744073709551615",
     ] {
         let (status, answer) = service.get(query).await;
         assert_eq!(status, 200, "{query}: {answer}");

@@ -21,7 +21,8 @@ use utoipa_axum::routes;
 
 use super::bodies::{
     Accepted, CopyList, DeleteList, DeleteRequest, ErrorBody, Health, JobList, ListQuery, LockList,
-    LockView, MoveRequest, RenameList, TreeEntry, TreePage, TreeQuery, DELETE_FIELDS, MOVE_FIELDS,
+    LockView, MoveRequest, RenameList, Submitted, TreeEntry, TreePage, TreeQuery, DELETE_FIELDS,
+    MOVE_FIELDS,
 };
 use super::events::Feed;
 use super::job::{Job, Work};
@@ -180,14 +181,7 @@ fn strategy_field(jobs: &Jobs, fields: &Map<String, Value>) -> Result<Strategy, 
 #[utoipa::path(post, path = "/renames", tag = "jobs",
     description = "Submits a rename (`mv FROM TO`). The body is read as JSON whatever its content type.",
     request_body = MoveRequest,
-    responses(
-        (status = 202, description = "Accepted: follow it at `location`", body = Accepted,
-            headers(("location" = String, description = "Where to follow the job"))),
-        (status = 400, description = "A bad field, named in `field`", body = ErrorBody),
-        (status = 413, description = "A body over `--body-limit`", body = ErrorBody),
-        (status = 429, description = "`--queue` unfinished jobs wait already", body = ErrorBody),
-        (status = 503, description = "The job could not be stored in the jobs index", body = ErrorBody),
-    ))]
+    responses(Submitted))]
 async fn submit_rename(
     State(jobs): State<Jobs>,
     body: Result<Bytes, BytesRejection>,
@@ -200,14 +194,7 @@ async fn submit_rename(
 #[utoipa::path(post, path = "/copies", tag = "jobs",
     description = "Submits a copy (`cp -r FROM TO`). The body is read as JSON whatever its content type.",
     request_body = MoveRequest,
-    responses(
-        (status = 202, description = "Accepted: follow it at `location`", body = Accepted,
-            headers(("location" = String, description = "Where to follow the job"))),
-        (status = 400, description = "A bad field, named in `field`", body = ErrorBody),
-        (status = 413, description = "A body over `--body-limit`", body = ErrorBody),
-        (status = 429, description = "`--queue` unfinished jobs wait already", body = ErrorBody),
-        (status = 503, description = "The job could not be stored in the jobs index", body = ErrorBody),
-    ))]
+    responses(Submitted))]
 async fn submit_copy(
     State(jobs): State<Jobs>,
     body: Result<Bytes, BytesRejection>,
@@ -243,14 +230,7 @@ fn from_to(
 #[utoipa::path(post, path = "/deletes", tag = "jobs",
     description = "Submits a delete (`rm [-r] PATH`). The body is read as JSON whatever its content type.",
     request_body = DeleteRequest,
-    responses(
-        (status = 202, description = "Accepted: follow it at `location`", body = Accepted,
-            headers(("location" = String, description = "Where to follow the job"))),
-        (status = 400, description = "A bad field, named in `field`", body = ErrorBody),
-        (status = 413, description = "A body over `--body-limit`", body = ErrorBody),
-        (status = 429, description = "`--queue` unfinished jobs wait already", body = ErrorBody),
-        (status = 503, description = "The job could not be stored in the jobs index", body = ErrorBody),
-    ))]
+    responses(Submitted))]
 async fn submit_delete(
     State(jobs): State<Jobs>,
     body: Result<Bytes, BytesRejection>,
@@ -390,19 +370,11 @@ type QueryMap = Result<Query<HashMap<String, String>>, QueryRejection>;
 /// The most recent jobs of `kind` (all for `None`); `?limit=` (100).
 fn recent(jobs: &Jobs, query: QueryMap, kind: Option<JobKind>) -> Result<Vec<Job>, ApiError> {
     let Query(query) = query?;
-    // Read as the description's `int64` with a minimum of 0, so that every number it
-    // allows is taken and none other.
+    // Any `usize`, as the description says (`bodies::whole_number`).
     let limit = match query.get("limit") {
         Some(n) => n
-            .parse::<i64>()
-            .ok()
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| {
-                ApiError::bad(
-                    "limit",
-                    format!("`{n}` is not a number of jobs (0 or more)"),
-                )
-            })?,
+            .parse::<usize>()
+            .map_err(|_| ApiError::bad("limit", format!("`{n}` is not a number")))?,
         None => 100,
     };
     Ok(jobs.recent(kind, limit))
@@ -498,10 +470,11 @@ async fn tree(State(jobs): State<Jobs>, query: QueryMap) -> Result<Json<TreePage
         Some(p) => FsPath::parse(p).map_err(|e| ApiError::bad("path", e.to_string()))?,
         None => FsPath::root(),
     };
-    // Read as the description's `int64` with a minimum of 1.
+    // Any `usize` from 1, as the description says (`bodies::whole_number`): a depth past the
+    // deepest entry reads as "everything below".
     let depth: usize = match query.get("depth") {
-        Some(d) => match d.parse::<i64>().map(usize::try_from) {
-            Ok(Ok(n)) if n >= 1 => n,
+        Some(d) => match d.parse::<usize>() {
+            Ok(n) if n >= 1 => n,
             _ => {
                 return Err(ApiError::bad(
                     "depth",
@@ -512,8 +485,8 @@ async fn tree(State(jobs): State<Jobs>, query: QueryMap) -> Result<Json<TreePage
         None => 1,
     };
     let limit = match query.get("limit") {
-        Some(l) => match l.parse::<i64>().map(usize::try_from) {
-            Ok(Ok(n)) if (1..=TREE_LIMIT).contains(&n) => n,
+        Some(l) => match l.parse::<usize>() {
+            Ok(n) if (1..=TREE_LIMIT).contains(&n) => n,
             _ => {
                 return Err(ApiError::bad(
                     "limit",

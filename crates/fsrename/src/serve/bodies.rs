@@ -16,7 +16,7 @@ use fs_model::{FsDoc, FsPath};
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::RefOr;
-use utoipa::{IntoParams, PartialSchema, ToSchema};
+use utoipa::{IntoParams, IntoResponses, PartialSchema, ToSchema};
 
 use super::job::{Job, JobState, PathName, StrategyName};
 
@@ -111,14 +111,59 @@ pub struct Accepted {
     pub location: String,
 }
 
+/// The answers to a submitted job (`POST /renames`, `/copies`, `/deletes`), for the
+/// description: the handlers answer [`Accepted`] or an [`ErrorBody`] with these statuses.
+#[derive(IntoResponses)]
+#[allow(dead_code)] // Only a description: the handlers build the answers themselves.
+pub enum Submitted {
+    /// Accepted: follow it at `location`.
+    #[response(status = 202, headers(("location" = String, description = "Where to follow the job")))]
+    Accepted(Accepted),
+    /// A bad field, named in `field`.
+    #[response(status = 400)]
+    Bad(ErrorBody),
+    /// A body over `--body-limit`.
+    #[response(status = 413)]
+    TooLarge(ErrorBody),
+    /// `--queue` unfinished jobs wait already.
+    #[response(status = 429)]
+    Full(ErrorBody),
+    /// The job could not be stored in the jobs index (it is not accepted).
+    #[response(status = 503)]
+    Unavailable(ErrorBody),
+}
+
 /// `?limit=` of the job lists.
 #[derive(Debug, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)] // Read from the query string (`api::recent`), for errors that name it.
 pub struct ListQuery {
     /// The most jobs to show (100 by default).
-    #[param(minimum = 0)]
-    limit: Option<i64>,
+    #[param(schema_with = jobs_limit)]
+    limit: Option<u64>,
+}
+
+/// A whole number from `minimum` to the largest the handlers read (`usize`): `int64`, the
+/// widest format OpenAPI names, would say that 2^63 and above are refused, and they are not.
+fn whole_number(minimum: usize, description: &str) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::Integer)
+        .minimum(Some(minimum))
+        .maximum(Some(usize::MAX))
+        .description(Some(description))
+}
+
+/// The schema of `?limit=` of the job lists.
+fn jobs_limit() -> ObjectBuilder {
+    whole_number(0, "The most jobs to show (100 by default)")
+}
+
+/// The schema of `?depth=` of `GET /tree`.
+fn tree_depth() -> ObjectBuilder {
+    whole_number(
+        1,
+        "How many levels down (1 by default; any depth past the deepest entry means all)",
+    )
 }
 
 /// `GET /jobs`: this instance's most recent jobs, newest first.
@@ -162,12 +207,12 @@ pub struct TreeQuery {
     /// The directory to list (`/` by default).
     #[param(value_type = Option<PathName>)]
     path: Option<String>,
-    /// How many levels down (1 by default).
-    #[param(minimum = 1)]
-    depth: Option<i64>,
+    /// How many levels down (1 by default; any depth past the deepest entry means all).
+    #[param(schema_with = tree_depth)]
+    depth: Option<u64>,
     /// The most entries in the answer (10 000 by default, and at most).
     #[param(minimum = 1, maximum = 10000)]
-    limit: Option<i64>,
+    limit: Option<u64>,
     /// Lists from just after this path (the `next` of the page before), which must be under
     /// `path`.
     #[param(value_type = Option<PathName>)]

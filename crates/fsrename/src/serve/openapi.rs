@@ -161,7 +161,8 @@ fn guard(operation: &mut Operation, kind: HttpMethod, method: &Method, path: &st
     add(operation, StatusCode::FORBIDDEN, forbidden, None);
 }
 
-/// Adds the answer `status` with an [`ErrorBody`] to `operation`, unless it has one.
+/// Adds the answer `status` with an [`ErrorBody`] to `operation`; if the handler answers
+/// `status` too, adds the guard's reason to its description.
 fn add(
     operation: &mut Operation,
     status: StatusCode,
@@ -183,9 +184,15 @@ fn add(
                 .build(),
         );
     }
-    operation
-        .responses
-        .responses
-        .entry(status.as_u16().to_string())
-        .or_insert_with(|| RefOr::T(response.build()));
+    match operation.responses.responses.get_mut(status.as_str()) {
+        Some(RefOr::T(own)) => own.description = format!("{} Or: {description}", own.description),
+        Some(RefOr::Ref(_)) => {}
+        None => {
+            let response = RefOr::T(response.build());
+            operation
+                .responses
+                .responses
+                .insert(status.as_str().to_owned(), response);
+        }
+    }
 }
