@@ -20,67 +20,16 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::bodies::{
-    Accepted, CopyList, DeleteList, DeleteRequest, ErrorBody, Health, JobList, ListQuery, LockList,
-    LockView, MoveRequest, RenameList, Submitted, TreeEntry, TreePage, TreeQuery, DELETE_FIELDS,
-    MOVE_FIELDS,
+    Accepted, CopyList, DeleteList, DeleteRequest, Health, JobList, ListQuery, LockList, LockView,
+    MoveRequest, RenameList, Submitted, TreeEntry, TreePage, TreeQuery, DELETE_FIELDS, MOVE_FIELDS,
 };
+use super::error::{unreadable, ApiError, ErrorBody};
 use super::events::Feed;
 use super::job::{Job, Work};
 use super::jobs::{Jobs, Refusal};
 
 /// The most entries `GET /tree` returns in one answer.
 const TREE_LIMIT: usize = 10_000;
-
-/// An error answer: `{"error": "...", "field": "..."}`.
-pub struct ApiError {
-    status: StatusCode,
-    message: String,
-    field: Option<&'static str>,
-}
-
-impl ApiError {
-    fn bad(field: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status: StatusCode::BAD_REQUEST,
-            message: message.into(),
-            field: Some(field),
-        }
-    }
-
-    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            message: message.into(),
-            field: None,
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = ErrorBody {
-            error: self.message,
-            field: self.field.map(str::to_owned),
-        };
-        (self.status, Json(body)).into_response()
-    }
-}
-
-/// A job id in the URL that could not be read (not UTF-8 once decoded, say): 400 naming
-/// `id`, in JSON like every other error (axum's own answer is plain text).
-impl From<PathRejection> for ApiError {
-    fn from(e: PathRejection) -> ApiError {
-        ApiError::bad("id", e.body_text())
-    }
-}
-
-/// A query string that could not be read (not UTF-8 once decoded, say): 400 naming `query`,
-/// in JSON like every other error (axum's own answer is plain text).
-impl From<QueryRejection> for ApiError {
-    fn from(e: QueryRejection) -> ApiError {
-        ApiError::bad("query", e.body_text())
-    }
-}
 
 /// The API's routes, the page's, and the event feed, with their descriptions.
 pub fn routes(jobs: Jobs, feed: Feed) -> OpenApiRouter {
@@ -141,14 +90,6 @@ fn object(
         ));
     }
     Ok(fields)
-}
-
-/// A body that could not be read: over `--body-limit` (413), or cut off (400).
-pub fn unreadable(e: BytesRejection) -> ApiError {
-    ApiError::new(
-        e.status(),
-        format!("cannot read the request body: {}", e.body_text()),
-    )
 }
 
 /// The path in the field `name`, which must be there.

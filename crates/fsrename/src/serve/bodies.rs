@@ -18,28 +18,8 @@ use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::RefOr;
 use utoipa::{IntoParams, IntoResponses, PartialSchema, ToSchema};
 
+use super::error::ErrorBody;
 use super::job::{Job, JobState, PathName, StrategyName};
-
-/// An error answer: what is wrong and, for a bad request, the field that is.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorBody {
-    /// What went wrong, in words.
-    pub error: String,
-    /// The request's field that is wrong (`body`, `from`, `to`, `path`, `strategy`,
-    /// `recursive`, `limit`, `depth`, `after`, `id`, `query`, `token`), for a 400 or a wrong token.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-}
-
-impl ErrorBody {
-    /// An error that names no field.
-    pub fn new(error: impl Into<String>) -> ErrorBody {
-        ErrorBody {
-            error: error.into(),
-            field: None,
-        }
-    }
-}
 
 /// `POST /renames` and `POST /copies`: what to move or copy, and where.
 #[derive(Debug, Deserialize, ToSchema)]

@@ -12,7 +12,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use super::bodies::{ErrorBody, SessionAnswer, SessionRequest};
+use super::bodies::{SessionAnswer, SessionRequest};
+use super::error::{unreadable, ErrorBody};
 use super::guesses::Guesses;
 
 /// Gives every request an id (`x-request-id`, kept if the client sent one) and logs it with
@@ -161,7 +162,7 @@ pub async fn session(
     // Over `--body-limit`: 413 in JSON, as the API's other routes answer.
     let body = match body {
         Ok(body) => body,
-        Err(e) => return super::api::unreadable(e).into_response(),
+        Err(e) => return unreadable(e).into_response(),
     };
     let given = serde_json::from_slice::<serde_json::Value>(&body)
         .ok()
@@ -169,10 +170,10 @@ pub async fn session(
     let Some(given) = given else {
         return (
             StatusCode::BAD_REQUEST,
-            Json(ErrorBody {
-                error: "expected a JSON object with `token`".to_owned(),
-                field: Some("token".to_owned()),
-            }),
+            Json(ErrorBody::naming(
+                "token",
+                "expected a JSON object with `token`",
+            )),
         )
             .into_response();
     };
@@ -182,10 +183,7 @@ pub async fn session(
     if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
         return (
             StatusCode::UNAUTHORIZED,
-            Json(ErrorBody {
-                error: "wrong token".to_owned(),
-                field: Some("token".to_owned()),
-            }),
+            Json(ErrorBody::naming("token", "wrong token")),
         )
             .into_response();
     }

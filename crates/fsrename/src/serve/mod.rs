@@ -22,6 +22,7 @@ mod adopt;
 mod api;
 mod bodies;
 mod config;
+mod error;
 mod events;
 mod guesses;
 mod job;

@@ -2,7 +2,7 @@
 //!
 //! The router and the description come from one list of handlers (`utoipa_axum::routes!`,
 //! in `api.rs`, `page.rs` and `mod.rs`), each handler carrying its `#[utoipa::path]` with the
-//! types it reads and answers (`bodies.rs`, `job.rs`). What no handler says is added here, in
+//! types it reads and answers (`bodies.rs`, `job.rs`, `error.rs`). What no handler says is added here, in
 //! one place, from the guards in front of them (`middleware.rs`): which routes need the token
 //! (asked of [`middleware::is_public`], the function the guard itself asks), the 401 and 429
 //! of the token's guard, and the 403 of the same-origin and loopback `Host` guards.
@@ -25,7 +25,7 @@ use utoipa::{PartialSchema, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::bodies::ErrorBody;
+use super::error::ErrorBody;
 use super::middleware;
 
 /// The security schemes' names in the description.
