@@ -20,8 +20,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::bodies::{
-    Accepted, CopyList, DeleteList, DeleteRequest, Health, JobList, ListQuery, LockList, LockView,
-    MoveRequest, RenameList, Submitted, TreeEntry, TreePage, TreeQuery, DELETE_FIELDS, MOVE_FIELDS,
+    Accepted, CopyList, DeleteList, DeleteRequest, FeedEvent, Health, JobList, ListQuery, LockList,
+    LockView, MoveRequest, RenameList, Submitted, TreeEntry, TreePage, TreeQuery, DELETE_FIELDS,
+    MOVE_FIELDS,
 };
 use super::error::{unreadable, ApiError, ErrorBody};
 use super::events::Feed;
@@ -61,7 +62,7 @@ pub fn routes(jobs: Jobs, feed: Feed) -> OpenApiRouter {
         `error` `{at, error}` and `note` `{at, kind, ...}` as things change (see docs/service.md). \
         The stream does not end until the client goes away or the service shuts down.",
     responses(
-        (status = 200, description = "The stream", content_type = "text/event-stream", body = String),
+        (status = 200, description = "The stream", content_type = "text/event-stream", body = FeedEvent),
     ))]
 async fn events(feed: State<Feed>) -> impl IntoResponse {
     Feed::route(feed).await

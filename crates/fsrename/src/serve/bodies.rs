@@ -98,7 +98,8 @@ pub struct Accepted {
 pub enum Submitted {
     /// Accepted: follow it at `location`.
     #[response(status = 202, headers(("location" = String, description = "Where to follow the job")))]
-    Accepted(Accepted),
+    // Inlined: a derived `IntoResponses` does not register the schemas it refers to.
+    Accepted(#[to_schema] Accepted),
     /// A bad field, named in `field`.
     #[response(status = 400)]
     Bad(ErrorBody),
@@ -223,7 +224,7 @@ pub struct TreeEntry {
     pub doc: FsDoc,
 }
 
-/// How a document of the tree ([`FsDoc`]) is written out.
+/// How a document of the tree (`FsDoc`) is written out.
 #[derive(ToSchema)]
 #[schema(as = Doc)]
 #[allow(dead_code)] // Only a description: the answers serialize `FsDoc` itself.
@@ -244,6 +245,19 @@ pub struct DocSchema {
     identity: Option<()>,
     /// The file's text, when indexed with `--content`.
     content: Option<String>,
+}
+
+/// One event of `GET /events`, as a client of Server-Sent Events reads it: its name and its
+/// data, one JSON object (docs/service.md, "The live feed", says what each holds).
+#[derive(ToSchema)]
+#[allow(dead_code)] // Only a description: `events.rs` writes the frames.
+pub struct FeedEvent {
+    /// `snapshot` (first, and for a client that fell behind), `locks`, `jobs`, `error` or `note`.
+    #[schema(pattern = "^(snapshot|locks|jobs|error|note)$")]
+    event: String,
+    /// One JSON object, with `at` (the server's clock, epoch ms): `{at, locks, jobs, story}`
+    /// for a snapshot, `{at, locks}`, `{at, jobs}`, `{at, error}`, `{at, kind, ...}` for a note.
+    data: String,
 }
 
 /// `GET /locks`: every lock document.

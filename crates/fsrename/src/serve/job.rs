@@ -97,8 +97,10 @@ impl Work {
     }
 }
 
+// The doc comments of this type and its fields are also its description in
+// `GET /openapi.json`: written for the API's readers. The jobs index is `records.rs`.
 /// What `GET /jobs/{id}` (and `/renames/{id}`, `/copies/{id}`, `/deletes/{id}`) shows, and
-/// what the jobs index stores (see `records.rs`), so that every instance can show it.
+/// what the jobs index stores, so that every instance can show it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Job {
     pub id: String,
@@ -111,8 +113,8 @@ pub struct Job {
     pub progress: Progress,
     /// The lock that made it wait last, if any.
     pub waiting_for: Option<String>,
-    /// The job's [`fs_rename::RenameReport`], once it finished (kept as JSON: the jobs index
-    /// hands it to any instance).
+    /// The job's report (a `RenameReport`, with its `kind`), once it finished; kept as JSON,
+    /// so that the jobs index hands it to any instance.
     #[schema(value_type = Option<Object>)]
     pub report: Option<Value>,
     pub error: Option<String>,
@@ -129,7 +131,7 @@ pub struct Job {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adopted_from: Option<String>,
     /// The journal id of its run, from just before its first write: an instance taking the
-    /// job over reads there whether its writes happened ([`fs_rename::Journal::state_of`]).
+    /// job over reads in the journal whether its writes happened (`Journal::state_of`).
     #[serde(default)]
     pub journal: Option<String>,
     /// Epoch milliseconds.
