@@ -13,6 +13,9 @@
 //!   after the server carried a request out) and a sudden death ([`EsProxy::kill`]).
 //!   [`es_proxy`] is the one every HTTP test of a binary shares;
 //!   [`assert_no_open_contexts`] checks at a test's end that it closed what it opened.
+//! - [`SecureFront`]: Debian's nginx on loopback in front of a test's server: TLS with a CA
+//!   the test made (and certificates misnamed or expired), basic authentication and API keys,
+//!   401 and 403 answered with Elasticsearch's security bodies.
 //! - [`Storm`]: a proxy of a test's own whose network faults come on after the set-up.
 //! - [`unique_name`]: index names no other test uses, so tests can share one server.
 //! - [`FaultyStore`]: injects transient failures, lost answers, failed bulk items, process
@@ -34,6 +37,7 @@ mod faulty;
 mod latency;
 mod real_cluster;
 mod scripting;
+mod secure_front;
 mod storm;
 
 use std::io::{BufRead, BufReader};
@@ -49,6 +53,7 @@ use fs_store::{ElasticConfig, ElasticStore, SharedStore, SqliteOptions, SqliteSt
 pub use latency::LatencyStore;
 pub use real_cluster::RealCluster;
 pub use scripting::{scripted_update, ScriptingStore, UpdateRaces, RETRY_ON_CONFLICT};
+pub use secure_front::SecureFront;
 pub use storm::Storm;
 
 /// The backends a shared test runs on.

@@ -22,8 +22,8 @@ pub struct Cli {
     /// the command ends; `http(s)://HOST:PORT` is Elasticsearch 7.x/8.x or OpenSearch (for a
     /// cluster, its nodes' URLs separated by commas: requests go round them and a node that
     /// does not answer is skipped for a while; credentials in the URL or in
-    /// FSRENAME_ES_USER/FSRENAME_ES_PASSWORD or FSRENAME_ES_API_KEY; a CA file in
-    /// FSRENAME_ES_CA).
+    /// --user with --password-file, or --api-key-file; a CA with --ca-cert or
+    /// --ca-fingerprint).
     #[arg(
         long,
         global = true,
@@ -79,6 +79,10 @@ pub struct Cli {
     )]
     pub replicas: Option<u32>,
 
+    /// The CA and credentials of a secured Elasticsearch.
+    #[command(flatten)]
+    pub access: crate::store_location::Access,
+
     /// What to do.
     #[command(subcommand)]
     pub verb: Verb,
@@ -86,16 +90,29 @@ pub struct Cli {
 
 /// The global options that say where and how the tree is stored, which `demo` (on its own
 /// in-memory store) does not take: `(argument id, flag)`.
-const STORE_OPTIONS: [(&str, &str); 6] = [
+const STORE_OPTIONS: [(&str, &str); 11] = [
     ("store", "--store"),
     ("index", "--index"),
     ("lease", "--lease"),
     ("lock_protocol", "--lock-protocol"),
     ("rewrite", "--rewrite"),
     ("replicas", "--replicas"),
+    ("ca_cert", "--ca-cert"),
+    ("ca_fingerprint", "--ca-fingerprint"),
+    ("user", "--user"),
+    ("password_file", "--password-file"),
+    ("api_key_file", "--api-key-file"),
 ];
 
 impl Cli {
+    /// Returns what opening the store takes besides its location.
+    pub fn store_options(&self) -> crate::store_location::StoreOptions {
+        crate::store_location::StoreOptions {
+            replicas: self.replicas,
+            access: self.access.clone(),
+        }
+    }
+
     /// Parses the command line as [`Parser::parse`] does (exiting with 2 and clap's message on
     /// bad usage), and also refuses, the same way, store options given on the command line to
     /// `demo`, which runs on a store of its own: silently ignoring them let a user believe the

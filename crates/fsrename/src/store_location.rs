@@ -138,15 +138,120 @@ impl fmt::Display for StoreLocation {
     }
 }
 
+/// How to reach a secured Elasticsearch: the CA to trust and the credentials, each from a flag
+/// or its environment variable. Secrets come from files only, never from the command line
+/// itself, where `ps` shows them to every user of the machine.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct Access {
+    /// On https://: trust the CA certificate in this PEM file (besides the usual roots).
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Store options",
+        env = "FSRENAME_ES_CA",
+        value_name = "FILE"
+    )]
+    pub ca_cert: Option<PathBuf>,
+
+    /// On https://: trust the CA whose certificate has this SHA-256 (hex, colons allowed),
+    /// found among those the server presents.
+    ///
+    /// Elasticsearch 8 prints it at first start ("HTTP CA certificate SHA-256 fingerprint").
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Store options",
+        env = "FSRENAME_ES_CA_FINGERPRINT",
+        value_name = "SHA256",
+        conflicts_with = "ca_cert"
+    )]
+    pub ca_fingerprint: Option<String>,
+
+    /// Basic authentication as this user, with --password-file (or FSRENAME_ES_PASSWORD).
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Store options",
+        env = "FSRENAME_ES_USER",
+        value_name = "NAME"
+    )]
+    pub user: Option<String>,
+
+    /// The password of --user, on the first line of this file.
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Store options",
+        env = "FSRENAME_ES_PASSWORD_FILE",
+        value_name = "FILE"
+    )]
+    pub password_file: Option<PathBuf>,
+
+    /// Authenticate with the API key in this file: Elasticsearch's `encoded` value, or
+    /// `id:key`.
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Store options",
+        env = "FSRENAME_ES_API_KEY_FILE",
+        value_name = "FILE",
+        conflicts_with = "password_file"
+    )]
+    pub api_key_file: Option<PathBuf>,
+}
+
+impl Access {
+    /// Applies these settings to `config`: credentials in the URL win, then these, then the
+    /// other `FSRENAME_ES_*` variables.
+    fn apply(&self, mut config: ElasticConfig) -> anyhow::Result<ElasticConfig> {
+        if !config.has_auth() {
+            if let Some(path) = &self.api_key_file {
+                config = config.api_key_file(path)?;
+            } else if let Some(user) = &self.user {
+                config = match &self.password_file {
+                    Some(path) => config.password_file(user, path)?,
+                    None => {
+                        let password = std::env::var("FSRENAME_ES_PASSWORD").unwrap_or_default();
+                        config.auth(fs_store::Auth::Basic {
+                            user: user.clone(),
+                            password,
+                        })
+                    }
+                };
+            } else if self.password_file.is_some() {
+                anyhow::bail!(
+                    "--password-file needs --user (or FSRENAME_ES_USER): whose password is it?"
+                );
+            }
+        }
+        if let Some(path) = &self.ca_cert {
+            config = config.ca_cert(path);
+        } else if let Some(fingerprint) = &self.ca_fingerprint {
+            config = config.ca_fingerprint(fingerprint)?;
+        }
+        Ok(config.with_env()?)
+    }
+}
+
+/// What opening a store takes besides its location: replicas and access.
+#[derive(Debug, Clone, Default)]
+pub struct StoreOptions {
+    /// `number_of_replicas` of the indices fsrename creates on Elasticsearch.
+    pub replicas: Option<u32>,
+    /// The CA and credentials.
+    pub access: Access,
+}
+
 impl StoreLocation {
-    /// Opens the store. For Elasticsearch, credentials and a CA come from the URL or the
-    /// environment (`FSRENAME_ES_USER`/`FSRENAME_ES_PASSWORD`, `FSRENAME_ES_API_KEY`,
-    /// `FSRENAME_ES_CA`), and `replicas` sets `number_of_replicas` of the indices it creates.
+    /// Opens the store. For Elasticsearch, credentials and a CA come from the URL, the flags
+    /// of [`Access`], or the environment (`FSRENAME_ES_USER`/`FSRENAME_ES_PASSWORD`,
+    /// `FSRENAME_ES_API_KEY`, `FSRENAME_ES_CA`), and `replicas` sets `number_of_replicas` of
+    /// the indices it creates.
     ///
     /// # Errors
     /// Names the location when it cannot be opened.
-    pub fn open(&self, replicas: Option<u32>) -> anyhow::Result<SharedStore> {
-        self.open_with(replicas, Some(FIRST_CONTACT))
+    pub fn open(&self, options: &StoreOptions) -> anyhow::Result<SharedStore> {
+        self.open_with(options, Some(FIRST_CONTACT))
     }
 
     /// Opens the store for `serve`: as [`StoreLocation::open`], but a server that has not
@@ -155,13 +260,13 @@ impl StoreLocation {
     ///
     /// # Errors
     /// As [`StoreLocation::open`].
-    pub fn open_for_service(&self, replicas: Option<u32>) -> anyhow::Result<SharedStore> {
-        self.open_with(replicas, None)
+    pub fn open_for_service(&self, options: &StoreOptions) -> anyhow::Result<SharedStore> {
+        self.open_with(options, None)
     }
 
     fn open_with(
         &self,
-        replicas: Option<u32>,
+        options: &StoreOptions,
         first_contact: Option<std::time::Duration>,
     ) -> anyhow::Result<SharedStore> {
         match self {
@@ -173,11 +278,11 @@ impl StoreLocation {
             }
             StoreLocation::Memory => Ok(Arc::new(SqliteStore::in_memory()?)),
             StoreLocation::Http(url) => {
-                let mut config = ElasticConfig::new(url)?.with_env()?;
+                let mut config = options.access.apply(ElasticConfig::new(url)?)?;
                 if let Some(deadline) = first_contact {
                     config = config.first_contact(deadline);
                 }
-                if let Some(replicas) = replicas {
+                if let Some(replicas) = options.replicas {
                     config = config.replicas(replicas);
                 }
                 Ok(Arc::new(ElasticStore::connect(config)?))
@@ -193,7 +298,7 @@ impl StoreLocation {
     ///
     /// # Errors
     /// As [`StoreLocation::open`], and when the database file does not exist.
-    pub fn open_existing(&self, replicas: Option<u32>) -> anyhow::Result<SharedStore> {
+    pub fn open_existing(&self, options: &StoreOptions) -> anyhow::Result<SharedStore> {
         if let StoreLocation::File(path) = self {
             // An error here (a directory that cannot be read) is left to `open` to name.
             if let Ok(false) = path.try_exists() {
@@ -203,7 +308,7 @@ impl StoreLocation {
                 );
             }
         }
-        self.open(replicas)
+        self.open(options)
     }
 }
 

@@ -20,8 +20,13 @@ use crate::error::{Result, StoreError};
 impl ElasticStore {
     /// Builds a store for the server in `config`. Nothing is sent until the first call.
     ///
+    /// With a CA fingerprint ([`ElasticConfig::ca_fingerprint`]) and no CA file, it shakes
+    /// hands with the first node to find that CA, so the server must answer then.
+    ///
     /// # Errors
-    /// [`StoreError::Rejected`] for an unusable URL or CA file.
+    /// [`StoreError::Rejected`] for an unusable URL or CA file, or a fingerprint no
+    /// certificate of the server has; [`StoreError::Backend`] if, for a fingerprint, the first
+    /// node cannot be reached.
     pub fn connect(config: ElasticConfig) -> Result<ElasticStore> {
         let context = format!("connecting to {}", config.url);
         let mut urls = config
@@ -36,6 +41,12 @@ impl ElasticStore {
         let first = urls
             .next()
             .ok_or_else(|| StoreError::rejected(&context, "no node URL"))?;
+        // A fingerprint is looked up now, at the first node: the client needs its CA before
+        // it is built.
+        let fingerprinted = match (&config.ca_cert, &config.ca_fingerprint) {
+            (None, Some(fingerprint)) => Some(super::fingerprint::find_ca(&first, fingerprint)?),
+            _ => None,
+        };
         let nodes = NodePool::new(first, urls.collect());
         let mut builder = TransportBuilder::new(nodes.clone())
             .timeout(config.request_timeout)
@@ -62,6 +73,10 @@ impl ElasticStore {
                     format!("CA file `{}` is not PEM: {e}", path.display()),
                 )
             })?;
+            builder = builder.cert_validation(CertificateValidation::Full(cert));
+        } else if let Some(der) = fingerprinted {
+            let cert = Certificate::from_der(&der)
+                .map_err(|e| StoreError::rejected(&context, format!("the CA certificate: {e}")))?;
             builder = builder.cert_validation(CertificateValidation::Full(cert));
         }
         let transport = builder

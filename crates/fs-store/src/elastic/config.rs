@@ -4,6 +4,9 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+
 use crate::error::{Result, StoreError};
 
 /// How to authenticate.
@@ -18,6 +21,38 @@ pub enum Auth {
     },
     /// An API key, base64 of `id:secret` as Elasticsearch hands it out.
     ApiKey(String),
+}
+
+impl Auth {
+    /// An API key as given: the `encoded` form (base64 of `id:key`) as it is, or `id:key`,
+    /// which is encoded here.
+    pub fn api_key(key: &str) -> Auth {
+        let key = key.trim();
+        if key.contains(':') {
+            Auth::ApiKey(STANDARD.encode(key))
+        } else {
+            Auth::ApiKey(key.to_owned())
+        }
+    }
+
+    /// Says which credentials these are, without their secret: for a refusal's message.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Auth::Basic { user, .. } => format!("user `{user}` with a password"),
+            Auth::ApiKey(encoded) => match api_key_id(encoded) {
+                Some(id) => format!("the API key with id `{id}`"),
+                None => "an API key".to_owned(),
+            },
+        }
+    }
+}
+
+/// The id of an encoded API key (base64 of `id:key`), if it decodes.
+fn api_key_id(encoded: &str) -> Option<String> {
+    let decoded = STANDARD.decode(encoded.trim()).ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (id, _) = text.split_once(':')?;
+    Some(id.to_owned())
 }
 
 impl fmt::Debug for Auth {
@@ -70,6 +105,8 @@ pub struct ElasticConfig {
     pub(crate) nodes: Vec<String>,
     pub(crate) auth: Option<Auth>,
     pub(crate) ca_cert: Option<PathBuf>,
+    /// The SHA-256 of a CA certificate the server presents, 64 lowercase hex digits.
+    pub(crate) ca_fingerprint: Option<String>,
     pub(crate) replicas: Option<u32>,
     pub(crate) request_timeout: Duration,
     pub(crate) retry_deadline: Duration,
@@ -121,6 +158,7 @@ impl ElasticConfig {
             nodes,
             auth,
             ca_cert: None,
+            ca_fingerprint: None,
             replicas: None,
             request_timeout: Duration::from_secs(30),
             retry_deadline: Duration::from_secs(30),
@@ -131,40 +169,46 @@ impl ElasticConfig {
     }
 
     /// Reads settings from the environment: credentials (`FSRENAME_ES_USER` and
-    /// `FSRENAME_ES_PASSWORD`, or `FSRENAME_ES_API_KEY`), a CA (`FSRENAME_ES_CA`, a PEM file),
-    /// the retry deadline in milliseconds (`FSRENAME_ES_RETRY_DEADLINE_MS`) and the paging
+    /// `FSRENAME_ES_PASSWORD` or `FSRENAME_ES_PASSWORD_FILE`, or `FSRENAME_ES_API_KEY` or
+    /// `FSRENAME_ES_API_KEY_FILE`), a CA (`FSRENAME_ES_CA`, a PEM file, or
+    /// `FSRENAME_ES_CA_FINGERPRINT`, its SHA-256), the retry deadline in milliseconds (`FSRENAME_ES_RETRY_DEADLINE_MS`) and the paging
     /// (`FSRENAME_ES_PAGING`: `auto`, `scroll`, `pit` or `pit-id`, see [`Paging`]; how the
     /// real-server tests run both ways on one server). Credentials and a CA already set win.
     ///
     /// # Errors
-    /// [`StoreError::Rejected`] for a paging that is none of those, naming it.
+    /// [`StoreError::Rejected`] for a paging that is none of those, a fingerprint that is not
+    /// one, or a key or password file that cannot be read, naming it.
     pub fn with_env(mut self) -> Result<ElasticConfig> {
-        if let Some(paging) = std::env::var("FSRENAME_ES_PAGING")
-            .ok()
-            .filter(|v| !v.is_empty())
-        {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        if let Some(paging) = var("FSRENAME_ES_PAGING") {
             self.paging = paging.parse()?;
         }
-        Ok(self.with_env_settings())
-    }
-
-    fn with_env_settings(mut self) -> ElasticConfig {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         if self.auth.is_none() {
             if let Some(key) = var("FSRENAME_ES_API_KEY") {
-                self.auth = Some(Auth::ApiKey(key));
+                self.auth = Some(Auth::api_key(&key));
+            } else if let Some(path) = var("FSRENAME_ES_API_KEY_FILE") {
+                self = self.api_key_file(path)?;
             } else if let Some(user) = var("FSRENAME_ES_USER") {
-                let password = var("FSRENAME_ES_PASSWORD").unwrap_or_default();
-                self.auth = Some(Auth::Basic { user, password });
+                match var("FSRENAME_ES_PASSWORD_FILE") {
+                    Some(path) => self = self.password_file(&user, path)?,
+                    None => {
+                        let password = var("FSRENAME_ES_PASSWORD").unwrap_or_default();
+                        self.auth = Some(Auth::Basic { user, password });
+                    }
+                }
             }
         }
-        if self.ca_cert.is_none() {
-            self.ca_cert = var("FSRENAME_ES_CA").map(PathBuf::from);
+        if self.ca_cert.is_none() && self.ca_fingerprint.is_none() {
+            if let Some(path) = var("FSRENAME_ES_CA") {
+                self.ca_cert = Some(PathBuf::from(path));
+            } else if let Some(fingerprint) = var("FSRENAME_ES_CA_FINGERPRINT") {
+                self = self.ca_fingerprint(&fingerprint)?;
+            }
         }
         if let Some(ms) = var("FSRENAME_ES_RETRY_DEADLINE_MS").and_then(|v| v.parse().ok()) {
             self.retry_deadline = Duration::from_millis(ms);
         }
-        self
+        Ok(self)
     }
 
     /// Sets the authentication. Default: none (or from the URL).
@@ -177,6 +221,58 @@ impl ElasticConfig {
     pub fn ca_cert(mut self, path: impl Into<PathBuf>) -> ElasticConfig {
         self.ca_cert = Some(path.into());
         self
+    }
+
+    /// Trusts the CA certificate whose SHA-256 is `fingerprint` (hex, colons allowed, as
+    /// Elasticsearch 8 prints it at first start: "HTTP CA certificate SHA-256 fingerprint"),
+    /// found among the certificates the server presents when the store connects. Default:
+    /// none (the CA file, else the system's roots).
+    ///
+    /// # Errors
+    /// [`StoreError::Rejected`] if it is not 32 bytes in hex.
+    pub fn ca_fingerprint(mut self, fingerprint: &str) -> Result<ElasticConfig> {
+        let hex: String = fingerprint
+            .trim()
+            .chars()
+            .filter(|c| *c != ':')
+            .map(|c| c.to_ascii_lowercase())
+            .collect();
+        if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(StoreError::rejected(
+                "reading the CA fingerprint",
+                format!(
+                    "`{fingerprint}` is not a SHA-256 fingerprint (64 hex digits, colons allowed)"
+                ),
+            ));
+        }
+        self.ca_fingerprint = Some(hex);
+        Ok(self)
+    }
+
+    /// Authenticates with the API key in this file: the `encoded` value Elasticsearch returns
+    /// (base64 of `id:key`), or `id:key` itself. Kept in a file, a key never shows on a
+    /// command line (where `ps` shows it).
+    ///
+    /// # Errors
+    /// [`StoreError::Rejected`] if the file cannot be read or is empty, naming it.
+    pub fn api_key_file(mut self, path: impl Into<PathBuf>) -> Result<ElasticConfig> {
+        let key = read_secret(&path.into(), "API key")?;
+        self.auth = Some(Auth::api_key(&key));
+        Ok(self)
+    }
+
+    /// Authenticates as `user` with the password in this file (its first line). Kept in a
+    /// file, a password never shows on a command line.
+    ///
+    /// # Errors
+    /// [`StoreError::Rejected`] if the file cannot be read or is empty, naming it.
+    pub fn password_file(mut self, user: &str, path: impl Into<PathBuf>) -> Result<ElasticConfig> {
+        let password = read_secret(&path.into(), "password")?;
+        self.auth = Some(Auth::Basic {
+            user: user.to_owned(),
+            password,
+        });
+        Ok(self)
     }
 
     /// Sets `number_of_replicas` for the indices fsrename creates; 0 suits a single node.
@@ -237,6 +333,11 @@ impl ElasticConfig {
         }
     }
 
+    /// Returns true if credentials are set (from the URL, or by a setter).
+    pub fn has_auth(&self) -> bool {
+        self.auth.is_some()
+    }
+
     /// Returns the URL without credentials (the nodes' URLs, joined by commas).
     pub fn url(&self) -> &str {
         &self.url
@@ -246,6 +347,18 @@ impl ElasticConfig {
     pub fn nodes(&self) -> &[String] {
         &self.nodes
     }
+}
+
+/// Reads a secret's first line from `path`, trimmed of surrounding white space.
+fn read_secret(path: &std::path::Path, what: &str) -> Result<String> {
+    let context = format!("reading the {what} file `{}`", path.display());
+    let text =
+        std::fs::read_to_string(path).map_err(|e| StoreError::rejected(&context, e.to_string()))?;
+    let secret = text.lines().next().unwrap_or("").trim();
+    if secret.is_empty() {
+        return Err(StoreError::rejected(&context, "the file is empty"));
+    }
+    Ok(secret.to_owned())
 }
 
 /// Parses one node's URL of `list`; returns it without credentials, and the credentials.
@@ -373,6 +486,54 @@ mod tests {
             ElasticConfig::new("http://u:p@a:1,http://v:q@b:2").expect_err("other credentials");
         assert!(err.to_string().contains("different credentials"), "{err}");
         assert!(!err.to_string().contains(":p@"), "{err}");
+    }
+
+    #[test]
+    fn fingerprints_and_keys_are_read_as_elasticsearch_prints_them() {
+        let printed = "3F:A9:".to_owned() + &"0b:".repeat(29) + "7C";
+        let config = ElasticConfig::new("https://h:1")
+            .expect("url")
+            .ca_fingerprint(&printed)
+            .expect("a fingerprint");
+        assert_eq!(
+            config.ca_fingerprint.as_deref(),
+            Some(&*("3fa9".to_owned() + &"0b".repeat(29) + "7c"))
+        );
+        let err = ElasticConfig::new("https://h:1")
+            .expect("url")
+            .ca_fingerprint("3F:A9")
+            .expect_err("too short");
+        assert!(
+            err.to_string().contains("`3F:A9` is not a SHA-256"),
+            "{err}"
+        );
+
+        // `id:key` is encoded; the encoded form is kept as it is.
+        assert_eq!(
+            Auth::api_key("id:secret"),
+            Auth::ApiKey("aWQ6c2VjcmV0".into())
+        );
+        assert_eq!(
+            Auth::api_key("aWQ6c2VjcmV0"),
+            Auth::ApiKey("aWQ6c2VjcmV0".into())
+        );
+        assert_eq!(
+            Auth::api_key("aWQ6c2VjcmV0").describe(),
+            "the API key with id `id`"
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "\n").expect("write");
+        let err = ElasticConfig::new("https://h:1")
+            .expect("url")
+            .api_key_file(&empty)
+            .expect_err("empty");
+        assert!(err.to_string().contains("is empty"), "{err}");
+        let err = ElasticConfig::new("https://h:1")
+            .expect("url")
+            .password_file("u", dir.path().join("missing"))
+            .expect_err("missing");
+        assert!(err.to_string().contains("password file"), "{err}");
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //! - `nodes`: the nodes of a cluster behind the client's connection pool: taken in turn, one
 //!   that does not serve skipped for a while.
 //! - `client`: building a handle; which server answers (`server`) and its paging.
+//! - `fingerprint`: finding the CA a SHA-256 fingerprint names among a server's certificates.
+//! - `access`: a server that will not let the client in (TLS, 401, 403), said in words.
 //! - `request`: sending one request, with retries of what may be sent again.
 //! - `response`: reading answers: errors, documents, versions.
 //! - `indices`: creating, deleting and refreshing indices.
@@ -22,12 +24,14 @@
 //! - `combine`: scripted bulk updates of one index from concurrent callers, sent together.
 //! - `rename_task`: renames the server carries out (`_update_by_query`), and their tasks.
 
+mod access;
 mod client;
 mod combine;
 mod config;
 mod cursor;
 mod documents;
 mod find;
+mod fingerprint;
 mod indices;
 mod nodes;
 mod rename_task;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use elasticsearch::http::response::Response;
 use serde_json::Value;
 
+use super::access;
 use super::response::{error_of, shorten};
 use super::ElasticStore;
 use crate::error::{Result, StoreError};
@@ -53,19 +54,34 @@ impl ElasticStore {
                     }
                     let again = matches!(status, 429 | 503)
                         || (retry == Retry::Always && matches!(status, 502 | 504));
+                    let node = response.url().origin().ascii_serialization();
                     match response.text().await {
                         Ok(text) if !again => {
-                            let body = if text.trim().is_empty() {
-                                Value::Null
+                            let parsed = if text.trim().is_empty() {
+                                Ok(Value::Null)
                             } else {
-                                serde_json::from_str(&text).map_err(|e| StoreError::Backend {
-                                    context: context.to_owned(),
-                                    message: format!(
-                                        "HTTP {status} with a body that is not JSON ({e}): {}",
-                                        cut(&text)
-                                    ),
-                                })?
+                                serde_json::from_str(&text)
                             };
+                            let config = &self.inner.config;
+                            let mut refused =
+                                access::refusal(status, parsed.as_ref().ok(), &node, config);
+                            if status == 400 && !matches!(parsed, Ok(Value::Object(_))) {
+                                refused = access::plain_to_tls(&node).await;
+                            }
+                            if let Some(message) = refused {
+                                return Err(StoreError::Rejected {
+                                    context: context.to_owned(),
+                                    status: Some(status),
+                                    message,
+                                });
+                            }
+                            let body = parsed.map_err(|e| StoreError::Backend {
+                                context: context.to_owned(),
+                                message: format!(
+                                    "HTTP {status} with a body that is not JSON ({e}): {}",
+                                    cut(&text)
+                                ),
+                            })?;
                             match failed_shards(&body) {
                                 // A search or count some shards did not answer (a node died
                                 // holding their copies) is a short answer, not the answer.
@@ -81,6 +97,24 @@ impl ElasticStore {
                     }
                 }
                 Err(e) => {
+                    // A certificate that cannot be trusted stays so: said at once.
+                    let node = url_of(&e).map(|url| url.origin().ascii_serialization());
+                    let config = &self.inner.config;
+                    let node = node.as_deref().unwrap_or(&config.url);
+                    let mut fatal = access::tls_failure(&e, node, config);
+                    // A connection taken and closed unanswered, before any answer at all.
+                    if fatal.is_none()
+                        && !self.inner.nodes.has_answered()
+                        && connect_failure(&e).is_none()
+                    {
+                        fatal = access::plain_to_tls(node).await;
+                    }
+                    if let Some(message) = fatal {
+                        return Err(StoreError::Backend {
+                            context: context.to_owned(),
+                            message,
+                        });
+                    }
                     // A refused or dropped connection, a timeout: the node is skipped for a
                     // while, and a retry goes to the next one.
                     if let Some(url) = url_of(&e) {

@@ -16,7 +16,7 @@ pub async fn run(
     consistent: Option<&LockSettings>,
 ) -> anyhow::Result<u8> {
     let scope = scope.clone();
-    let store = cli.store.open_existing(cli.replicas)?;
+    let store = cli.store.open_existing(&cli.store_options())?;
     let checked = match consistent {
         Some(settings) => {
             let holder = format!("fsck --consistent {scope}");

@@ -260,14 +260,14 @@ fn print_verdict<R: serde::Serialize>(
 /// Opens the store and its tree, creating the store and the indices if they are missing: for
 /// the verbs that make a tree (`index`, `mkdir`, `touch`).
 async fn open_tree(cli: &Cli) -> anyhow::Result<FsTree> {
-    tree_of(cli, cli.store.open(cli.replicas)?).await
+    tree_of(cli, cli.store.open(&cli.store_options())?).await
 }
 
 /// Opens the tree of a store that must be there already (a database file that does not exist
 /// is an error, not a new empty file), creating its indices if they are missing: for the verbs
 /// that read a tree or change what is in it.
 async fn open_existing_tree(cli: &Cli) -> anyhow::Result<FsTree> {
-    tree_of(cli, cli.store.open_existing(cli.replicas)?).await
+    tree_of(cli, cli.store.open_existing(&cli.store_options())?).await
 }
 
 /// The tree of `store`, its indices made if they are missing.

@@ -44,7 +44,7 @@ pub async fn run(
     config.protocol = cli.lock_protocol;
     config.rewrite = cli.rewrite;
     config.validate()?;
-    let store = cli.store.open_for_service(cli.replicas)?;
+    let store = cli.store.open_for_service(&cli.store_options())?;
     let server = Server::start(config, store, shutdown).await?;
     // On standard error, which may be closed or lose its reader: the service goes on serving.
     to_stderr(format_args!(
