@@ -57,51 +57,6 @@ impl LockInfo {
             }
         }
     }
-
-    /// Describes the document as JSON for `fsrename locks --json` and the service: its mode,
-    /// each grant with its mode and lease, and the waiters in queue order with their age.
-    pub fn to_json(&self, now: i64) -> serde_json::Value {
-        let grants: Vec<serde_json::Value> = self
-            .grants()
-            .into_iter()
-            .map(|(pid, mode, holder, expires_at)| {
-                serde_json::json!({
-                    "process_id": pid,
-                    "mode": mode,
-                    "holder": holder,
-                    "expires_at": expires_at,
-                    "expired": expires_at.is_some_and(|t| t < now),
-                })
-            })
-            .collect();
-        let waiters: Vec<serde_json::Value> = self
-            .observed
-            .queue()
-            .into_iter()
-            .map(|(pid, w)| {
-                serde_json::json!({
-                    "process_id": pid,
-                    "mode": w.mode,
-                    "holder": w.holder,
-                    "waiting_ms": (now - w.since).max(0),
-                    "expires_at": w.expires_at,
-                    "expired": w.expires_at < now,
-                })
-            })
-            .collect();
-        serde_json::json!({
-            "id": self.id,
-            "path": self.path,
-            "mode": self.observed.mode(),
-            "lock_type": if self.observed.mode() == LockMode::Exclusive { "exclusive" } else { "shared" },
-            "holders": self.observed.describe_holders(),
-            "grants": grants,
-            "waiters": waiters,
-            "journal": self.observed.jobs(),
-            "expires_at": self.expires_at,
-            "expired": self.expires_at.is_some_and(|at| at < now),
-        })
-    }
 }
 
 const PAGE: usize = 1_000;

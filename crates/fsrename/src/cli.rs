@@ -375,8 +375,9 @@ pub enum Verb {
     /// "strategy"?}, POST /copies {"from", "to", "strategy"?}, POST /deletes {"path",
     /// "recursive"?, "strategy"?} → 202 with a job id; GET /jobs/{id} (any kind), GET
     /// /renames/{id}, /copies/{id}, /deletes/{id}; GET /jobs, /renames, /copies, /deletes;
-    /// GET /locks; GET /tree?path=&depth=; GET /healthz; GET /metrics. Stops on
-    /// SIGINT/SIGTERM after letting running jobs finish.
+    /// GET /locks; GET /tree?path=&depth=; GET /healthz; GET /metrics; GET /openapi.json
+    /// (every route described, OpenAPI 3.1). Stops on SIGINT/SIGTERM after letting running
+    /// jobs finish.
     Serve {
         /// Where to listen. A non-loopback address requires FSRENAME_TOKEN, which clients then
         /// send as `Authorization: Bearer <token>` (if set, it is required on loopback too).

@@ -1,80 +1,71 @@
-//! The HTTP API: routes, request validation, JSON answers.
+//! The HTTP API: routes, request validation, JSON answers. Each handler carries its
+//! `#[utoipa::path]`: the router is built from the same list of handlers as the OpenAPI
+//! description (`openapi.rs`), so a route cannot be served without being described.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use fs_locks::{LeaseClock, LockClient};
 use fs_model::FsPath;
 use fs_rename::{FsTree, JobKind, Strategy};
 use fs_store::Scope;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
+use super::bodies::{
+    Accepted, CopyList, DeleteList, DeleteRequest, FeedEvent, Health, JobList, ListQuery, LockList,
+    LockView, MoveRequest, RenameList, Submitted, TreeEntry, TreePage, TreeQuery, DELETE_FIELDS,
+    MOVE_FIELDS,
+};
+use super::error::{unreadable, ApiError, ErrorBody};
 use super::events::Feed;
-use super::job::Work;
+use super::job::{Job, Work};
 use super::jobs::{Jobs, Refusal};
 
 /// The most entries `GET /tree` returns in one answer.
 const TREE_LIMIT: usize = 10_000;
 
-/// An error answer: `{"error": "...", "field": "..."}`.
-pub struct ApiError {
-    status: StatusCode,
-    message: String,
-    field: Option<&'static str>,
+/// The API's routes, the page's, and the event feed, with their descriptions.
+pub fn routes(jobs: Jobs, feed: Feed) -> OpenApiRouter {
+    let api = OpenApiRouter::new()
+        .routes(routes!(list_renames, submit_rename))
+        .routes(routes!(get_rename))
+        .routes(routes!(list_copies, submit_copy))
+        .routes(routes!(get_copy))
+        .routes(routes!(list_deletes, submit_delete))
+        .routes(routes!(get_delete))
+        .routes(routes!(list_jobs))
+        .routes(routes!(get_job))
+        .routes(routes!(locks))
+        .routes(routes!(tree))
+        .routes(routes!(healthz))
+        .routes(routes!(metrics))
+        .with_state(jobs);
+    let events = OpenApiRouter::new()
+        .routes(routes!(events))
+        .with_state(feed);
+    api.merge(events).merge(super::page::routes())
 }
 
-impl ApiError {
-    fn bad(field: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status: StatusCode::BAD_REQUEST,
-            message: message.into(),
-            field: Some(field),
-        }
-    }
-
-    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            message: message.into(),
-            field: None,
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut body = json!({ "error": self.message });
-        if let Some(field) = self.field {
-            body["field"] = json!(field);
-        }
-        (self.status, Json(body)).into_response()
-    }
-}
-
-pub fn routes(jobs: Jobs, feed: Feed) -> Router {
-    Router::new()
-        .route("/events", get(Feed::route).with_state(feed))
-        .route("/renames", get(list_renames).post(submit_rename))
-        .route("/renames/{id}", get(get_rename))
-        .route("/copies", get(list_copies).post(submit_copy))
-        .route("/copies/{id}", get(get_copy))
-        .route("/deletes", get(list_deletes).post(submit_delete))
-        .route("/deletes/{id}", get(get_delete))
-        .route("/jobs", get(list_jobs))
-        .route("/jobs/{id}", get(get_job))
-        .route("/locks", get(locks))
-        .route("/tree", get(tree))
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .with_state(jobs)
-        .merge(super::page::routes())
+/// `GET /events`: the live feed.
+#[utoipa::path(get, path = "/events", tag = "live",
+    description = "The live feed of the locks and this instance's jobs, as Server-Sent Events. \
+        Each event's data is one JSON object: `snapshot` `{at, locks, jobs, story}` first (and \
+        again for a client that fell behind), then `locks` `{at, locks}`, `jobs` `{at, jobs}`, \
+        `error` `{at, error}` and `note` `{at, kind, ...}` as things change (see docs/service.md). \
+        The stream does not end until the client goes away or the service shuts down.",
+    responses(
+        (status = 200, description = "The stream", content_type = "text/event-stream", body = FeedEvent),
+    ))]
+async fn events(feed: State<Feed>) -> impl IntoResponse {
+    Feed::route(feed).await
 }
 
 /// Reads a request body as a JSON object whose fields are all among `allowed`; `wanted`
@@ -84,12 +75,7 @@ fn object(
     allowed: &[&str],
     wanted: &str,
 ) -> Result<Map<String, Value>, ApiError> {
-    let body = body.map_err(|e| {
-        ApiError::new(
-            e.status(),
-            format!("cannot read the request body: {}", e.body_text()),
-        )
-    })?;
+    let body = body.map_err(unreadable)?;
     let value: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad("body", format!("malformed JSON: {e}")))?;
     let Value::Object(fields) = value else {
@@ -134,6 +120,10 @@ fn strategy_field(jobs: &Jobs, fields: &Map<String, Value>) -> Result<Strategy, 
 }
 
 /// `POST /renames {"from", "to", "strategy"?}`.
+#[utoipa::path(post, path = "/renames", tag = "jobs",
+    description = "Submits a rename (`mv FROM TO`). The body is read as JSON whatever its content type.",
+    request_body = MoveRequest,
+    responses(Submitted))]
 async fn submit_rename(
     State(jobs): State<Jobs>,
     body: Result<Bytes, BytesRejection>,
@@ -143,6 +133,10 @@ async fn submit_rename(
 }
 
 /// `POST /copies {"from", "to", "strategy"?}`: `cp -r`.
+#[utoipa::path(post, path = "/copies", tag = "jobs",
+    description = "Submits a copy (`cp -r FROM TO`). The body is read as JSON whatever its content type.",
+    request_body = MoveRequest,
+    responses(Submitted))]
 async fn submit_copy(
     State(jobs): State<Jobs>,
     body: Result<Bytes, BytesRejection>,
@@ -158,11 +152,7 @@ fn from_to(
     body: Result<Bytes, BytesRejection>,
     verb: &str,
 ) -> Result<(FsPath, FsPath, Strategy), ApiError> {
-    let fields = object(
-        body,
-        &["from", "to", "strategy"],
-        "`from`, `to` and optionally `strategy`",
-    )?;
+    let fields = object(body, &MOVE_FIELDS, "`from`, `to` and optionally `strategy`")?;
     let (from, to) = (path_field(&fields, "from")?, path_field(&fields, "to")?);
     let strategy = strategy_field(jobs, &fields)?;
     if verb == "move" && from.is_root() {
@@ -179,13 +169,17 @@ fn from_to(
 
 /// `POST /deletes {"path", "recursive"?, "strategy"?}`: `rm [-r]`; `recursive` defaults to
 /// false, which refuses a directory with entries.
+#[utoipa::path(post, path = "/deletes", tag = "jobs",
+    description = "Submits a delete (`rm [-r] PATH`). The body is read as JSON whatever its content type.",
+    request_body = DeleteRequest,
+    responses(Submitted))]
 async fn submit_delete(
     State(jobs): State<Jobs>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let fields = object(
         body,
-        &["path", "recursive", "strategy"],
+        &DELETE_FIELDS,
         "`path` and optionally `recursive` and `strategy`",
     )?;
     let path = path_field(&fields, "path")?;
@@ -213,9 +207,12 @@ async fn accept(jobs: &Jobs, work: Work, strategy: Strategy) -> Result<Response,
     match jobs.submit(work, strategy).await {
         Ok(job) => {
             let location = format!("/{collection}/{}", job.id);
-            let body = Json(json!({
-                "id": job.id, "kind": job.work.kind(), "state": job.state, "location": location
-            }));
+            let body = Json(Accepted {
+                kind: job.work.kind(),
+                state: job.state,
+                location: location.clone(),
+                id: job.id,
+            });
             Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)], body).into_response())
         }
         Err(Refusal::Full { limit }) => Err(ApiError::new(
@@ -240,7 +237,13 @@ fn collection(kind: JobKind) -> &'static str {
 
 /// The job `id`, if it is of `kind` (any kind for `None`): this instance's, or another's from
 /// the jobs index.
-async fn find(jobs: &Jobs, id: &str, kind: Option<JobKind>) -> Result<Response, ApiError> {
+async fn find(
+    jobs: &Jobs,
+    id: Result<Path<String>, PathRejection>,
+    kind: Option<JobKind>,
+) -> Result<Json<Job>, ApiError> {
+    let Path(id) = id?;
+    let id = id.as_str();
     let found = jobs.find(id).await.map_err(|e| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -248,7 +251,7 @@ async fn find(jobs: &Jobs, id: &str, kind: Option<JobKind>) -> Result<Response, 
         )
     })?;
     match found {
-        Some(job) if kind.is_none_or(|k| job.work.kind() == k) => Ok(Json(job).into_response()),
+        Some(job) if kind.is_none_or(|k| job.work.kind() == k) => Ok(Json(job)),
         Some(job) => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!(
@@ -264,73 +267,122 @@ async fn find(jobs: &Jobs, id: &str, kind: Option<JobKind>) -> Result<Response, 
     }
 }
 
-async fn get_rename(
-    State(jobs): State<Jobs>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    find(&jobs, &id, Some(JobKind::Rename)).await
+/// The answers of the routes that show one job (`GET /jobs/{id}` and its kind's).
+macro_rules! one_job {
+    ($name:ident, $path:literal, $kind:expr, $what:literal) => {
+        #[doc = concat!("`GET ", $path, "`: ", $what, ".")]
+        #[utoipa::path(get, path = $path, tag = "jobs",
+            description = concat!("Shows ", $what, ": from this instance if it runs the job, \
+                otherwise from the jobs index (any instance on the store answers)."),
+            params(("id" = String, Path, description = "The job's id")),
+            responses(
+                (status = 200, description = "The job", body = Job),
+                (status = 400, description = "An id that cannot be read", body = ErrorBody),
+                (status = 404, description = "No such job (or one of another kind: the message \
+                    names where to look)", body = ErrorBody),
+                (status = 503, description = "The jobs index cannot be read", body = ErrorBody),
+            ))]
+        async fn $name(
+            State(jobs): State<Jobs>,
+            id: Result<Path<String>, PathRejection>,
+        ) -> Result<Json<Job>, ApiError> {
+            find(&jobs, id, $kind).await
+        }
+    };
 }
 
-async fn get_copy(State(jobs): State<Jobs>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    find(&jobs, &id, Some(JobKind::Copy)).await
-}
+one_job!(
+    get_rename,
+    "/renames/{id}",
+    Some(JobKind::Rename),
+    "a rename"
+);
+one_job!(get_copy, "/copies/{id}", Some(JobKind::Copy), "a copy");
+one_job!(
+    get_delete,
+    "/deletes/{id}",
+    Some(JobKind::Delete),
+    "a delete"
+);
+one_job!(get_job, "/jobs/{id}", None, "a job of any kind");
 
-async fn get_delete(
-    State(jobs): State<Jobs>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    find(&jobs, &id, Some(JobKind::Delete)).await
-}
+/// The query string as a map: a query that cannot be read is a 400 in JSON.
+type QueryMap = Result<Query<HashMap<String, String>>, QueryRejection>;
 
-async fn get_job(State(jobs): State<Jobs>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    find(&jobs, &id, None).await
-}
-
-/// The most recent jobs of `kind` (all for `None`) under the key `key`; `?limit=` (100).
-fn recent(
-    jobs: &Jobs,
-    query: &HashMap<String, String>,
-    kind: Option<JobKind>,
-    key: &str,
-) -> Result<Response, ApiError> {
+/// The most recent jobs of `kind` (all for `None`); `?limit=` (100).
+fn recent(jobs: &Jobs, query: QueryMap, kind: Option<JobKind>) -> Result<Vec<Job>, ApiError> {
+    let Query(query) = query?;
+    // Any `usize`, as the description says (`bodies::whole_number`).
     let limit = match query.get("limit") {
         Some(n) => n
-            .parse()
+            .parse::<usize>()
             .map_err(|_| ApiError::bad("limit", format!("`{n}` is not a number")))?,
         None => 100,
     };
-    Ok(Json(json!({ key: jobs.recent(kind, limit) })).into_response())
+    Ok(jobs.recent(kind, limit))
 }
 
-async fn list_renames(
-    State(jobs): State<Jobs>,
-    Query(query): Query<HashMap<String, String>>,
-) -> Result<Response, ApiError> {
-    recent(&jobs, &query, Some(JobKind::Rename), "renames")
+/// The answers of the routes that list jobs (`GET /jobs` and its kinds').
+macro_rules! job_list {
+    ($name:ident, $path:literal, $kind:expr, $list:ident, $key:ident, $what:literal) => {
+        #[doc = concat!("`GET ", $path, "`: ", $what, ".")]
+        #[utoipa::path(get, path = $path, tag = "jobs",
+            description = concat!("Lists ", $what, " of this instance, newest first (finished \
+                jobs beyond `--history` are forgotten here)."),
+            params(ListQuery),
+            responses(
+                (status = 200, description = "The jobs", body = $list),
+                (status = 400, description = "A `limit` that is not a number", body = ErrorBody),
+            ))]
+        async fn $name(State(jobs): State<Jobs>, query: QueryMap) -> Result<Json<$list>, ApiError> {
+            Ok(Json($list {
+                $key: recent(&jobs, query, $kind)?,
+            }))
+        }
+    };
 }
 
-async fn list_copies(
-    State(jobs): State<Jobs>,
-    Query(query): Query<HashMap<String, String>>,
-) -> Result<Response, ApiError> {
-    recent(&jobs, &query, Some(JobKind::Copy), "copies")
-}
+job_list!(
+    list_renames,
+    "/renames",
+    Some(JobKind::Rename),
+    RenameList,
+    renames,
+    "the renames"
+);
+job_list!(
+    list_copies,
+    "/copies",
+    Some(JobKind::Copy),
+    CopyList,
+    copies,
+    "the copies"
+);
+job_list!(
+    list_deletes,
+    "/deletes",
+    Some(JobKind::Delete),
+    DeleteList,
+    deletes,
+    "the deletes"
+);
+job_list!(
+    list_jobs,
+    "/jobs",
+    None,
+    JobList,
+    jobs,
+    "the jobs of every kind"
+);
 
-async fn list_deletes(
-    State(jobs): State<Jobs>,
-    Query(query): Query<HashMap<String, String>>,
-) -> Result<Response, ApiError> {
-    recent(&jobs, &query, Some(JobKind::Delete), "deletes")
-}
-
-async fn list_jobs(
-    State(jobs): State<Jobs>,
-    Query(query): Query<HashMap<String, String>>,
-) -> Result<Response, ApiError> {
-    recent(&jobs, &query, None, "jobs")
-}
-
-async fn locks(State(jobs): State<Jobs>) -> Result<Response, ApiError> {
+/// `GET /locks`.
+#[utoipa::path(get, path = "/locks", tag = "locks",
+    description = "Every lock document: path, mode, holders, waiters, expiry.",
+    responses(
+        (status = 200, description = "The locks", body = LockList),
+        (status = 503, description = "The lock index cannot be read", body = ErrorBody),
+    ))]
+async fn locks(State(jobs): State<Jobs>) -> Result<Json<LockList>, ApiError> {
     let lock_index = fs_model::lock_index_name(&jobs.config().index);
     let client = LockClient::builder(Arc::clone(jobs.store()), lock_index).build();
     let locks = client
@@ -338,24 +390,32 @@ async fn locks(State(jobs): State<Jobs>) -> Result<Response, ApiError> {
         .await
         .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
     let now = LeaseClock::new().now_ms();
-    let locks: Vec<Value> = locks.iter().map(|l| l.to_json(now)).collect();
-    Ok(Json(json!({ "locks": locks })).into_response())
+    let locks = locks.iter().map(|l| LockView::new(l, now)).collect();
+    Ok(Json(LockList { locks }))
 }
 
 /// `GET /tree?path=/x&depth=2&limit=200&after=/x/m`: the entries under `path`, `depth` levels
 /// down (default 1), in path order, at most `limit` of them (default and most
 /// [`TREE_LIMIT`]), from just after `after` on. `next` is the path to pass as `after` for the
 /// next page, or `null` at the end (`truncated` says the same, as before paging).
-async fn tree(
-    State(jobs): State<Jobs>,
-    Query(query): Query<HashMap<String, String>>,
-) -> Result<Response, ApiError> {
+#[utoipa::path(get, path = "/tree", tag = "tree",
+    description = "The entries under a path, `depth` levels down, in path order, a page at a time.",
+    params(TreeQuery),
+    responses(
+        (status = 200, description = "A page of entries", body = TreePage),
+        (status = 400, description = "A bad parameter, named in `field`", body = ErrorBody),
+        (status = 503, description = "The store cannot be read", body = ErrorBody),
+    ))]
+async fn tree(State(jobs): State<Jobs>, query: QueryMap) -> Result<Json<TreePage>, ApiError> {
+    let Query(query) = query?;
     let path = match query.get("path") {
         Some(p) => FsPath::parse(p).map_err(|e| ApiError::bad("path", e.to_string()))?,
         None => FsPath::root(),
     };
+    // Any `usize` from 1, as the description says (`bodies::whole_number`): a depth past the
+    // deepest entry reads as "everything below".
     let depth: usize = match query.get("depth") {
-        Some(d) => match d.parse() {
+        Some(d) => match d.parse::<usize>() {
             Ok(n) if n >= 1 => n,
             _ => {
                 return Err(ApiError::bad(
@@ -411,21 +471,30 @@ async fn tree(
         .more
         .then(|| listed.entries.last().map(|e| e.doc.path.clone()))
         .flatten();
-    let entries: Vec<Value> = listed
+    let entries = listed
         .entries
-        .iter()
-        .map(|e| json!({ "id": e.id, "doc": e.doc }))
+        .into_iter()
+        .map(|e| TreeEntry {
+            id: e.id,
+            doc: e.doc,
+        })
         .collect();
-    Ok(Json(json!({
-        "path": path,
-        "depth": depth,
-        "entries": entries,
-        "truncated": listed.more,
-        "next": next,
+    Ok(Json(TreePage {
+        path,
+        depth: depth as u64,
+        entries,
+        truncated: listed.more,
+        next,
     }))
-    .into_response())
 }
 
+/// `GET /healthz`.
+#[utoipa::path(get, path = "/healthz", tag = "service",
+    description = "Whether the store answers.",
+    responses(
+        (status = 200, description = "The store answers", body = Health),
+        (status = 503, description = "The store does not answer", body = ErrorBody),
+    ))]
 async fn healthz(State(jobs): State<Jobs>) -> Response {
     let index = &jobs.config().index;
     match jobs
@@ -433,7 +502,11 @@ async fn healthz(State(jobs): State<Jobs>) -> Response {
         .count(index, &Scope::Exact(FsPath::root()))
         .await
     {
-        Ok(_) => Json(json!({ "status": "ok", "store": jobs.store().describe() })).into_response(),
+        Ok(_) => Json(Health {
+            status: "ok",
+            store: jobs.store().describe(),
+        })
+        .into_response(),
         Err(e) => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("store unreachable: {e}"),
@@ -442,6 +515,12 @@ async fn healthz(State(jobs): State<Jobs>) -> Response {
     }
 }
 
+/// `GET /metrics`.
+#[utoipa::path(get, path = "/metrics", tag = "service",
+    description = "Prometheus text, every series labelled `instance=\"<name>\"`.",
+    responses(
+        (status = 200, description = "The series", content_type = "text/plain; version=0.0.4", body = String),
+    ))]
 async fn metrics(State(jobs): State<Jobs>) -> Response {
     let text = jobs.metrics().render(jobs.instance(), &jobs.counts());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()

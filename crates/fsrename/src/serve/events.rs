@@ -40,6 +40,7 @@ use futures::{Stream, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch, Notify};
 
+use super::bodies::LockView;
 use super::jobs::Jobs;
 
 /// How often the sampler reads the state while a client listens.
@@ -238,8 +239,12 @@ impl Feed {
             last.at = at;
             match listed {
                 Ok(locks) => {
-                    let key = Value::Array(locks.iter().map(|l| l.to_json(0)).collect());
-                    let now = Value::Array(locks.iter().map(|l| l.to_json(at)).collect());
+                    let view = |now| {
+                        let views: Vec<LockView> =
+                            locks.iter().map(|l| LockView::new(l, now)).collect();
+                        serde_json::to_value(views).unwrap_or_default()
+                    };
+                    let (key, now) = (view(0), view(at));
                     if last.locks_key.as_ref() != Some(&key) {
                         out.push(Out::new("locks", json!({ "at": at, "locks": now })));
                         last.locks_key = Some(key);

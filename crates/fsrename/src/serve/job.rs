@@ -5,9 +5,12 @@ use fs_model::FsPath;
 use fs_rename::{JobKind, Strategy};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::openapi::RefOr;
+use utoipa::{PartialSchema, ToSchema};
 
 /// Where a job is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     /// Accepted, waiting for a free slot.
@@ -48,15 +51,29 @@ impl JobState {
 
 /// What a job does, shown in its JSON as `kind` with its paths: `{"kind": "rename", "from",
 /// "to"}`, `{"kind": "copy", "from", "to"}`, `{"kind": "delete", "path", "recursive"}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Work {
     /// `mv FROM TO`.
-    Rename { from: FsPath, to: FsPath },
+    Rename {
+        #[schema(value_type = PathName)]
+        from: FsPath,
+        #[schema(value_type = PathName)]
+        to: FsPath,
+    },
     /// `cp -r FROM TO`.
-    Copy { from: FsPath, to: FsPath },
+    Copy {
+        #[schema(value_type = PathName)]
+        from: FsPath,
+        #[schema(value_type = PathName)]
+        to: FsPath,
+    },
     /// `rm [-r] PATH`.
-    Delete { path: FsPath, recursive: bool },
+    Delete {
+        #[schema(value_type = PathName)]
+        path: FsPath,
+        recursive: bool,
+    },
 }
 
 impl Work {
@@ -80,21 +97,25 @@ impl Work {
     }
 }
 
+// The doc comments of this type and its fields are also its description in
+// `GET /openapi.json`: written for the API's readers. The jobs index is `records.rs`.
 /// What `GET /jobs/{id}` (and `/renames/{id}`, `/copies/{id}`, `/deletes/{id}`) shows, and
-/// what the jobs index stores (see `records.rs`), so that every instance can show it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// what the jobs index stores, so that every instance can show it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Job {
     pub id: String,
     #[serde(flatten)]
     pub work: Work,
+    #[schema(value_type = StrategyName)]
     pub strategy: Strategy,
     pub state: JobState,
     /// Documents written (rewritten, copied, deleted) so far, and to write.
     pub progress: Progress,
     /// The lock that made it wait last, if any.
     pub waiting_for: Option<String>,
-    /// The job's [`fs_rename::RenameReport`], once it finished (kept as JSON: the jobs index
-    /// hands it to any instance).
+    /// The job's report (a `RenameReport`, with its `kind`), once it finished; kept as JSON,
+    /// so that the jobs index hands it to any instance.
+    #[schema(value_type = Option<Object>)]
     pub report: Option<Value>,
     pub error: Option<String>,
     /// What went wrong without making the job fail: a job that was complete but could not
@@ -110,7 +131,7 @@ pub struct Job {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adopted_from: Option<String>,
     /// The journal id of its run, from just before its first write: an instance taking the
-    /// job over reads there whether its writes happened ([`fs_rename::Journal::state_of`]).
+    /// job over reads in the journal whether its writes happened (`Journal::state_of`).
     #[serde(default)]
     pub journal: Option<String>,
     /// Epoch milliseconds.
@@ -119,10 +140,69 @@ pub struct Job {
     pub finished_at: Option<i64>,
 }
 
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
 pub struct Progress {
     pub done: u64,
     pub total: u64,
+}
+
+/// The strategies a client may ask for: every [`Strategy`] but `none`, which exists only for
+/// the demonstration.
+pub const SUBMITTABLE: [Strategy; 3] = [Strategy::Tree, Strategy::Global, Strategy::Document];
+
+/// The schema of a strategy's name (`GET /openapi.json`), built from [`SUBMITTABLE`] so that
+/// it lists what the handlers accept. `Strategy` lives below the binary and knows nothing of
+/// HTTP, so it carries no schema of its own.
+pub struct StrategyName;
+
+impl PartialSchema for StrategyName {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some(SUBMITTABLE.iter().map(|s| s.as_str())))
+            .description(Some(
+                "The locking scheme: `tree` (tree locks), `global` (one job at a time) or \
+                 `document` (a lock per document)",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for StrategyName {
+    fn name() -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("Strategy")
+    }
+}
+
+/// The schema of a path (`GET /openapi.json`): what [`FsPath::parse`] accepts, as a pattern.
+/// `/`, or `/`-separated components that are not empty, `.` or `..`, without control
+/// characters; at most [`fs_model::MAX_PATH_BYTES`] long. The lengths are counted in bytes by
+/// the parser and in characters by JSON Schema, so a path of multibyte characters may match
+/// and still be refused (400, naming the field).
+pub struct PathName;
+
+/// A component: anything without `/` or a control character (Unicode's Cc, as
+/// `char::is_control`), with at least one character that is not a dot, or three dots or more.
+const PATH_PATTERN: &str =
+    r"^(/|(/([^/\x00-\x1F\x7F-\x9F]*[^/.\x00-\x1F\x7F-\x9F][^/\x00-\x1F\x7F-\x9F]*|\.\.\.+))+)$";
+
+impl PartialSchema for PathName {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(PATH_PATTERN))
+            .min_length(Some(1))
+            .max_length(Some(fs_model::MAX_PATH_BYTES))
+            .description(Some("An absolute path in the tree: `/`, or `/a/b`"))
+            .examples([serde_json::json!("/clinton/projects")])
+            .into()
+    }
+}
+
+impl ToSchema for PathName {
+    fn name() -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("Path")
+    }
 }
 
 /// Now, in epoch milliseconds.

@@ -5,13 +5,15 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
 
+use super::bodies::{SessionAnswer, SessionRequest};
+use super::error::{unreadable, ErrorBody};
 use super::guesses::Guesses;
 
 /// Gives every request an id (`x-request-id`, kept if the client sent one) and logs it with
@@ -39,15 +41,18 @@ pub async fn request_log(mut request: Request, next: Next) -> Response {
 }
 
 /// The cookie a browser keeps once its page was given the token (`POST /session`).
-const SESSION_COOKIE: &str = "fsrename_token";
+pub const SESSION_COOKIE: &str = "fsrename_token";
 
 /// What needs no token: the live page itself (it holds no secret, and asks for the token
-/// when the service wants one) and the request that hands the token over.
-fn is_public(request: &Request) -> bool {
-    use axum::http::Method;
-    let path = request.uri().path();
-    match *request.method() {
-        Method::GET | Method::HEAD => matches!(path, "/" | "/page.css" | "/page.js"),
+/// when the service wants one), the request that hands the token over, and the API's
+/// description (`/openapi.json`): it holds no secret either, is the same for every instance,
+/// and a client or a tool needs it to learn how to send the token in the first place. The
+/// description marks these routes as needing no token (`openapi.rs` asks this function).
+pub fn is_public(method: &Method, path: &str) -> bool {
+    match *method {
+        Method::GET | Method::HEAD => {
+            matches!(path, "/" | "/page.css" | "/page.js" | "/openapi.json")
+        }
         Method::POST => path == "/session",
         _ => false,
     }
@@ -77,7 +82,7 @@ pub async fn bearer(State(auth): State<Auth>, request: Request, next: Next) -> R
     let Some(token) = auth.token.as_deref() else {
         return next.run(request).await;
     };
-    if is_public(&request) {
+    if is_public(request.method(), request.uri().path()) {
         return next.run(request).await;
     }
     let headers = request.headers();
@@ -107,7 +112,7 @@ fn unauthorized(message: &str) -> Response {
     (
         StatusCode::UNAUTHORIZED,
         [(header::WWW_AUTHENTICATE, "Bearer")],
-        Json(json!({ "error": message })),
+        Json(ErrorBody::new(message)),
     )
         .into_response()
 }
@@ -118,9 +123,9 @@ fn too_many_guesses(wait: Duration) -> Response {
     (
         StatusCode::TOO_MANY_REQUESTS,
         [(header::RETRY_AFTER, seconds.to_string())],
-        Json(json!({ "error": format!(
+        Json(ErrorBody::new(format!(
             "too many wrong tokens from this address: try again in {seconds} s"
-        ) })),
+        ))),
     )
         .into_response()
 }
@@ -128,13 +133,36 @@ fn too_many_guesses(wait: Duration) -> Response {
 /// `POST /session {"token": "..."}`: the right token sets the session cookie. Without a
 /// configured token it answers `{"token_required": false}`. Wrong tokens count against the
 /// client's budget, as the header's do.
+#[utoipa::path(post, path = "/session", tag = "service",
+    description = "Trades the token for a session cookie (`fsrename_token`, `HttpOnly`, \
+        `SameSite=Strict`), which the service then takes in place of the `Authorization` header \
+        (a browser's `EventSource` cannot send one). Needs no token itself.",
+    request_body = SessionRequest,
+    responses(
+        (status = 200, description = "The right token (the cookie is set), or none is needed",
+            body = SessionAnswer,
+            headers(("set-cookie" = String, description = "The session cookie, when a token is required"))),
+        (status = 400, description = "No `token` in a JSON object", body = ErrorBody),
+        (status = 401, description = "A wrong token (`field`: `token`)", body = ErrorBody),
+        (status = 413, description = "A body over `--body-limit`", body = ErrorBody),
+        (status = 429, description = "Too many wrong tokens from this address", body = ErrorBody,
+            headers(("retry-after" = u64, description = "Seconds to wait"))),
+    ))]
 pub async fn session(
     State(auth): State<Auth>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    body: axum::body::Bytes,
+    body: Result<axum::body::Bytes, BytesRejection>,
 ) -> Response {
     let Some(token) = auth.token.as_deref() else {
-        return Json(json!({ "token_required": false })).into_response();
+        return Json(SessionAnswer {
+            token_required: false,
+        })
+        .into_response();
+    };
+    // Over `--body-limit`: 413 in JSON, as the API's other routes answer.
+    let body = match body {
+        Ok(body) => body,
+        Err(e) => return unreadable(e).into_response(),
     };
     let given = serde_json::from_slice::<serde_json::Value>(&body)
         .ok()
@@ -142,7 +170,10 @@ pub async fn session(
     let Some(given) = given else {
         return (
             StatusCode::BAD_REQUEST,
-            Json(json!({ "error": "expected a JSON object with `token`", "field": "token" })),
+            Json(ErrorBody::naming(
+                "token",
+                "expected a JSON object with `token`",
+            )),
         )
             .into_response();
     };
@@ -152,7 +183,7 @@ pub async fn session(
     if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
         return (
             StatusCode::UNAUTHORIZED,
-            Json(json!({ "error": "wrong token", "field": "token" })),
+            Json(ErrorBody::naming("token", "wrong token")),
         )
             .into_response();
     }
@@ -161,7 +192,10 @@ pub async fn session(
         "{SESSION_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
         hex(token)
     );
-    let mut answer = Json(json!({ "token_required": true })).into_response();
+    let mut answer = Json(SessionAnswer {
+        token_required: true,
+    })
+    .into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         answer.headers_mut().insert(header::SET_COOKIE, value);
     }
@@ -209,7 +243,7 @@ pub async fn same_origin(request: Request, next: Next) -> Response {
         None => next.run(request).await,
         Some(why) => (
             StatusCode::FORBIDDEN,
-            Json(json!({ "error": format!("cross-site request refused: {why}") })),
+            Json(ErrorBody::new(format!("cross-site request refused: {why}"))),
         )
             .into_response(),
     }
@@ -217,7 +251,6 @@ pub async fn same_origin(request: Request, next: Next) -> Response {
 
 /// Why `request` is a cross-site change, if it is one.
 fn cross_site(request: &Request) -> Option<String> {
-    use axum::http::Method;
     if matches!(
         *request.method(),
         Method::GET | Method::HEAD | Method::OPTIONS
@@ -265,9 +298,9 @@ pub async fn loopback_host(State(loopback): State<bool>, request: Request, next:
     } else {
         (
             StatusCode::FORBIDDEN,
-            Json(json!({ "error": format!(
+            Json(ErrorBody::new(format!(
                 "Host `{host}` is not a loopback name: this service listens on loopback only (open it as http://127.0.0.1:PORT/ or http://localhost:PORT/)"
-            ) })),
+            ))),
         )
             .into_response()
     }

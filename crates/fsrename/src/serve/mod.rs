@@ -11,19 +11,25 @@
 //! stream (`events.rs`, `GET /events`) that every open page shares. A browser on another site
 //! cannot post to the service (`middleware::same_origin`).
 //!
+//! `GET /openapi.json` (`openapi.rs`) describes every route: the router and the description
+//! are built from the same handlers.
+//!
 //! Several instances may serve one store (behind a load balancer): they share the jobs
 //! index (`records.rs`), so that any of them answers for any job, and each takes over the
 //! jobs of an instance that died (`adopt.rs`).
 
 mod adopt;
 mod api;
+mod bodies;
 mod config;
+mod error;
 mod events;
 mod guesses;
 mod job;
 mod jobs;
 mod metrics;
 mod middleware;
+mod openapi;
 mod page;
 mod records;
 mod recovered;
@@ -36,7 +42,10 @@ use anyhow::Context;
 use axum::extract::DefaultBodyLimit;
 use fs_rename::FsTree;
 use fs_store::SharedStore;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
+pub use bodies::LockView;
 pub use config::ServeConfig;
 pub use events::Story;
 use jobs::Jobs;
@@ -178,18 +187,24 @@ async fn recover_every(
 
 /// The routes behind the service's guards, outermost last: the request log, the loopback
 /// `Host` check (only when listening on loopback), the same-origin check, the bearer token
-/// (with `/session`, which trades it for a cookie) and the body limit.
+/// (with `/session`, which trades it for a cookie) and the body limit. Adds `/session` and
+/// `/openapi.json`, which describes them all.
 fn guarded(
-    routes: axum::Router,
+    routes: OpenApiRouter,
     auth: middleware::Auth,
     body_limit: usize,
     addr: SocketAddr,
 ) -> axum::Router {
-    routes
-        .route(
-            "/session",
-            axum::routing::post(middleware::session).with_state(auth.clone()),
-        )
+    let description = openapi::Description::default();
+    let session = OpenApiRouter::new()
+        .routes(routes!(middleware::session))
+        .with_state(auth.clone());
+    let (router, api) = routes
+        .merge(session)
+        .merge(openapi::routes(description.clone()))
+        .split_for_parts();
+    description.publish(api);
+    router
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::from_fn_with_state(
             auth,

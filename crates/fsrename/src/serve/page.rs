@@ -3,8 +3,8 @@
 
 use axum::http::header;
 use axum::response::IntoResponse;
-use axum::routing::get;
-use axum::Router;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 const HTML: &str = include_str!("page/index.html");
 const CSS: &str = include_str!("page/page.css");
@@ -25,19 +25,34 @@ fn asset(kind: &'static str, body: &'static str) -> impl IntoResponse {
     )
 }
 
+/// `GET /`: the page.
+#[utoipa::path(get, path = "/", tag = "page",
+    description = "The live page (needs no token: it holds no secret, and asks for the token).",
+    responses((status = 200, description = "The page", content_type = "text/html; charset=utf-8", body = String)))]
+async fn page() -> impl IntoResponse {
+    asset("text/html; charset=utf-8", HTML)
+}
+
+/// `GET /page.css`: the page's style.
+#[utoipa::path(get, path = "/page.css", tag = "page",
+    description = "The live page's style sheet (needs no token).",
+    responses((status = 200, description = "The style sheet", content_type = "text/css; charset=utf-8", body = String)))]
+async fn style() -> impl IntoResponse {
+    asset("text/css; charset=utf-8", CSS)
+}
+
+/// `GET /page.js`: the page's script.
+#[utoipa::path(get, path = "/page.js", tag = "page",
+    description = "The live page's script (needs no token).",
+    responses((status = 200, description = "The script", content_type = "text/javascript; charset=utf-8", body = String)))]
+async fn script() -> impl IntoResponse {
+    asset("text/javascript; charset=utf-8", JS)
+}
+
 /// The page's routes.
-pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    Router::new()
-        .route(
-            "/",
-            get(|| async { asset("text/html; charset=utf-8", HTML) }),
-        )
-        .route(
-            "/page.css",
-            get(|| async { asset("text/css; charset=utf-8", CSS) }),
-        )
-        .route(
-            "/page.js",
-            get(|| async { asset("text/javascript; charset=utf-8", JS) }),
-        )
+pub fn routes() -> OpenApiRouter {
+    OpenApiRouter::new()
+        .routes(routes!(page))
+        .routes(routes!(style))
+        .routes(routes!(script))
 }

@@ -21,7 +21,8 @@ pub async fn run(cli: &Cli, json: bool) -> anyhow::Result<u8> {
     let mut out = Printer::stdout();
     if json {
         for lock in &locks {
-            out.line(lock.to_json(now))?;
+            let view = crate::serve::LockView::new(lock, now);
+            out.line(serde_json::to_value(view).unwrap_or_default())?;
         }
         out.flush()?;
         return Ok(EXIT_OK);
