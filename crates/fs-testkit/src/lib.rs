@@ -16,6 +16,7 @@
 //! - [`SecureFront`]: Debian's nginx on loopback in front of a test's server: TLS with a CA
 //!   the test made (and certificates misnamed or expired), basic authentication and API keys,
 //!   401 and 403 answered with Elasticsearch's security bodies.
+//! - [`rename_ended`]: waits for a rename job of `fsrename serve` to end.
 //! - [`Storm`]: a proxy of a test's own whose network faults come on after the set-up.
 //! - [`unique_name`]: index names no other test uses, so tests can share one server.
 //! - [`FaultyStore`]: injects transient failures, lost answers, failed bulk items, process
@@ -38,6 +39,7 @@ mod latency;
 mod real_cluster;
 mod scripting;
 mod secure_front;
+mod service;
 mod storm;
 
 use std::io::{BufRead, BufReader};
@@ -54,6 +56,7 @@ pub use latency::LatencyStore;
 pub use real_cluster::RealCluster;
 pub use scripting::{scripted_update, ScriptingStore, UpdateRaces, RETRY_ON_CONFLICT};
 pub use secure_front::SecureFront;
+pub use service::rename_ended;
 pub use storm::Storm;
 
 /// The backends a shared test runs on.

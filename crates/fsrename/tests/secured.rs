@@ -190,21 +190,7 @@ fn serve_runs_jobs_through_tls_with_an_api_key() {
         let job: serde_json::Value = answer.json().await.expect("json");
         let id = job["id"].as_str().expect("id").to_owned();
         let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let job: serde_json::Value = http
-                .get(format!("{base}/renames/{id}"))
-                .send()
-                .await
-                .expect("GET")
-                .json()
-                .await
-                .expect("json");
-            let state = job["state"].as_str().unwrap_or("").to_owned();
-            if state == "done" || state == "failed" || Instant::now() > deadline {
-                return job;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        fs_testkit::rename_ended(&http, &base, &id, deadline).await
     });
     let _ = child.kill();
     let _ = child.wait();

@@ -64,21 +64,7 @@ async fn a_job_whose_release_fails_is_done_and_its_locks_are_cleared(backend: Ba
         .expect("id")
         .to_owned();
     let deadline = Instant::now() + Duration::from_secs(30);
-    let job = loop {
-        let job: Value = http
-            .get(format!("{base}/renames/{id}"))
-            .send()
-            .await
-            .expect("GET")
-            .json()
-            .await
-            .expect("json");
-        if job["state"] == "done" || job["state"] == "failed" {
-            break job;
-        }
-        assert!(Instant::now() < deadline, "never finished: {job}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let job = fs_testkit::rename_ended(&http, &base, &id, deadline).await;
 
     assert_eq!(store.failed(), 1, "the release failed");
     assert_eq!(job["state"], "done", "{job}");

@@ -155,22 +155,7 @@ async fn dead_instance_jobs_are_taken_over(backend: Backend) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut ended = Vec::new();
     for id in ["j-open", "j-queued", "j-absent", "j-closed"] {
-        loop {
-            let job: Value = http
-                .get(format!("{base}/renames/{id}"))
-                .send()
-                .await
-                .expect("GET")
-                .json()
-                .await
-                .expect("JSON");
-            if job["state"] == "done" || job["state"] == "failed" {
-                ended.push(job);
-                break;
-            }
-            assert!(Instant::now() < deadline, "{id} never ended: {job}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        ended.push(fs_testkit::rename_ended(&http, &base, id, deadline).await);
     }
     for job in &ended {
         assert_eq!(job["state"], "done", "{job}");
