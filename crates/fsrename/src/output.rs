@@ -117,9 +117,40 @@ pub fn to_stderr(line: impl Display) {
     let _ = writeln!(io::stderr().lock(), "{line}");
 }
 
+/// Returns `path` as messages show it: between backticks, with control characters (a newline
+/// in a file name) escaped as Rust writes them (`\n`, `\u{1b}`), so that one name is one line
+/// of output and cannot pass for something else. Success lines and errors quote alike.
+pub fn quoted(path: &str) -> String {
+    format!("`{}`", escaped(path))
+}
+
+/// Returns `text` with its control characters escaped (see [`quoted`]).
+pub fn escaped(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_owned();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quoted_paths_are_one_line_whatever_their_names() {
+        assert_eq!(quoted("/a/b c"), "`/a/b c`");
+        assert_eq!(quoted("/a/new\nline"), "`/a/new\\nline`");
+        assert_eq!(quoted("/a/new\nline\t\u{1b}"), "`/a/new\\nline\\t\\u{1b}`");
+        assert_eq!(escaped("é/ü"), "é/ü");
+    }
 
     #[test]
     fn a_broken_pipe_is_a_closed_stdout_and_keeps_the_verdict() {

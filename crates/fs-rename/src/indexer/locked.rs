@@ -133,7 +133,7 @@ async fn locked_index(
         }
     }
     tree.refresh().await?;
-    Ok(matching.finish(tree))
+    Ok(matching.finish(tree, report))
 }
 
 /// A write the walk calls for: the entry as read (none for a new one), the document as found
@@ -149,6 +149,9 @@ struct Matching {
     carried: HashMap<FsPath, (usize, bool)>,
     deferred: bool,
     present: HashSet<FsPath>,
+    /// Where the walk could not read: what the store holds at and under these paths is
+    /// unknown, and is not stale.
+    unread: Vec<FsPath>,
 }
 
 impl Matching {
@@ -173,6 +176,7 @@ impl Matching {
             carried,
             deferred: false,
             present: HashSet::from([at.clone()]),
+            unread: Vec::new(),
         }
     }
 
@@ -202,6 +206,11 @@ impl Matching {
                 }
                 Walked::Skipped(s) => {
                     report.skip(s.clone());
+                    continue;
+                }
+                Walked::Unread { skipped, at } => {
+                    report.not_read(skipped.clone());
+                    self.unread.push(at.clone());
                     continue;
                 }
             };
@@ -314,7 +323,7 @@ impl Matching {
     /// What the pass leaves: the moves, with what they carry as read; what is not on disk
     /// (what is left of the store's documents, those the moves carry at the path they will
     /// have).
-    fn finish(self, tree: &FsTree) -> Locked {
+    fn finish(self, tree: &FsTree, report: &mut IndexReport) -> Locked {
         let Existing { mut read, slot } = self.existing;
         let mut stale: Vec<Entry> = slot.into_values().filter_map(|i| read[i].take()).collect();
         // What the moves carry stays in `read`, in the order read: the rest is taken out.
@@ -327,6 +336,14 @@ impl Matching {
                     ..entry.clone()
                 });
             }
+        }
+        // What lies where the walk could not read may well be on disk: never stale, so never
+        // pruned (a watcher run by a user who cannot read a directory, or meeting one whose
+        // mode changed, would otherwise delete what it cannot see).
+        if !self.unread.is_empty() {
+            let before = stale.len();
+            stale.retain(|e| !self.unread.iter().any(|u| e.doc.path.is_inside(u)));
+            report.kept_unread += (before - stale.len()) as u64;
         }
         let carried_as_read = read
             .into_iter()

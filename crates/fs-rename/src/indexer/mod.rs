@@ -15,7 +15,9 @@
 //!    rename: ids and every field kept), not deleted and created again; if they left
 //!    anything to do, a second pass like step 2 does it;
 //! 4. documents with no counterpart on disk are reported, and with `prune` deleted, a
-//!    journaled `rm -r` of each topmost one under its own tree locks (`prune.rs`).
+//!    journaled `rm -r` of each topmost one under its own tree locks (`prune.rs`). What lies
+//!    at or under an entry the walk could not read (a directory it may not list) is unknown,
+//!    not gone: it is kept, and counted in [`IndexReport::kept_unread`].
 //!
 //! A directory moved, and nothing else changed, is thus one read of the target, made while
 //! the walk runs, and one rename that does not read the subtree again (on the embedded
@@ -126,7 +128,17 @@ pub struct IndexReport {
     pub pruned: u64,
     /// Symbolic links (not followed, not indexed).
     pub symlinks: u64,
-    /// Entries skipped for any reason, symbolic links included.
+    /// Entries that exist but could not be read: directories whose entries could not be
+    /// listed (the top one among them), entries whose metadata could not be read. What the
+    /// store holds at and under them is kept, never pruned.
+    pub unreadable: u64,
+    /// The first hundred unreadable entries, with the error.
+    pub unread: Vec<Skipped>,
+    /// Documents at or under unreadable entries, kept in the store although the walk could
+    /// not see them on disk.
+    pub kept_unread: u64,
+    /// Entries skipped for any other reason (names that are not UTF-8, special files),
+    /// symbolic links included.
     pub skipped_count: u64,
     /// The first hundred skipped entries.
     pub skipped: Vec<Skipped>,
@@ -153,6 +165,13 @@ impl IndexReport {
             self.skipped.push(skipped);
         }
     }
+
+    fn not_read(&mut self, unread: Skipped) {
+        self.unreadable += 1;
+        if self.unread.len() < 100 {
+            self.unread.push(unread);
+        }
+    }
 }
 
 /// A callback told of progress after every batch.
@@ -161,9 +180,11 @@ pub type IndexProgressSink = Arc<dyn Fn(IndexProgress) + Send + Sync>;
 /// Indexes the local directory `dir` at `at` in the tree, creating `at`'s missing parents.
 ///
 /// # Errors
-/// [`RenameError::Local`] if `dir` is not a readable directory; lock and store failures.
-/// Unreadable entries, names that are not UTF-8 and symbolic links are not errors: they are
-/// counted and listed in the report.
+/// [`RenameError::Local`] if `dir` is not a directory; lock and store failures. Unreadable
+/// entries (the top directory among them), names that are not UTF-8 and symbolic links are
+/// not errors: they are counted and listed in the report, and what the store holds under an
+/// unreadable entry is kept ([`IndexReport::unreadable`]); the caller decides whether a run
+/// that could not read everything failed.
 pub async fn index_dir(
     tree: &FsTree,
     dir: &Path,

@@ -16,6 +16,13 @@ pub(super) enum Walked {
     Doc(FsDoc),
     Skipped(Skipped),
     Symlink(Skipped),
+    /// Something that exists but could not be read (a directory whose entries cannot be
+    /// listed, an entry whose metadata cannot be read): what the store holds at `at` and
+    /// under it is unknown, not gone, and is never pruned.
+    Unread {
+        skipped: Skipped,
+        at: FsPath,
+    },
 }
 
 /// The walk of a directory, started on the blocking pool and awaited where it is first
@@ -75,26 +82,43 @@ pub(super) fn walk_all(root: &Path, at: &FsPath) -> Vec<Walked> {
     while let Some(next) = entries.next() {
         let item = match next {
             Err(e) => {
-                let path = e.path().unwrap_or(root).to_string_lossy().into_owned();
-                let reason = e
-                    .io_error()
-                    .map_or_else(|| e.to_string(), |io| format!("unreadable: {io}"));
-                Walked::Skipped(Skipped { path, reason })
+                let local = e.path().unwrap_or(root);
+                let skipped = Skipped {
+                    path: local.to_string_lossy().into_owned(),
+                    reason: e
+                        .io_error()
+                        .map_or_else(|| e.to_string(), |io| format!("unreadable: {io}")),
+                };
+                // A path that has no place in the store (a name that is not UTF-8) holds no
+                // document to keep; one the error does not name may be anything under the
+                // root, so everything there is kept.
+                match e.path().map(|p| store_path(root, at, p)) {
+                    Some(Err(_)) => Walked::Skipped(skipped),
+                    Some(Ok(path)) => Walked::Unread { skipped, at: path },
+                    None => Walked::Unread {
+                        skipped,
+                        at: at.clone(),
+                    },
+                }
             }
             Ok(entry) => {
                 let shown = entry.path().to_string_lossy().into_owned();
                 let is_dir = entry.file_type().is_dir();
                 match describe(root, at, &entry) {
                     Ok(item) => item,
-                    Err(reason) => {
+                    Err(Undescribed { reason, at }) => {
                         if is_dir {
                             // Nothing under a directory that cannot be indexed can be either.
                             entries.skip_current_dir();
                         }
-                        Walked::Skipped(Skipped {
+                        let skipped = Skipped {
                             path: shown,
                             reason,
-                        })
+                        };
+                        match at {
+                            Some(at) => Walked::Unread { skipped, at },
+                            None => Walked::Skipped(skipped),
+                        }
                     }
                 }
             }
@@ -123,10 +147,16 @@ pub(super) fn identity_of(meta: &Metadata) -> Option<Identity> {
     }
 }
 
-/// Turns a walked entry into a document, or says why it cannot be one.
-fn describe(root: &Path, at: &FsPath, entry: &walkdir::DirEntry) -> Result<Walked, String> {
-    let file_type = entry.file_type();
-    let relative = entry.path().strip_prefix(root).map_err(|e| e.to_string())?;
+/// Why a walked entry cannot be a document, and, where it has a place in the store, that
+/// place: it exists but could not be read, so what the store holds there is kept.
+struct Undescribed {
+    reason: String,
+    at: Option<FsPath>,
+}
+
+/// The store path of the local path `local`, found under `root`, indexed at `at`.
+fn store_path(root: &Path, at: &FsPath, local: &Path) -> Result<FsPath, String> {
+    let relative = local.strip_prefix(root).map_err(|e| e.to_string())?;
     let mut path = at.clone();
     for component in relative.components() {
         let name = component
@@ -135,6 +165,14 @@ fn describe(root: &Path, at: &FsPath, entry: &walkdir::DirEntry) -> Result<Walke
             .ok_or_else(|| "the name is not UTF-8".to_owned())?;
         path = path.join(name).map_err(|e| e.to_string())?;
     }
+    Ok(path)
+}
+
+/// Turns a walked entry into a document, or says why it cannot be one.
+fn describe(root: &Path, at: &FsPath, entry: &walkdir::DirEntry) -> Result<Walked, Undescribed> {
+    let file_type = entry.file_type();
+    let path =
+        store_path(root, at, entry.path()).map_err(|reason| Undescribed { reason, at: None })?;
     if file_type.is_symlink() {
         let shown = entry.path().to_string_lossy().into_owned();
         return Ok(Walked::Symlink(Skipped {
@@ -142,7 +180,10 @@ fn describe(root: &Path, at: &FsPath, entry: &walkdir::DirEntry) -> Result<Walke
             reason: "symbolic link (not followed)".into(),
         }));
     }
-    let meta = entry.metadata().map_err(|e| format!("unreadable: {e}"))?;
+    let meta = entry.metadata().map_err(|e| Undescribed {
+        reason: format!("unreadable: {e}"),
+        at: Some(path.clone()),
+    })?;
     let modified = meta
         .modified()
         .ok()

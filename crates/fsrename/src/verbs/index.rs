@@ -14,7 +14,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{lock_settings, open_tree, print_verdict};
 use crate::cli::Cli;
-use crate::output::{to_stderr, Printer};
+use crate::output::{quoted, to_stderr, Printer};
+use crate::{EXIT_INTERRUPTED, EXIT_OK};
 
 /// How often progress is printed when stderr is not a terminal.
 const PLAIN_EVERY: Duration = Duration::from_secs(2);
@@ -53,7 +54,25 @@ pub async fn run(
         bar.finish_and_clear();
     }
     let report = report?;
-    print_verdict(&report, report.failed == 0, json, print_summary)
+    warn_unread(&report.unread, report.unreadable, report.kept_unread);
+    let clean = report.failed == 0 && report.unreadable == 0;
+    print_verdict(&report, clean, json, print_summary)
+}
+
+/// Says on stderr what could not be read, and that nothing of it was deleted: a run that
+/// could not see everything fails (exit 1), so that a script or a supervisor notices.
+fn warn_unread(unread: &[fs_rename::Skipped], count: u64, kept: u64) {
+    let Some(first) = unread.first() else {
+        return;
+    };
+    to_stderr(format_args!(
+        "fsrename: {} could not be read (`{}`: {}{}); the store keeps what it holds there ({}), nothing of it was deleted",
+        fs_model::plural(count, "entry", "entries"),
+        first.path,
+        first.reason.trim_start_matches("unreadable: "),
+        if count > 1 { ", and others listed below" } else { "" },
+        fs_model::plural(kept, "document", "documents"),
+    ));
 }
 
 /// `index --watch`: indexes, then follows the directory until `shutdown`; prints each batch
@@ -84,52 +103,72 @@ pub async fn watch(
     };
     let sink = Arc::new(move |event: WatchEvent<'_>| {
         match event {
-        WatchEvent::Ready(r) => to_stderr(format_args!(
-            "fsrename: indexed {} files and {} directories ({} created, {} updated, {} moves, {} deleted); watching for changes (Ctrl-C stops)",
-            r.files, r.dirs, r.created, r.updated, r.moves, r.pruned
-        )),
-        WatchEvent::Applying { .. } => {}
-        WatchEvent::Batch(b) if b.rescan => to_stderr(format_args!(
-            "fsrename: events were lost; rescanned the whole tree ({} moves, {} deleted)",
-            b.renames, b.removed
-        )),
-        // A batch that did nothing (the wake-up for removals that turned out to have been
-        // renamed, say) says nothing.
-        WatchEvent::Batch(b)
-            if b.events == 0
-                && b.renames + b.indexed + b.files + b.removed == 0
-                && b.failures.is_empty() => {}
-        WatchEvent::Batch(b) => to_stderr(format_args!(
-            "fsrename: {} events: {} renames, {} directories indexed, {} files, {} removed{}",
-            b.events,
-            b.renames,
-            b.indexed,
-            b.files,
-            b.removed,
-            if b.failures.is_empty() {
-                String::new()
-            } else {
-                format!(", {} not applied (see the log)", b.failures.len())
+            WatchEvent::Ready(r) => {
+                warn_unread(&r.unread, r.unreadable, r.kept_unread);
+                to_stderr(format_args!(
+                "fsrename: indexed {} files and {} directories ({} created, {} updated, {} moves, {} deleted); watching for changes (Ctrl-C stops)",
+                r.files, r.dirs, r.created, r.updated, r.moves, r.pruned
+            ))
             }
-        )),
-    }
+            WatchEvent::Applying { .. } => {}
+            WatchEvent::Batch(b) if b.rescan => to_stderr(format_args!(
+                "fsrename: events were lost; rescanned the whole tree ({} moves, {} deleted)",
+                b.renames, b.removed
+            )),
+            // A batch that changed nothing says nothing: reads of the tree (`find`, an editor
+            // opening files, the first run's own walk) make events but no change, and the
+            // wake-up for removals that turned out to have been renamed makes none at all.
+            WatchEvent::Batch(b)
+                if b.renames + b.indexed + b.files + b.removed == 0
+                    && b.failures.is_empty()
+                    && b.unreadable.is_empty() => {}
+            WatchEvent::Batch(b) => {
+                to_stderr(format_args!(
+                "fsrename: {} events: {} renames, {} directories indexed, {} files, {} removed{}",
+                b.events,
+                b.renames,
+                b.indexed,
+                b.files,
+                b.removed,
+                if b.failures.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} not applied (see the log)", b.failures.len())
+                }
+            ));
+                for unread in &b.unreadable {
+                    to_stderr(format_args!(
+                        "fsrename: could not read {unread}: the store keeps what it holds there"
+                    ));
+                }
+            }
+        }
     });
     let report = watch_dir(&tree, dir, &at, &options, shutdown, Some(sink))
         .await
         .with_context(|| format!("watching `{}` as `{at}` in {}", dir.display(), cli.store))?;
-    let clean = report.failures == 0 && report.initial.failed == 0;
-    print_verdict(&report, clean, json, |out, report| {
+    let unread = report.initial.unreadable + report.unreadable;
+    let clean = report.failures == 0 && report.initial.failed == 0 && unread == 0;
+    // The watch ends only when it is told to stop (Ctrl-C, SIGTERM): 130, as the shell reports
+    // an interrupted command, or 1 if it could not keep the store in step with the disk.
+    let code = print_verdict(&report, clean, json, |out, report| {
         print_summary(out, &report.initial)?;
         out.line(format_args!(
-            "  watched: {} batches, {} renames, {} directories indexed, {} files, {} removed, {} rescans, {} changes not applied",
+            "  watched: {} batches, {} renames, {} directories indexed, {} files, {} removed, {} rescans, {} changes not applied, {} unreadable",
             report.batches,
             report.renames,
             report.indexed,
             report.files,
             report.removed,
             report.rescans,
-            report.failures
+            report.failures,
+            report.unreadable
         ))
+    })?;
+    Ok(if code == EXIT_OK {
+        EXIT_INTERRUPTED
+    } else {
+        code
     })
 }
 
@@ -236,15 +275,38 @@ fn print_summary(out: &mut Printer, r: &IndexReport) -> anyhow::Result<()> {
             ))?;
         }
     }
-    if r.skipped_count > 0 {
+    if r.unreadable > 0 {
         out.line(format_args!(
-            "  skipped: {} ({} not followed)",
-            r.skipped_count,
-            fs_model::plural(r.symlinks, "symbolic link", "symbolic links")
+            "  UNREADABLE: {} could not be read; the store keeps what it holds there ({}), nothing of it was deleted",
+            fs_model::plural(r.unreadable, "entry", "entries"),
+            fs_model::plural(r.kept_unread, "document", "documents"),
+        ))?;
+        for s in &r.unread {
+            out.line(format_args!("    {}: {}", quoted(&s.path), s.reason))?;
+        }
+        if r.unreadable > r.unread.len() as u64 {
+            out.line(format_args!(
+                "    ... and {} more",
+                r.unreadable - r.unread.len() as u64
+            ))?;
+        }
+    }
+    if r.skipped_count > 0 {
+        let links = if r.symlinks > 0 {
+            format!(
+                " ({} not followed)",
+                fs_model::plural(r.symlinks, "symbolic link", "symbolic links")
+            )
+        } else {
+            String::new()
+        };
+        out.line(format_args!(
+            "  skipped: {}{links}",
+            fs_model::plural(r.skipped_count, "entry", "entries"),
         ))?;
     }
     for s in &r.skipped {
-        out.line(format_args!("    {}: {}", s.path, s.reason))?;
+        out.line(format_args!("    {}: {}", quoted(&s.path), s.reason))?;
     }
     if r.skipped_count > r.skipped.len() as u64 {
         out.line(format_args!(

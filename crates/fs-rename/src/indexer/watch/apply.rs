@@ -102,7 +102,12 @@ impl Applier<'_> {
                 // store holds at the old place now came after, and is stale.
                 dirty.push(moved);
             }
-            if path.symlink_metadata().is_err() {
+            // Gone, not merely unreadable (a directory above it whose mode changed): only
+            // what is not found is forgotten.
+            if path
+                .symlink_metadata()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+            {
                 self.confirmed.insert(path.clone());
             }
             dirty.push(path);
@@ -184,6 +189,7 @@ impl Applier<'_> {
                 batch.renames += r.moves;
                 batch.indexed += 1;
                 batch.removed += r.pruned;
+                batch.note_unread(&r);
             }
             Err(e) => batch.failures.push(format!("rescan: {e}")),
         }
@@ -408,6 +414,7 @@ impl Applier<'_> {
             Ok((r, stale)) => {
                 batch.indexed += 1;
                 batch.renames += r.moves;
+                batch.note_unread(&r);
                 // What the index found gone goes once a later batch confirms it.
                 let gone: Vec<Entry> = stale
                     .into_iter()

@@ -100,6 +100,17 @@ pub struct WatchBatch {
     pub rescan_reason: Option<String>,
     /// What could not be applied (retried by the next change there, or the next rescan).
     pub failures: Vec<String>,
+    /// What exists on disk but could not be read (`path: error`): what the store holds
+    /// there is kept, not removed, until it can be read.
+    pub unreadable: Vec<String>,
+}
+
+impl WatchBatch {
+    /// Notes what the index run `r`, made for this batch, could not read.
+    fn note_unread(&mut self, r: &IndexReport) {
+        self.unreadable
+            .extend(r.unread.iter().map(|s| format!("{}: {}", s.path, s.reason)));
+    }
 }
 
 /// What the watch did, until it stopped.
@@ -121,6 +132,8 @@ pub struct WatchReport {
     pub rescans: u64,
     /// Failures, over all batches.
     pub failures: u64,
+    /// Entries found unreadable, over all batches (the first run's are in `initial`).
+    pub unreadable: u64,
 }
 
 /// Told of the first run and of every batch.
@@ -176,7 +189,18 @@ pub async fn watch_dir(
     .map_err(|e| super::local(&root, &format!("cannot watch: {e}")))?;
     watcher
         .watch(&root, RecursiveMode::Recursive)
-        .map_err(|e| super::local(&root, &format!("cannot watch: {e}")))?;
+        .map_err(|e| {
+            // The recursive watch fails whole on one directory it may not read: name that one.
+            let at = e.paths.first().cloned().unwrap_or_else(|| root.clone());
+            let why = match &e.kind {
+                notify::ErrorKind::Io(io) => io.to_string(),
+                other => format!("{other:?}"),
+            };
+            super::local(
+                &at,
+                &format!("cannot watch it: {why} (nothing was indexed or removed)"),
+            )
+        })?;
     let initial = index_dir(tree, &root, at, &options.index, None).await?;
     if let Some(sink) = &sink {
         sink(WatchEvent::Ready(&initial));
@@ -279,6 +303,7 @@ impl WatchReport {
         self.removed += batch.removed;
         self.rescans += u64::from(batch.rescan);
         self.failures += batch.failures.len() as u64;
+        self.unreadable += batch.unreadable.len() as u64;
     }
 }
 

@@ -95,7 +95,7 @@ impl Applier<'_> {
 
     /// The document each of `locals` asks for on disk (`None` for a path gone, a symbolic link
     /// or a special file), paths outside the target left out; a path that cannot be read is
-    /// counted as a failure of `batch` and left out too.
+    /// noted in `batch` as unreadable and left out too (what the store holds there is kept).
     fn describe_locals(&self, locals: &[PathBuf], batch: &mut WatchBatch) -> Vec<Wanted> {
         let mut wanted = Vec::new();
         for local in locals {
@@ -107,8 +107,9 @@ impl Applier<'_> {
                 // Symbolic links and special files are not indexed.
                 Ok(_) => None,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                // There, but not to be read: what the store holds there is kept.
                 Err(e) => {
-                    batch.failures.push(format!("{}: {e}", local.display()));
+                    batch.unreadable.push(format!("{}: {e}", local.display()));
                     continue;
                 }
             };
@@ -264,7 +265,8 @@ impl Applier<'_> {
                     self.remove(&path, batch).await;
                 }
             }
-            Err(e) => batch.failures.push(format!("{shown}: {e}")),
+            // There, but not to be read: what the store holds there is kept.
+            Err(e) => batch.unreadable.push(format!("{shown}: {e}")),
         }
     }
 
