@@ -1047,6 +1047,62 @@ fn verbs_on_a_missing_database_say_there_is_no_tree_and_create_nothing() {
     assert_eq!(text(&out.stdout), "a/\n", "{}", text(&out.stderr));
 }
 
+/// Issue 47, item 2: a mistyped `--index` on Elasticsearch created the tree, lock and journal
+/// indices and answered as if an empty tree were there (`ls /` printed nothing, exit 0; then
+/// `fsck` found 0 documents, 0 problems). On both stores, every verb that needs a tree says
+/// there is none in that index, and creates nothing.
+#[test]
+fn a_mistyped_index_is_named_and_nothing_is_created() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("t.db");
+    let db = db.to_str().expect("utf-8 temp path").to_owned();
+    let proxy = fs_testkit::es_proxy().url().to_owned();
+    let real = fs_testkit::unique_name("real");
+    let typo = fs_testkit::unique_name("typo");
+    for store in [db.as_str(), proxy.as_str()] {
+        let made = fsrename(&["--store", store, "--index", &real, "mkdir", "/a"]);
+        assert_eq!(made.status.code(), Some(0), "{}", text(&made.stderr));
+        for verb in [
+            &["ls", "/"][..],
+            &["ls", "-R", "--consistent", "/"],
+            &["find", "/", "--name", "*.txt"],
+            &["locks"],
+            &["fsck", "/"],
+            &["mv", "/a", "/b"],
+            &["cp", "-r", "/a", "/b"],
+            &["rm", "-r", "/a"],
+            &["recover"],
+        ] {
+            let mut args = vec!["--store", store, "--index", &typo];
+            args.extend_from_slice(verb);
+            let out = fsrename(&args);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{store} {verb:?}: {stderr}");
+            assert!(
+                stderr.contains(&format!("there is no tree in index `{typo}`"))
+                    && stderr.contains("--index"),
+                "{store} {verb:?}: {stderr}"
+            );
+        }
+    }
+    // Nothing was created: the server has no index of that name, nor its lock or journal.
+    let server: fs_store::SharedStore = std::sync::Arc::new(fs_testkit::raw_osmem_store());
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    for index in [
+        typo.clone(),
+        format!("{typo}-lock"),
+        format!("{typo}-journal"),
+    ] {
+        let there = runtime
+            .block_on(server.indices_exist(&[index.as_str()]))
+            .expect("ask the server");
+        assert!(!there, "{index} was created");
+    }
+    // And the right index still answers.
+    let out = fsrename(&["--store", &db, "--index", &real, "ls", "/"]);
+    assert_eq!(text(&out.stdout), "a/\n", "{}", text(&out.stderr));
+}
+
 /// Issue 36: `--lease 0s` was taken, and the job then failed with "lost the lock"; `fsck /nope`
 /// reported a clean empty subtree.
 #[test]

@@ -29,11 +29,7 @@ pub async fn run(
         Err(RenameError::Store {
             cause: StoreError::IndexNotFound { .. },
             ..
-        }) => anyhow::bail!(
-            "there is no tree in index `{}` of {}: nothing has been stored there yet",
-            cli.index,
-            cli.store
-        ),
+        }) => anyhow::bail!("{}", super::no_tree(cli)),
         Err(e) => {
             return Err(e).with_context(|| {
                 format!(

@@ -263,11 +263,29 @@ async fn open_tree(cli: &Cli) -> anyhow::Result<FsTree> {
     tree_of(cli, cli.store.open(&cli.store_options())?).await
 }
 
-/// Opens the tree of a store that must be there already (a database file that does not exist
-/// is an error, not a new empty file), creating its indices if they are missing: for the verbs
-/// that read a tree or change what is in it.
+/// Opens the tree of a store that must be there already, in an index that must be there
+/// already: a database file that does not exist, or a tree index that does not (a mistyped
+/// `--index`), is an error naming it, not a new empty tree. The lock and journal indices
+/// beside it are made if they are missing. For the verbs that read a tree or change what is
+/// in it.
 async fn open_existing_tree(cli: &Cli) -> anyhow::Result<FsTree> {
-    tree_of(cli, cli.store.open_existing(&cli.store_options())?).await
+    let store = cli.store.open_existing(&cli.store_options())?;
+    let there = store
+        .indices_exist(&[cli.index.as_str()])
+        .await
+        .with_context(|| format!("looking for index `{}` in {}", cli.index, cli.store))?;
+    if !there {
+        anyhow::bail!("{}", no_tree(cli));
+    }
+    tree_of(cli, store).await
+}
+
+/// What a verb that needs a tree says when its index does not exist.
+fn no_tree(cli: &Cli) -> String {
+    format!(
+        "there is no tree in index `{}` of {}: nothing has been stored there yet (make one with `fsrename index DIR` or `fsrename mkdir PATH`, or name the right one with --index)",
+        cli.index, cli.store
+    )
 }
 
 /// The tree of `store`, its indices made if they are missing.
