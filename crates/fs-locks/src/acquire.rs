@@ -24,6 +24,7 @@ use crate::client::LockClient;
 use crate::clock::lease_end;
 use crate::error::{Blocker, LockError, Result};
 use crate::events::LockEvent;
+use crate::gone::holders_gone;
 use crate::guard::LockGuard;
 use crate::outcome::{Attempt, Grant};
 use crate::plan::{LockItem, TreeLockRequest};
@@ -153,6 +154,8 @@ struct Acquisition {
     attempts: u32,
     /// The documents where the request is registered as a waiter.
     waiting_on: BTreeSet<String>,
+    /// The documents whose dead holders [`Orphans`](crate::Orphans) was asked to settle.
+    settled: BTreeSet<String>,
 }
 
 impl LockClient {
@@ -172,6 +175,7 @@ impl LockClient {
             races: 0,
             attempts: 0,
             waiting_on: BTreeSet::new(),
+            settled: BTreeSet::new(),
         };
         loop {
             if cancel.as_ref().is_some_and(|c| *c.borrow()) {
@@ -187,7 +191,7 @@ impl LockClient {
                 .await;
             acq.round_trips += tried.round_trips;
             acq.races += tried.races;
-            let blocker = match tried.outcome {
+            let mut blocker = match tried.outcome {
                 Ok(None) => return Ok(self.granted(acq)),
                 Ok(Some(blocker)) => blocker,
                 Err(e) if e.is_retryable() && Instant::now() < deadline => {
@@ -199,6 +203,15 @@ impl LockClient {
                     return Err(e);
                 }
             };
+            // A dead holder's lock: its lease ended at once where its process is proven
+            // gone, and what it left finished where the client can (`Orphans`), once per
+            // document, before any waiting.
+            if holders_gone(&blocker) && self.end_gone_leases(&blocker.id).await.unwrap_or(0) > 0 {
+                blocker.expired_ms_ago = Some(0);
+            }
+            if blocker.expired_ms_ago.is_some() && self.settle_orphans(&mut acq, &blocker).await {
+                continue;
+            }
             let now = Instant::now();
             if now >= deadline {
                 self.stop_waiting(&acq.waiting_on).await;
@@ -243,6 +256,24 @@ impl LockClient {
             grant,
         });
         LockGuard::new(self.clone(), ids, wanted, grant)
+    }
+
+    /// Asks the client's [`Orphans`](crate::Orphans), if it has one, to settle what the dead
+    /// holders of `blocker` left; true if it did something (the caller tries again at once).
+    /// Asked once per document per acquisition, and only while this client holds nothing:
+    /// settling takes locks of its own, which must never wait on ours.
+    async fn settle_orphans(&self, acq: &mut Acquisition, blocker: &Blocker) -> bool {
+        let Some(orphans) = self.orphans() else {
+            return false;
+        };
+        if blocker.waiter || !acq.settled.insert(blocker.id.clone()) {
+            return false;
+        }
+        if !self.held().await.is_empty() {
+            return false;
+        }
+        tracing::info!(lock = %blocker.path, holders = %blocker.holders, "a dead holder's lock is in the way: finishing what it left");
+        orphans.settle(blocker).await
     }
 
     /// Removes this request's waiter entries (it gave up). A failure is logged: the entries

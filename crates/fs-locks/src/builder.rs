@@ -1,5 +1,6 @@
 //! [`LockClientBuilder`]: how a [`LockClient`] is configured, every option with its default.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use fs_store::SharedStore;
@@ -8,6 +9,8 @@ use tokio::sync::watch;
 use crate::client::{LockClient, Settings};
 use crate::events::EventSink;
 use crate::lock_doc::Owner;
+use crate::orphans::Orphans;
+use crate::os_process::OsProcess;
 use crate::protocol::{LockProtocol, ProtocolMemo};
 
 /// Builds a [`LockClient`].
@@ -28,6 +31,8 @@ pub struct LockClientBuilder {
     memo: Option<ProtocolMemo>,
     cancel: Option<watch::Receiver<bool>>,
     max_clock_skew: Option<Duration>,
+    os_process: Option<Option<OsProcess>>,
+    orphans: Option<Arc<dyn Orphans>>,
 }
 
 impl std::fmt::Debug for LockClientBuilder {
@@ -128,6 +133,23 @@ impl LockClientBuilder {
         self
     }
 
+    /// Sets the operating-system process written into this client's lock documents: `None`
+    /// records none, so that only the lease ends its locks (as for a holder on another
+    /// machine). Default: this process ([`OsProcess::current`]).
+    pub fn os_process(mut self, process: Option<OsProcess>) -> LockClientBuilder {
+        self.os_process = Some(process);
+        self
+    }
+
+    /// Gives acquisitions something to do about a lock whose holders' leases have all ended
+    /// (a job that died): [`Orphans::settle`], asked once per refusing document per
+    /// acquisition, with nothing held. Default: none; such a lock is waited for, and only
+    /// recovery clears it.
+    pub fn orphans(mut self, orphans: Arc<dyn Orphans>) -> LockClientBuilder {
+        self.orphans = Some(orphans);
+        self
+    }
+
     /// Returns the client.
     pub fn build(self) -> LockClient {
         let max_clock_skew = self
@@ -144,6 +166,7 @@ impl LockClientBuilder {
                 process_id: self.process_id.unwrap_or_else(fs_model::entropy::uuid),
                 holder: self.holder,
                 job: self.job,
+                os_process: self.os_process.unwrap_or_else(OsProcess::current),
             },
             lease: self.lease,
             renew_every,
@@ -155,6 +178,7 @@ impl LockClientBuilder {
             protocol_wanted: self.protocol,
             memo: self.memo.unwrap_or_default(),
             cancel: self.cancel,
+            orphans: self.orphans,
         })
     }
 }
@@ -179,6 +203,8 @@ impl LockClient {
             memo: None,
             cancel: None,
             max_clock_skew: None,
+            os_process: None,
+            orphans: None,
         }
     }
 }

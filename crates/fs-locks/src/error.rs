@@ -6,6 +6,7 @@ use fs_model::FsPath;
 use fs_store::StoreError;
 
 use crate::lock_doc::Conflict;
+use crate::os_process::OsProcess;
 use fs_model::LockMode;
 
 /// A lock that stood in the way: where it is and who holds it (or waits there before us).
@@ -13,6 +14,8 @@ use fs_model::LockMode;
 pub struct Blocker {
     /// The locked path, or the lock document id for global and document locks.
     pub path: String,
+    /// The lock document's id (`-` for a refusal that is not a lock's).
+    pub id: String,
     /// What refuses: `exclusive` (X), `shared` (IX, the book's shared lock), `S`, `IS`; or
     /// `contended`, `store`, `released` for refusals that are not a lock's.
     pub lock_type: String,
@@ -21,8 +24,13 @@ pub struct Blocker {
     /// True when an older request waiting there refused us (fair waiting), not a holder.
     pub waiter: bool,
     /// How long ago the refusing holders' leases ended, in milliseconds, when they all have:
-    /// a holder that died. Only `fsrename recover` clears its locks.
+    /// a holder that died. Only recovery clears its locks (`fsrename recover`, or a job given
+    /// [`Orphans`](crate::Orphans) to do it).
     pub expired_ms_ago: Option<i64>,
+    /// The refusing holders' operating-system processes, when each recorded its own: on
+    /// their machine, proof that they are gone ends their leases at once
+    /// ([`LockClient::end_gone_leases`](crate::LockClient::end_gone_leases)).
+    pub processes: Option<Vec<OsProcess>>,
 }
 
 impl Blocker {
@@ -34,20 +42,28 @@ impl Blocker {
     ) -> Blocker {
         Blocker {
             path: path.into(),
+            id: "-".to_owned(),
             lock_type: lock_type.into(),
             holders: holders.into(),
             waiter: false,
             expired_ms_ago: None,
+            processes: None,
         }
     }
 
-    pub(crate) fn from_conflict(path: String, conflict: &Conflict, now: i64) -> Blocker {
+    pub(crate) fn from_conflict(
+        (path, id): (String, &str),
+        conflict: &Conflict,
+        now: i64,
+    ) -> Blocker {
         Blocker {
             path,
+            id: id.to_owned(),
             lock_type: mode_word(conflict.mode).to_owned(),
             holders: conflict.holders.clone(),
             waiter: conflict.waiter,
             expired_ms_ago: conflict.expired_at.map(|t| (now - t).max(0)),
+            processes: conflict.processes.clone(),
         }
     }
 }
@@ -95,6 +111,40 @@ impl std::fmt::Display for Blocker {
             )?;
         }
         Ok(())
+    }
+}
+
+/// What a client knows of its own renewals when it finds its lease over: a process starved of
+/// the CPU (a busy machine, a pause) renews late and loses a lease nobody took from it, which
+/// is not the same as a rival's takeover or a failing store, and the message says which.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LateRenewal {
+    /// How often a renewal was due (a third of the lease, by default).
+    pub every: Duration,
+    /// How long since the renewal last ran (or, if it never did, since it was started).
+    pub since_attempt: Duration,
+    /// How long since a renewal last succeeded (or since it was started).
+    pub since_success: Duration,
+}
+
+impl LateRenewal {
+    /// Says why the lease ran out: the renewal did not run in time (starved), or ran and
+    /// failed, or neither (the lease was too short for the work between two renewals).
+    fn why(&self) -> String {
+        let every = fs_model::short_duration(self.every);
+        if self.since_attempt > self.every * 2 {
+            format!(
+                "; this process renews it every {every}, but its renewal had not run for {}: the process was starved (a busy machine, or a pause), no other job took the lock",
+                fs_model::short_duration(self.since_attempt)
+            )
+        } else if self.since_success > self.every * 2 {
+            format!(
+                "; its renewals (every {every}) kept failing for {} (see the warnings logged)",
+                fs_model::short_duration(self.since_success)
+            )
+        } else {
+            String::new()
+        }
     }
 }
 
@@ -150,10 +200,14 @@ pub enum LockError {
     /// This owner's lock was taken over or removed by someone else (its lease had expired),
     /// or its lease ran out before the work under it ended (a pause: a stalled request, a
     /// stopped process), so that someone may have.
-    #[error("lost the lock on `{path}`: its lease ran out, and it was or may have been taken over or removed")]
+    #[error("lost the lock on `{path}`: its lease ran out, and it was or may have been taken over or removed{}", renewal.as_ref().map(LateRenewal::why).unwrap_or_default())]
     LeaseLost {
         /// The lock's path or id.
         path: String,
+        /// Why the lease ran out, where this client can tell: its own renewal ran late, or
+        /// kept failing. `None` where the loss was found otherwise (a renewal or a release
+        /// found the lock taken).
+        renewal: Option<LateRenewal>,
     },
     /// The acquisition was cancelled (the service is shutting down) before it was granted.
     #[error("{wanted} cancelled before it was granted")]

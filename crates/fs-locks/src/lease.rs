@@ -211,6 +211,7 @@ impl LockClient {
         let Some(lock) = ExpiryCheck::read(self, &mut calls, id).await? else {
             return Err(LockError::LeaseLost {
                 path: id.to_owned(),
+                renewal: None,
             });
         };
         lock.expired_exclusive()?;

@@ -35,7 +35,10 @@
 //!
 //! 1. **Values, no I/O.** [`LockMode`] and Gray's compatibility table (defined once in `fs_model`, with the painless built from it), `lock_doc`
 //!    (the lock documents: [`Observed`], the entries, the shapes fsrename writes,
-//!    [`FOREIGN_SEEN`]), `plan` ([`TreeLockRequest`], [`LockItem`]), `outcome` ([`Grant`],
+//!    [`FOREIGN_SEEN`]), `os_process` ([`OsProcess`]: the holder's process as the documents
+//!    record it; its proof of death is the one local look, at `/proc`, on this floor),
+//!    `orphans` ([`Orphans`]: what an acquisition may do about a dead holder's lock),
+//!    `plan` ([`TreeLockRequest`], [`LockItem`]), `outcome` ([`Grant`],
 //!    [`FirstWrite`], [`ReleaseReport`], and the protocols' results), `error`, `events`,
 //!    `clock`, `backoff`, `script_params` (the stored scripts, their params, their Rust
 //!    twins run locally), `background` (the releases dropped guards leave running, counted
@@ -49,8 +52,8 @@
 //! 4. **The client.** `client`: [`LockClient`] with its configuration and the locks it holds
 //!    (private; the floors above use its methods), lease renewal in the background; `builder`.
 //! 5. **Operations.** `acquire` (the `lock_*` entry points), `release`, `guard`
-//!    ([`LockGuard`]), `lease` (expired locks: reap, take over), `adopt`, `foreign`
-//!    ([`ForeignShares`]), `listing`.
+//!    ([`LockGuard`]), `lease` (expired locks: reap, take over), `gone` (the leases of
+//!    holders proven gone, ended at once), `adopt`, `foreign` ([`ForeignShares`]), `listing`.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -79,6 +82,8 @@ mod clock;
 mod error;
 mod events;
 mod lock_doc;
+mod orphans;
+mod os_process;
 mod outcome;
 mod plan;
 mod script_params;
@@ -93,6 +98,7 @@ mod client;
 mod acquire;
 mod adopt;
 mod foreign;
+mod gone;
 mod guard;
 mod lease;
 mod listing;
@@ -103,7 +109,7 @@ pub use backoff::Backoff;
 pub use builder::LockClientBuilder;
 pub use client::LockClient;
 pub use clock::{AnchoredThread, LeaseClock};
-pub use error::{Blocker, LockError, Result};
+pub use error::{Blocker, LateRenewal, LockError, Result};
 pub use events::{EventSink, LockEvent};
 pub use foreign::ForeignShares;
 pub use fs_model::LockMode;
@@ -111,6 +117,8 @@ pub use guard::LockGuard;
 pub use lease::{ExpiredHolder, ExpiredLock, Reaped};
 pub use listing::LockInfo;
 pub use lock_doc::{Conflict, HolderEntry, Observed, Owner, WaiterEntry, FOREIGN_SEEN};
+pub use orphans::Orphans;
+pub use os_process::OsProcess;
 pub use outcome::{FirstWrite, Grant, ReleaseReport, ReleasedAfter};
 pub use plan::{LockItem, TreeLockRequest};
 pub use protocol::{LockProtocol, ProtocolMemo};

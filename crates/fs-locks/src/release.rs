@@ -74,7 +74,10 @@ impl LockClient {
             .retain(|label| leased.get(label).is_none_or(|&until| until <= now));
         self.report_lost(&released.lost);
         if let Some(path) = given_up.lost_before.first().or(released.lost.first()) {
-            return ReleasedAfter::Released(Err(LockError::LeaseLost { path: path.clone() }));
+            return ReleasedAfter::Released(Err(LockError::LeaseLost {
+                path: path.clone(),
+                renewal: None,
+            }));
         }
         ReleasedAfter::Released(Ok(ReleaseReport {
             round_trips: calls.round_trips,

@@ -51,13 +51,15 @@ impl Request<'_> {
             self.now,
             self.queue,
         ) {
-            Some(conflict) => Blocker::from_conflict(item.label(), &conflict, self.now),
+            Some(conflict) => Blocker::from_conflict((item.label(), &item.id), &conflict, self.now),
             None => Blocker {
                 path: item.label(),
+                id: item.id.clone(),
                 lock_type: observed.mode().to_string(),
                 holders: observed.describe_holders(),
                 waiter: false,
                 expired_ms_ago: None,
+                processes: None,
             },
         }
     }

@@ -247,3 +247,31 @@ async fn adoption_takes_over_only_its_predecessors_locks() {
     let y = lock_doc(&env, "/y").await.expect("lock");
     assert_eq!(y["process_id"], stranger.owner().process_id.as_str());
 }
+
+/// Issue 47: a lease lost because this process's own renewal did not run in time (the cores
+/// busy with other work, or the process paused) says so, with how late, so that a user can tell
+/// a slow machine from a rival job or a failing store. The starvation is made, not hoped for:
+/// the test blocks the runtime's only thread, where the renewal task would run, for longer
+/// than the lease. In real time: paused time would not pass while the thread is blocked.
+#[tokio::test(flavor = "current_thread")]
+async fn a_lease_lost_to_a_starved_renewal_says_so() {
+    let env = Env::new(Backend::Embedded).await;
+    let starved = client_builder(&env, "starved")
+        .lease(Duration::from_millis(1_500))
+        .build();
+    let guard = starved.lock_tree(&p("/x/y")).await.expect("lock");
+    starved.ensure_held("/x/y").await.expect("held");
+    std::thread::sleep(Duration::from_millis(2_500));
+    let lost = starved.ensure_held("/x/y").await;
+    let message = match lost {
+        Err(e @ LockError::LeaseLost { .. }) => e.to_string(),
+        other => panic!("expected a lost lease, got {other:?}"),
+    };
+    assert!(
+        message.contains("this process renews it every 500 ms, but its renewal had not run for")
+            && message.contains("starved")
+            && message.contains("no other job took the lock"),
+        "{message}"
+    );
+    drop(guard);
+}

@@ -562,7 +562,114 @@ async fn the_embedded_store_runs_the_lock_scripts_atomically() {
     assert!(err.to_string().contains("unable to find script"), "{err}");
 }
 
+/// What an acquisition is given to settle a dead holder's lock, here: reap it (recovery would
+/// finish the holder's job first), counting the calls.
+struct Reap {
+    reaper: fs_locks::LockClient,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl fs_locks::Orphans for Reap {
+    async fn settle(&self, blocker: &fs_locks::Blocker) -> bool {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.reaper.reap_expired(&blocker.id).await.is_ok()
+    }
+}
+
+/// Issue 47, item 3: a holder that ran on this machine and whose process is gone (a child
+/// process, killed) loses its lease at once, where it used to keep everyone out for the whole
+/// lease (`mv` run again after a Ctrl-C or a crash waited 30 s, then failed). A live holder,
+/// and one that recorded no process (another machine's, the book's), keep theirs. The lock is
+/// still not free (only recovery clears a dead job's locks): an acquisition given `Orphans`
+/// has it settled, once, and is granted at once after.
+async fn a_holder_proven_gone_loses_its_lease_at_once(env: Env) {
+    let long = Duration::from_secs(600);
+    let mut child = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .expect("start a child process");
+    let its = fs_locks::OsProcess::running(child.id()).expect("the child, on Linux");
+    // It never renews: once its process is gone, nothing would.
+    let dead = client_builder(&env, "dead")
+        .os_process(Some(its))
+        .lease(long)
+        .renew_every(long)
+        .build();
+    let elsewhere = client_builder(&env, "elsewhere")
+        .os_process(None)
+        .lease(long)
+        .renew_every(long)
+        .build();
+    let _dead = dead.lock_tree(&p("/g/x")).await.expect("lock");
+    let _elsewhere = elsewhere.lock_tree(&p("/g/y")).await.expect("lock");
+    let b = client_builder(&env, "b")
+        .wait(Duration::from_millis(100))
+        .build();
+
+    // Its process runs: its lease holds.
+    assert_blocked_on(b.lock_tree(&p("/g/x")).await, "/g/x");
+    let doc = lock_doc(&env, "/g/x").await.expect("held");
+    assert_eq!(doc["os_process"]["pid"], child.id(), "{doc}");
+
+    child.kill().expect("kill the child");
+    child.wait().expect("reap the child");
+    let before = fs_locks::LeaseClock::new().now_ms();
+    match b.lock_tree(&p("/g/x")).await {
+        Err(LockError::Timeout { blocker, .. }) => {
+            assert!(blocker.expired_ms_ago.is_some(), "{blocker:?}");
+            assert!(blocker.to_string().contains("expired"), "{blocker}");
+        }
+        other => panic!("expected a timeout on an expired lock, got {other:?}"),
+    }
+    let doc = lock_doc(&env, "/g/x")
+        .await
+        .expect("still there: expired is not free");
+    assert!(
+        doc["expires_at"].as_i64().expect("expiry") < before,
+        "{doc}"
+    );
+    // Only what refused was touched: the dead holder's share of `/g` refuses nobody here.
+    // A sweep of the whole lock index (recovery's first step) ends it, and not the other's.
+    let dead_pid = dead.owner().process_id.clone();
+    let other_pid = elsewhere.owner().process_id.clone();
+    let share = |group: &serde_json::Value, pid: &str| {
+        group["holders"][pid]["expires_at"].as_i64().expect("entry")
+    };
+    let group = lock_doc(&env, "/g").await.expect("shared");
+    assert!(share(&group, &dead_pid) > before, "{group}");
+    assert_eq!(b.end_all_gone_leases().await.expect("sweep"), 1);
+    let group = lock_doc(&env, "/g").await.expect("shared");
+    assert!(share(&group, &dead_pid) < before, "{group}");
+    assert!(share(&group, &other_pid) > before, "{group}");
+    // Another machine's holder: nothing proven, its lease holds.
+    assert_blocked_on(b.lock_tree(&p("/g/y")).await, "/g/y");
+    assert!(
+        lock_doc(&env, "/g/y").await.expect("held")["expires_at"]
+            .as_i64()
+            .expect("expiry")
+            > before
+    );
+
+    let reap = std::sync::Arc::new(Reap {
+        reaper: client(&env, "reaper"),
+        calls: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let c = client_builder(&env, "c")
+        .wait(long)
+        .orphans(reap.clone())
+        .build();
+    let started = std::time::Instant::now();
+    let guard = c.lock_tree(&p("/g/x")).await.expect("granted once settled");
+    assert_eq!(reap.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // Settled, not waited out: far from the lease (the bound is the lease itself, not a
+    // guess at how fast this machine is).
+    assert!(started.elapsed() < long / 2, "{:?}", started.elapsed());
+    guard.release().await.expect("release");
+}
+
 on_every_backend!(
+    a_holder_proven_gone_loses_its_lease_at_once,
     the_protocol_follows_the_store,
     shared_and_shared_are_compatible,
     exclusive_is_refused_under_a_shared_lock,

@@ -134,11 +134,12 @@ pub enum RenameError {
         /// Documents found so far.
         found: u64,
     },
-    /// The job (a rename, copy or delete) stopped half-way, after its journal entry was
-    /// written. Its locks were left in place (not released) so nobody sees or changes the
-    /// half-done tree; once their lease runs out, `fsrename recover` (or a running
-    /// `fsrename serve`) takes them over and finishes the job.
-    #[error("{cause}; the job is unfinished: it stays locked, and journal entry `{job}` lets `fsrename recover` finish it once the locks' lease runs out, within {} (`fsrename recover --wait` waits for that and finishes it)", fs_model::short_duration(std::time::Duration::from_millis(*.lease_ms)))]
+    /// The job (a rename, copy or delete) stopped half-way, after its first write. Its locks
+    /// were left in place (not released) so nobody sees or changes the half-done tree; once
+    /// this process has ended (on its machine), or their lease has run out (anywhere),
+    /// recovery takes them over and finishes the job: `fsrename recover`, a running
+    /// `fsrename serve`, or the next job whose locks they refuse.
+    #[error("{cause}; the job is unfinished: it stays locked, and journal entry `{job}` lets recovery finish it (`fsrename recover`, or the next job in its way): on this machine once this process has ended, elsewhere once the locks' lease runs out, within {}", fs_model::short_duration(std::time::Duration::from_millis(*.lease_ms)))]
     Unfinished {
         /// The journal entry (the job id).
         job: String,

@@ -69,7 +69,7 @@ pub use job::{RenameOutcome, Renamer, RenamerBuilder, DEFAULT_IN_FLIGHT};
 pub use journal::{FenceOutcome, Journal, JournalEntry, JournalFence, JournalLock, JournalState};
 pub use kind::JobKind;
 pub use ops::{list, list_page, mkdir, stat, touch, Listed, LockSettings, Made};
-pub use recover::{Recovered, Recovery, RecoveryReport, Running};
+pub use recover::{FinishOrphans, Recovered, Recovery, RecoveryReport, Running};
 pub use report::{PhaseTimes, ProgressSink, RenameEvent, RenameHooks, RenameReport};
 pub use rewrite_mode::Rewrite;
 pub use strategy::Strategy;

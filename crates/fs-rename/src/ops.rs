@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use std::future::Future;
 
-use fs_locks::{LockClient, LockGuard, LockProtocol};
+use fs_locks::{LockClient, LockGuard, LockProtocol, Orphans};
 use fs_model::{DocKind, FsDoc, FsPath};
 use fs_store::{BulkOp, Scan, Scope, SharedStore};
 use serde_json::Value;
@@ -18,7 +18,7 @@ use crate::error::{RenameError, Result};
 use crate::tree::{next_entries, Entry, FsTree};
 
 /// How tree operations take their locks.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LockSettings {
     /// The lease of the locks. Default: 30 s.
     pub lease: Duration,
@@ -26,6 +26,20 @@ pub struct LockSettings {
     pub wait: Duration,
     /// How lock documents are written. Default: automatic.
     pub protocol: LockProtocol,
+    /// What an acquisition does about a lock whose holder died (see [`Orphans`]). Default:
+    /// none: it waits until recovery clears it.
+    pub orphans: Option<Arc<dyn Orphans>>,
+}
+
+impl std::fmt::Debug for LockSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockSettings")
+            .field("lease", &self.lease)
+            .field("wait", &self.wait)
+            .field("protocol", &self.protocol)
+            .field("orphans", &self.orphans.is_some())
+            .finish()
+    }
 }
 
 impl Default for LockSettings {
@@ -34,6 +48,7 @@ impl Default for LockSettings {
             lease: Duration::from_secs(30),
             wait: Duration::from_secs(30),
             protocol: LockProtocol::Auto,
+            orphans: None,
         }
     }
 }
@@ -41,12 +56,16 @@ impl Default for LockSettings {
 impl LockSettings {
     /// Returns a lock client for one operation on `tree`, labelled `holder`.
     pub fn client(&self, tree: &FsTree, holder: String) -> LockClient {
-        LockClient::builder(Arc::clone(tree.store()), tree.lock_index())
+        let builder = LockClient::builder(Arc::clone(tree.store()), tree.lock_index())
             .holder(holder)
             .lease(self.lease)
             .wait(self.wait)
-            .protocol(self.protocol)
-            .build()
+            .protocol(self.protocol);
+        match &self.orphans {
+            Some(orphans) => builder.orphans(Arc::clone(orphans)),
+            None => builder,
+        }
+        .build()
     }
 }
 

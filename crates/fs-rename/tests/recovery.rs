@@ -559,7 +559,73 @@ async fn a_share_count_too_high_is_cleared_after_the_foreign_lease(env: Env) {
         .expect("the rename goes through");
 }
 
+/// Cancels its job just before page `at` is written (counting from 1).
+struct CancelAtPage {
+    at: usize,
+    pages: AtomicUsize,
+    cancel: tokio::sync::watch::Sender<bool>,
+}
+
+#[async_trait]
+impl RenameHooks for CancelAtPage {
+    async fn before_write(&self, _page: &[Entry]) {
+        if self.pages.fetch_add(1, Ordering::SeqCst) + 1 == self.at {
+            self.cancel.send_replace(true);
+        }
+    }
+}
+
+/// Issue 47, item 3: a job cancelled (Ctrl-C) after its journal entry landed but before its
+/// first write kept its locks for their whole lease, as if it had written half the tree, and
+/// the same `mv` run again waited them out. With nothing written there is nothing to finish:
+/// the entry is closed and the locks given back at once. A job cancelled after a write still
+/// leaves both, for recovery.
+async fn a_job_cancelled_before_its_first_write_gives_its_locks_back(env: Env) {
+    setup(&env).await;
+    let before = paths_by_id(&env).await;
+    for (at, wrote) in [(1, false), (2, true)] {
+        let (cancel, cancelled) = tokio::sync::watch::channel(false);
+        let hooks = Arc::new(CancelAtPage {
+            at,
+            pages: AtomicUsize::new(0),
+            cancel,
+        });
+        let job = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+            // Long: what is given back is given back by the job, not by its lease.
+            .lease(Duration::from_secs(600))
+            .page_size(PAGE)
+            .hooks(hooks)
+            .cancel(cancelled)
+            .build();
+        let stopped = job.rename(&p("/src"), &p("/dst-parent/dst")).await;
+        let report = fsck(Arc::clone(&env.store), &env.index, &FsPath::root())
+            .await
+            .expect("fsck");
+        if wrote {
+            // Out of all 53 under `/src` (not of the pages read so far), as progress said;
+            // the first page may be written or still on its way.
+            assert!(
+                matches!(&stopped, Err(RenameError::Unfinished { cause, found: 53, .. })
+                    if matches!(**cause, RenameError::Cancelled { rewritten: 0 | 10, found: 53 })),
+                "{stopped:?}"
+            );
+            assert!(locks_left(&env).await > 0, "left for recovery");
+            assert_eq!(report.journals_open, 1, "{report}");
+        } else {
+            assert!(
+                matches!(stopped, Err(RenameError::Cancelled { rewritten: 0, .. })),
+                "{stopped:?}"
+            );
+            assert_eq!(locks_left(&env).await, 0, "given back");
+            assert_eq!(report.journals_open, 0, "{report}");
+            assert!(report.is_clean(), "{report}");
+            assert_eq!(paths_by_id(&env).await, before, "nothing moved");
+        }
+    }
+}
+
 on_every_backend!(
+    a_job_cancelled_before_its_first_write_gives_its_locks_back,
     a_share_count_too_high_is_cleared_after_the_foreign_lease,
     a_job_paused_before_journaling_is_fenced_off,
     a_job_that_dies_mid_rewrite_is_finished,

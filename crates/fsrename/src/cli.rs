@@ -453,7 +453,11 @@ pub struct JobArgs {
     pub strategy: Strategy,
     /// How long to wait for the locks; `0s` makes one attempt. Exit code 3 if they are not
     /// granted in time.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    ///
+    /// Twice the default lease: the locks of a job that died on another machine run out
+    /// within it, and this job then finishes what that one left and goes on (one that died
+    /// on this machine is finished at once).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub wait: Duration,
     /// Documents read and written per round trip.
     #[arg(long, default_value_t = 1_000, value_parser = parse_page_size)]
@@ -481,8 +485,9 @@ pub struct ConsistentArgs {
     /// would keep them out.
     #[arg(long)]
     pub consistent: bool,
-    /// How long --consistent waits for its lock; `0s` makes one attempt.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    /// How long --consistent waits for its lock; `0s` makes one attempt. Twice the default
+    /// lease, as for `mv`.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub wait: Duration,
 }
 

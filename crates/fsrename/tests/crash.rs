@@ -3,13 +3,13 @@
 //! file) and on osmem.
 //!
 //! Each round builds `/src` (two directories, 200 files), starts `mv /src /dst` (or
-//! `cp -r /src /dst`, or `rm -r /src`) with a short lease, pages of 5 and `--progress json`,
+//! `cp -r /src /dst`, or `rm -r /src`) with a long lease, pages of 5 and `--progress json`,
 //! and kills it: four rounds in ten after a random delay
 //! (uniform over 0 to 1 times an uninterrupted run), the other six the moment it reports a
 //! chosen event (locks held, journaled, the n-th page rewritten, journal closed), so that
 //! kills before, during and after lock acquisition, mid-bulk and before the release all
-//! happen, the narrow windows included. Then it classifies what the kill left, waits for the
-//! lease, runs `fsrename recover`, and re-runs the job if the kill came before it journaled
+//! happen, the narrow windows included. Then it classifies what the kill left, runs
+//! `fsrename recover` (no waiting: see [`LEASE`]), and re-runs the job if the kill came before it journaled
 //! itself (as a user would). Then, all or nothing: after a rename every document exactly once,
 //! all under `/dst`; after a copy the source untouched and exactly one copy of each document
 //! under `/dst`; after a delete nothing left. Always fsck clean, no lock, no journal entry. A
@@ -29,8 +29,11 @@ use fs_rename::{fsck, FsTree, Journal};
 use fs_store::{Scan, Scope, SharedStore, SqliteStore};
 use rand::{Rng, SeedableRng};
 
-const LEASE: &str = "300ms";
-const AFTER_LEASE: Duration = Duration::from_millis(450);
+/// Ten minutes: no round waits for it. `recover` (and a job run again) finish what a killed
+/// process left at once, its process being proven gone on this machine
+/// (`fs_locks::OsProcess`). A lease of 300 ms (before issue 47) was lost by the jobs themselves
+/// whenever the cores were busy with other work.
+const LEASE: &str = "600s";
 
 /// Where a round's tree lives: the `--store` argument and a client of the same store.
 struct Place {
@@ -394,7 +397,6 @@ async fn round(place: Place, job: Job, kill: Kill, delay: Duration) -> Left {
         );
     }
 
-    std::thread::sleep(AFTER_LEASE);
     place.storm();
     let out = fsrename(&place, &["recover"]).output().expect("recover");
     place.lull();
@@ -437,10 +439,9 @@ async fn round(place: Place, job: Job, kill: Kill, delay: Duration) -> Left {
     left
 }
 
-/// Runs the job again, as a user would after a kill that came before it journaled itself. On
-/// two busy cores a 300 ms lease can run out under the new run too (it then stops, as
-/// designed): the user's answer is `recover` and, if that had nothing journaled to finish,
-/// one more try.
+/// Runs the job again, as a user would after a kill that came before it journaled itself. A
+/// network fault of the storm can stop the new run too: the user's answer is `recover` and,
+/// if that had nothing journaled to finish, one more try.
 async fn run_again(place: &Place, job: Job, n: usize, left: Left) {
     let mut failures = Vec::new();
     for _ in 0..3 {
@@ -451,7 +452,6 @@ async fn run_again(place: &Place, job: Job, n: usize, left: Left) {
             return;
         }
         failures.push(String::from_utf8_lossy(&out.stderr).into_owned());
-        std::thread::sleep(AFTER_LEASE);
         place.storm();
         let out = fsrename(place, &["recover"]).output().expect("recover");
         place.lull();

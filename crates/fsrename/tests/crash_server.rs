@@ -7,10 +7,15 @@
 //! in the middle of the task); and on a real Elasticsearch at `FSRENAME_TEST_ES_URL` (20 000
 //! documents), ignored without one. Each round builds `/src`, times nothing, kills the `mv`
 //! after a random delay (uniform over 0 to 1.2 times an uninterrupted run, measured first),
-//! waits for the lease, runs `recover`, and runs the `mv` again if the kill came before it
-//! journaled. Then: every document once, under `/dst`, with its id; fsck clean; no lock, no
-//! journal entry, no task running. `FSRENAME_CRASH_ROUNDS` sets the rounds (default 8 through
-//! the proxy, 20 on a real server); the delays follow `FSRENAME_CRASH_SEED` (printed).
+//! runs `recover`, and runs the `mv` again if the kill came before it journaled. Then: every
+//! document once, under `/dst`, with its id; fsck clean; no lock, no journal entry, no task
+//! running. `FSRENAME_CRASH_ROUNDS` sets the rounds (default 8 through the proxy, 20 on a
+//! real server); the delays follow `FSRENAME_CRASH_SEED` (printed).
+//!
+//! The lease is long (ten minutes): `recover` does not wait it out, since the killed `mv` ran on
+//! this machine and its process is proven gone (`fs_locks::OsProcess`). A short lease (1 s
+//! before issue 47) made the job itself lose its locks when the cores were busy with other
+//! work, and the test fail for a reason it does not test.
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
@@ -23,8 +28,10 @@ use fs_store::{Scan, Scope, SharedStore};
 use fs_testkit::{EsProxy, EsProxyOptions};
 use rand::{Rng, SeedableRng};
 
-const LEASE: &str = "1s";
-const AFTER_LEASE: Duration = Duration::from_millis(1_300);
+/// Ten minutes: far more than any round takes, however busy the machine, so that a round
+/// that finishes well within it shows that nothing waited for it.
+const LEASE: &str = "600s";
+const LEASE_SECS: u64 = 600;
 
 /// Where the rounds run.
 struct Place {
@@ -155,7 +162,6 @@ async fn round(place: &Place, delay: Duration) -> usize {
         .values()
         .filter(|p| p.starts_with("/dst"))
         .count();
-    tokio::time::sleep(AFTER_LEASE).await;
     run(place.fsrename(&index, &["recover"]), "recover");
     let after = paths(place, &index).await;
     if after.values().all(|p| p.starts_with("/src")) && journals(place, &index).await == 0 {
@@ -268,23 +274,39 @@ async fn ctrl_c_cancels_the_server_s_task_and_leaves_the_rename_to_recover() {
         .status()
         .expect("run kill");
     assert!(interrupt.success());
-    let interrupted = Instant::now();
     let out = child.wait_with_output().expect("mv ends");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");
-    assert!(
-        interrupted.elapsed() < Duration::from_secs(5),
-        "took {:?} to stop",
-        interrupted.elapsed()
-    );
     assert!(stderr.contains("fsrename recover"), "{stderr}");
     assert_eq!(place.running_tasks().await, 0, "the task was cancelled");
-    tokio::time::sleep(AFTER_LEASE).await;
-    run(place.fsrename(&index, &["recover"]), "recover");
+    // Issue 47, item 3: the same `mv` again finishes the interrupted one at once (its process
+    // is gone; its locks are leased for ten minutes), and says so.
+    let started = Instant::now();
+    let out = place
+        .mv(&index)
+        .stdout(Stdio::piped())
+        .output()
+        .expect("mv again");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("first finished `mv /src /dst`")
+            && stdout.contains("the same job, stopped in an earlier run, is finished now"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(LEASE_SECS / 2),
+        "waited {:?}: as if for the lease",
+        started.elapsed()
+    );
     let after = paths(&place, &index).await;
     for (id, path) in &before {
         let want = path.replacen("/src", "/dst", 1);
         assert_eq!(after.get(id), Some(&want), "document {id} ({path})");
     }
     assert_eq!(locks(&place, &index).await, 0, "locks left");
+    assert_eq!(journals(&place, &index).await, 0, "journal entries left");
 }

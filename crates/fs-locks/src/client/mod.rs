@@ -13,9 +13,10 @@ use tokio::sync::{watch, Mutex, MutexGuard};
 use crate::backoff::Backoff;
 use crate::calls::Calls;
 use crate::clock::LeaseClock;
-use crate::error::{LockError, Result};
+use crate::error::{LateRenewal, LockError, Result};
 use crate::events::{EventSink, LockEvent};
 use crate::lock_doc::Owner;
+use crate::orphans::Orphans;
 use crate::plan::LockItem;
 use crate::protocol::{LockProtocol, Protocol, ProtocolMemo};
 
@@ -49,6 +50,7 @@ pub(crate) struct Settings {
     pub(crate) protocol_wanted: LockProtocol,
     pub(crate) memo: ProtocolMemo,
     pub(crate) cancel: Option<watch::Receiver<bool>>,
+    pub(crate) orphans: Option<Arc<dyn Orphans>>,
 }
 
 struct Inner {
@@ -62,6 +64,17 @@ struct Inner {
     stop_tx: watch::Sender<()>,
     /// The labels of locks this client lost (lease expired and taken over or removed).
     lost_tx: watch::Sender<Vec<String>>,
+    /// When the renewal started, last ran and last succeeded (a std mutex: never held across
+    /// an await).
+    renewals: std::sync::Mutex<RenewalTimes>,
+}
+
+/// When a client's background renewal started, last ran, and last succeeded.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RenewalTimes {
+    pub(crate) started: Option<tokio::time::Instant>,
+    pub(crate) last_attempt: Option<tokio::time::Instant>,
+    pub(crate) last_success: Option<tokio::time::Instant>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -87,6 +100,7 @@ impl LockClient {
                 renewer_started: AtomicBool::new(false),
                 stop_tx,
                 lost_tx,
+                renewals: std::sync::Mutex::new(RenewalTimes::default()),
             }),
         }
     }
@@ -206,6 +220,11 @@ impl LockClient {
         self.settings().cancel.clone()
     }
 
+    /// Returns what acquisitions do about a dead holder's lock, if anything.
+    pub(crate) fn orphans(&self) -> Option<&Arc<dyn Orphans>> {
+        self.settings().orphans.as_ref()
+    }
+
     /// Returns the clock skew allowed, in milliseconds.
     pub(crate) fn max_clock_skew_ms(&self) -> i64 {
         i64::try_from(self.settings().max_clock_skew.as_millis()).unwrap_or(i64::MAX)
@@ -298,11 +317,15 @@ impl LockClient {
     /// [`LockError::LeaseLost`], as above.
     pub async fn ensure_held(&self, what: &str) -> Result<()> {
         if let Some(lost) = self.inner.lost_tx.borrow().first() {
-            return Err(LockError::LeaseLost { path: lost.clone() });
+            return Err(LockError::LeaseLost {
+                path: lost.clone(),
+                renewal: None,
+            });
         }
         if self.lease_left().await.is_some_and(|left| left.is_zero()) {
             return Err(LockError::LeaseLost {
                 path: what.to_owned(),
+                renewal: self.late_renewal(),
             });
         }
         Ok(())
@@ -328,10 +351,30 @@ impl LockClient {
         if self.inner.renewer_started.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.renewals().started = Some(tokio::time::Instant::now());
         let weak = Arc::downgrade(&self.inner);
         let stop_rx = self.inner.stop_tx.subscribe();
         let every = self.settings().renew_every;
         tokio::spawn(renew::renew_loop(weak, stop_rx, every));
+    }
+
+    /// The times of this client's renewals, for [`LateRenewal`].
+    pub(crate) fn renewals(&self) -> std::sync::MutexGuard<'_, RenewalTimes> {
+        self.inner
+            .renewals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// What this client knows of its renewals, once its lease is found over.
+    fn late_renewal(&self) -> Option<LateRenewal> {
+        let times = *self.renewals();
+        let started = times.started?;
+        Some(LateRenewal {
+            every: self.settings().renew_every,
+            since_attempt: times.last_attempt.unwrap_or(started).elapsed(),
+            since_success: times.last_success.unwrap_or(started).elapsed(),
+        })
     }
 
     /// Renews every held lock now instead of waiting for the background task; returns the

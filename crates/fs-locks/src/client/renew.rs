@@ -28,8 +28,12 @@ pub(super) async fn renew_loop(
         // A strong handle for this round only: the client lives on while it renews.
         let Some(inner) = weak.upgrade() else { return };
         let client = LockClient { inner };
-        if let Err(e) = renew(&client).await {
-            tracing::warn!(error = %e, process_id = %client.owner().process_id, "lease renewal failed; will retry");
+        client.renewals().last_attempt = Some(tokio::time::Instant::now());
+        match renew(&client).await {
+            Ok(_) => client.renewals().last_success = Some(tokio::time::Instant::now()),
+            Err(e) => {
+                tracing::warn!(error = %e, process_id = %client.owner().process_id, "lease renewal failed; will retry")
+            }
         }
     }
 }

@@ -26,6 +26,9 @@ pub fn exclusive_source(owner: &Owner, path: Option<&FsPath>, now: i64, expires_
         if let Some(job) = &owner.job {
             fields.insert("job".to_owned(), json!(job));
         }
+        if let Some(process) = &owner.os_process {
+            fields.insert("os_process".to_owned(), json!(process));
+        }
     }
     doc
 }
@@ -161,6 +164,7 @@ mod tests {
             process_id: pid.to_owned(),
             holder: format!("job {pid}"),
             job: Some(format!("journal-{pid}")),
+            os_process: None,
         }
     }
 

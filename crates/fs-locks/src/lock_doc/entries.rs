@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use fs_model::LockMode;
 
+use crate::os_process::OsProcess;
+
 /// Who holds a lock: a process id (a UUID per lock client), a readable label, and the
 /// journaled rename it works for, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,6 +18,10 @@ pub struct Owner {
     /// The id of the rename journal entry these locks protect, written into every lock
     /// document of this owner.
     pub job: Option<String>,
+    /// The operating-system process it runs in, written into every lock document of this
+    /// owner (`os_process`), so that a process on the same machine can prove it gone once it
+    /// ended without waiting out its lease (see [`OsProcess`]).
+    pub os_process: Option<OsProcess>,
 }
 
 fn intent_exclusive() -> LockMode {
@@ -40,6 +46,9 @@ pub struct HolderEntry {
     /// The rename journal entry its share protects, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
+    /// The operating-system process of the holder, if it recorded one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os_process: Option<OsProcess>,
 }
 
 impl HolderEntry {
@@ -51,6 +60,7 @@ impl HolderEntry {
             acquired_at: now,
             expires_at,
             job: owner.job.clone(),
+            os_process: owner.os_process.clone(),
         }
     }
 }

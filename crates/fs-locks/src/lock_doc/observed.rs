@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::entries::{HolderEntry, WaiterEntry};
+use crate::os_process::OsProcess;
 use fs_model::LockMode;
 
 /// What an existing lock document says, read leniently: the book's documents carry only some
@@ -23,6 +24,8 @@ pub enum Observed {
         expires_at: Option<i64>,
         /// The journal entry it protects, if recorded.
         job: Option<String>,
+        /// The owner's operating-system process, if recorded.
+        os_process: Option<OsProcess>,
         /// Requests waiting their turn, by process id.
         waiters: BTreeMap<String, WaiterEntry>,
     },
@@ -49,6 +52,10 @@ pub struct Conflict {
     /// When every refusing holder's lease ended, if they all have (a dead holder: only
     /// `fsrename recover` clears it); the latest of their expiries.
     pub expired_at: Option<i64>,
+    /// The operating-system processes of the refusing holders, when every one of them
+    /// recorded its own (none for a waiter, or where a holder or a foreign share recorded
+    /// none): what a process on their machine can prove gone.
+    pub processes: Option<Vec<OsProcess>>,
 }
 
 impl Observed {
@@ -83,6 +90,9 @@ impl Observed {
             holder: text("holder"),
             expires_at: source.get("expires_at").and_then(Value::as_i64),
             job: text("job"),
+            os_process: source
+                .get("os_process")
+                .and_then(|p| serde_json::from_value(p.clone()).ok()),
             waiters,
         }
     }
@@ -194,6 +204,7 @@ impl Observed {
             Observed::Exclusive {
                 process_id: p,
                 expires_at,
+                os_process,
                 ..
             } => {
                 if p.as_deref() == Some(process_id) {
@@ -204,6 +215,7 @@ impl Observed {
                     holders: self.describe_holders(),
                     waiter: false,
                     expired_at: expires_at.filter(|t| *t > 0 && *t < now),
+                    processes: os_process.clone().map(|p| vec![p]),
                 });
             }
             Observed::Group { holders, .. } => holders,
@@ -238,6 +250,14 @@ impl Observed {
             expired_at: all_expired
                 .then(|| refusing.iter().map(|(_, h)| h.expires_at).max())
                 .flatten(),
+            processes: if foreign {
+                None
+            } else {
+                refusing
+                    .iter()
+                    .map(|(_, h)| h.os_process.clone())
+                    .collect::<Option<Vec<OsProcess>>>()
+            },
         })
     }
 
@@ -264,6 +284,7 @@ impl Observed {
             ),
             waiter: true,
             expired_at: None,
+            processes: None,
         })
     }
 

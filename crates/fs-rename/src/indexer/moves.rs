@@ -185,9 +185,7 @@ pub(super) async fn apply_moves(
             _ => {}
         }
         let mut renamer = Renamer::builder(Arc::clone(tree.store()), tree.index())
-            .lease(options.locks.lease)
-            .wait(options.locks.wait)
-            .lock_protocol(options.locks.protocol)
+            .locks(&options.locks)
             .holder(format!("index {}: mv {from} {to}", root.display()));
         if let Some(entries) = subtree {
             renamer = renamer.known_subtree(entries);

@@ -37,9 +37,7 @@ pub(super) async fn prune(
     for entry in topmost {
         let path = &entry.doc.path;
         let renamer = Renamer::builder(Arc::clone(tree.store()), tree.index())
-            .lease(options.locks.lease)
-            .wait(options.locks.wait)
-            .lock_protocol(options.locks.protocol)
+            .locks(&options.locks)
             .holder(format!("index {}: rm -r {path}", dir.display()))
             .build();
         match renamer.remove(path, entry.doc.is_dir()).await {

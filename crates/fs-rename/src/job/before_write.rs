@@ -9,6 +9,9 @@
 //! remote store this takes the journal's round trip, and the first page's read, off a large
 //! rename's critical path.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use fs_locks::LockClient;
 use fs_model::FsPath;
 use tokio::sync::watch;
@@ -31,7 +34,10 @@ impl<'a> Hold<'a> {
     /// finishing a journaled job.
     pub(crate) fn open(tree: &'a FsTree, locks: &'a LockClient) -> Hold<'a> {
         // Never dropped, so one open gate serves every hold.
-        static OPEN: Gate = Gate { state: None };
+        static OPEN: Gate = Gate {
+            state: None,
+            sent: None,
+        };
         Hold {
             tree,
             locks,
@@ -46,6 +52,9 @@ impl<'a> Hold<'a> {
 pub(crate) struct Gate {
     /// `None`: open for good, nothing to wait on.
     state: Option<watch::Receiver<Option<bool>>>,
+    /// Turns true when a page has passed on its way to being written: from then on the job
+    /// may have changed the tree. `None` for the open gate, which does not tell.
+    sent: Option<Arc<AtomicBool>>,
 }
 
 /// The side that says whether the entry landed.
@@ -62,6 +71,7 @@ impl Gate {
             Keeper { state },
             Gate {
                 state: Some(receiver),
+                sent: Some(Arc::new(AtomicBool::new(false))),
             },
         )
     }
@@ -77,6 +87,21 @@ impl Gate {
             Err(_) => false,
         };
         answer
+    }
+
+    /// Returns false only if no page has passed this gate: the job sent no write, and the
+    /// tree is as it found it. True for the open gate, which does not count.
+    pub fn let_any_through(&self) -> bool {
+        self.sent
+            .as_ref()
+            .is_none_or(|sent| sent.load(Ordering::SeqCst))
+    }
+
+    /// Notes that a page passes, to be written.
+    fn let_through(&self) {
+        if let Some(sent) = &self.sent {
+            sent.store(true, Ordering::SeqCst);
+        }
     }
 }
 
@@ -114,6 +139,7 @@ impl Renamer {
             return Err(RenameError::Cancelled { rewritten, found });
         }
         hold.locks.ensure_held(path.as_str()).await?;
+        hold.gate.let_through();
         Ok(())
     }
 }
@@ -124,7 +150,14 @@ mod tests {
 
     #[tokio::test]
     async fn writes_pass_only_once_the_entry_landed() {
-        assert!(Gate { state: None }.passed().await);
+        assert!(
+            Gate {
+                state: None,
+                sent: None
+            }
+            .passed()
+            .await
+        );
 
         let (keeper, gate) = Gate::shut();
         let waiting = tokio::spawn({

@@ -3,10 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fs_locks::{LockProtocol, ProtocolMemo};
+use fs_locks::{LockProtocol, Orphans, ProtocolMemo};
 use fs_store::SharedStore;
 
 use super::Renamer;
+use crate::ops::LockSettings;
 use crate::report::{ProgressSink, RenameHooks};
 use crate::rewrite_mode::Rewrite;
 use crate::strategy::Strategy;
@@ -38,6 +39,7 @@ pub struct RenamerBuilder {
     /// The source's subtree as the caller read it (see [`RenamerBuilder::known_subtree`]).
     /// Taken by the first attempt that uses it.
     pub(super) known: Option<Arc<std::sync::Mutex<Vec<crate::tree::Entry>>>>,
+    pub(super) orphans: Option<Arc<dyn Orphans>>,
 }
 
 impl RenamerBuilder {
@@ -103,6 +105,25 @@ impl RenamerBuilder {
         self
     }
 
+    /// Lets the job finish what a job that died left in its way (see [`Orphans`]; the
+    /// service and the command line give [`FinishOrphans`](crate::FinishOrphans)). Default:
+    /// none, and a dead job's locks are waited for until recovery clears them.
+    pub fn orphans(mut self, orphans: Arc<dyn Orphans>) -> RenamerBuilder {
+        self.orphans = Some(orphans);
+        self
+    }
+
+    /// Takes the lease, the wait, the lock protocol and what to do about a dead job's locks
+    /// from `locks`.
+    pub fn locks(self, locks: &LockSettings) -> RenamerBuilder {
+        let mut builder = self
+            .lease(locks.lease)
+            .wait(locks.wait)
+            .lock_protocol(locks.protocol);
+        builder.orphans = locks.orphans.clone();
+        builder
+    }
+
     /// Sets the label written into lock documents. Default: `mv FROM TO` (`cp FROM TO`,
     /// `rm PATH`).
     pub fn holder(mut self, holder: impl Into<String>) -> RenamerBuilder {
@@ -159,6 +180,7 @@ impl Renamer {
             cancel: None,
             rewrite: Rewrite::default(),
             known: None,
+            orphans: None,
         }
     }
 }

@@ -17,11 +17,20 @@ use crate::journal::{Journal, JournalEntry};
 use crate::report::{RenameEvent, RenameReport};
 use crate::tree::{Entry, FsTree};
 
+/// How a journaled job's entry and writes ended ([`Renamer::journal_and_write`]).
+pub(super) struct Written {
+    /// Whether the entry landed: its version, or why not (a fence, or an outcome unknown,
+    /// which counts as journaled).
+    pub opened: Result<Version>,
+    /// How the writes ended.
+    pub finished: Result<Refresh>,
+    /// False only if no write was ever sent: the tree is as the job found it.
+    pub sent_any: bool,
+}
+
 impl Renamer {
-    /// Journals the job (`entry`) and makes its writes. Returns whether the entry landed (its
-    /// version, or why not: a fence, or an outcome unknown, which counts as journaled) and
-    /// how the writes ended. An `Err` is a stop before anything was sent: nothing written, no
-    /// entry.
+    /// Journals the job (`entry`) and makes its writes; says how both ended. An `Err` is a
+    /// stop before anything was sent: nothing written, no entry.
     pub(super) async fn journal_and_write(
         &self,
         tree: &FsTree,
@@ -30,7 +39,7 @@ impl Renamer {
         (entry, journal): (&JournalEntry, &Journal),
         (total, read): (&OnceLock<u64>, Read),
         report: &mut RenameReport,
-    ) -> Result<(Result<Version>, Result<Refresh>)> {
+    ) -> Result<Written> {
         // A rename whose check read it all, on a store that chains writes: the entry and the
         // writes in one transaction (`chained.rs`).
         let mut read = read;
@@ -50,7 +59,13 @@ impl Renamer {
                     }
                     Journaled::NotLanded(entries) => read.known = Some(entries),
                     // The outcome is unknown: the job counts as journaled.
-                    Journaled::Unknown(e) => return Ok((Err(e), Ok(Refresh::Done))),
+                    Journaled::Unknown(e) => {
+                        return Ok(Written {
+                            opened: Err(e),
+                            finished: Ok(Refresh::Done),
+                            sent_any: true,
+                        })
+                    }
                 }
             } else {
                 read.known = Some(entries);
@@ -61,14 +76,18 @@ impl Renamer {
                 let finished = self
                     .finish_chained(tree, locks, task, &entry.job_id, (total, failed), report)
                     .await;
-                (Ok(version), finished)
+                Written {
+                    opened: Ok(version),
+                    finished,
+                    sent_any: true,
+                }
             }
             None => {
                 // The entry goes out (with the count, if the check did not read the whole
                 // subtree) while the first pages are read; their writes wait for it at the
                 // gate (`before_write.rs`).
                 let (keeper, gate) = Gate::shut();
-                tokio::join!(
+                let (opened, finished) = tokio::join!(
                     self.open_entry(tree, task, (entry, journal), total, keeper),
                     self.finish(
                         Hold {
@@ -81,7 +100,12 @@ impl Renamer {
                         (total, read),
                         report
                     )
-                )
+                );
+                Written {
+                    opened,
+                    finished,
+                    sent_any: gate.let_any_through(),
+                }
             }
         })
     }

@@ -109,6 +109,9 @@ impl Renamer {
         if let Some(cancel) = c.cancel.clone() {
             builder = builder.cancel(cancel);
         }
+        if let Some(orphans) = c.orphans.clone() {
+            builder = builder.orphans(orphans);
+        }
         if let Some(sink) = c.progress.clone() {
             builder = builder.on_event(Arc::new(move |event| {
                 sink(match event {
@@ -312,20 +315,25 @@ impl Renamer {
         let journal = Journal::new(Arc::clone(tree.store()), tree.index());
         let job_id = entry.job_id.clone();
         let lease_ms = u64::try_from(self.config.lease.as_millis()).unwrap_or(u64::MAX);
+        // Documents found so far are what the pages read; where the whole count is known
+        // (the check, or the count beside the entry), a stop says "N of the total", as the
+        // progress did.
+        let of_total = |found: u64| total.get().map_or(found, |&t| t.max(found));
         let unfinished = |cause: RenameError, report: &RenameReport| RenameError::Unfinished {
             job: job_id.clone(),
             lease_ms,
             rewritten: report.rewritten,
-            found: report.found,
-            cause: Box::new(cause),
+            found: of_total(report.found),
+            cause: Box::new(counted_against(cause, of_total)),
         };
         for guard in guards.iter_mut() {
             guard.keep_on_drop();
         }
         let found = report.found;
-        let (opened, finished) = self
+        let written = self
             .journal_and_write(tree, locks, task, (&entry, &journal), (total, read), report)
             .await?;
+        let (opened, finished) = (written.opened, written.finished);
         // Until the entry is known to have landed or not, the job may be journaled: an
         // unknown outcome counts as journaled, so the locks are left for recovery to resolve.
         // A fence means it was not and never will be: nothing was written (the gate stayed
@@ -343,6 +351,25 @@ impl Renamer {
         };
         let refresh = match finished {
             Ok(refresh) => refresh,
+            // Stopped (a Ctrl-C, a failure) after the entry landed but before any write was
+            // sent: the tree is as the job found it, so there is nothing for recovery to
+            // finish. The entry is closed and the locks given back now, rather than left
+            // for their lease (`fsrename mv` run again at once would wait it out).
+            Err(e) if !written.sent_any => {
+                return match journaled(|| journal.close(&job_id, version)).await {
+                    Ok(()) => {
+                        self.emit(RenameEvent::Closed {
+                            job: job_id.clone(),
+                        });
+                        report.found = found;
+                        Err(counted_against(e, of_total))
+                    }
+                    Err(close) => {
+                        tracing::warn!(job = %job_id, error = %close, "closing the entry of a job that wrote nothing failed; it is left for recovery");
+                        Err(unfinished(e, report))
+                    }
+                };
+            }
             Err(e) => return Err(unfinished(e, report)),
         };
         // Where the store closes the entry and releases the locks in one transaction, and the
@@ -498,6 +525,18 @@ impl Renamer {
                 .map(JournalLock::from)
                 .collect(),
         }
+    }
+}
+
+/// `e`, a cancellation saying how many documents it had found so far, saying instead
+/// `of_total` of them: the whole count where it is known.
+fn counted_against(e: RenameError, of_total: impl Fn(u64) -> u64) -> RenameError {
+    match e {
+        RenameError::Cancelled { rewritten, found } => RenameError::Cancelled {
+            rewritten,
+            found: of_total(found),
+        },
+        e => e,
     }
 }
 

@@ -3,6 +3,9 @@
 //!
 //! One run:
 //!
+//! 0. End the leases of holders proven gone: on this machine, a holder whose process no longer
+//!    runs ([`fs_locks::OsProcess`]) has its expiry set to now, so that what it left is
+//!    finished now rather than after its lease.
 //! 1. For each [journal entry](crate::journal) whose locks have all expired (its owner died or
 //!    stopped renewing): claim the entry (a conditional write, so one recoverer wins), take
 //!    over its whole lock set ([`LockClient::adopt`]), roll the job forward by its kind
@@ -23,7 +26,8 @@
 //!    paused past its lease; see [`fs_model::FsDoc::claim`]).
 //! 4. Remove fences older than the retention (24 h by default).
 //!
-//! Nothing here acts on a lock before its lease has ended by this machine's clock, and every
+//! Nothing here acts on a lock before its lease has ended by this machine's clock (or its
+//! holder is proven gone), and every
 //! write is conditional on what was read, so a recovery racing a late-renewing holder, or
 //! another recovery, loses cleanly. See `docs/recovery.md`.
 
@@ -41,9 +45,11 @@ use crate::job::{journaled, Renamer};
 use crate::journal::{Journal, JournalEntry};
 use crate::report::{ProgressSink, RenameHooks};
 
+mod orphans;
 mod report;
 mod sweep;
 
+pub use orphans::FinishOrphans;
 pub use report::{Recovered, RecoveryReport, Running};
 
 /// Runs recovery on one tree. Build it with [`Recovery::new`] and the setters.
@@ -163,6 +169,12 @@ impl Recovery {
             ..RecoveryReport::default()
         };
         let mut spare: HashSet<String> = HashSet::new();
+        if !self.dry_run {
+            // Holders proven gone on this machine hold no lease any more: what they left is
+            // finished in this run, not after their lease.
+            let client = self.lock_client("recover: gone holders".to_owned(), None);
+            report.leases_ended = client.end_all_gone_leases().await?;
+        }
         let entries = journal.list().await?;
         if self.dry_run {
             // Entries a real run would finish keep their locks until then, so a dry run

@@ -82,6 +82,9 @@ pub struct RecoveryReport {
     pub foreign_cleared: i64,
     /// Paths where foreign shares are being watched (noted, not yet stale).
     pub foreign_watched: usize,
+    /// Leases ended before their time because their holder's process was proven gone (it
+    /// ran on this machine and runs no more).
+    pub leases_ended: usize,
 }
 
 impl RecoveryReport {
@@ -99,6 +102,7 @@ impl RecoveryReport {
         self.claims_removed += later.claims_removed;
         self.foreign_cleared += later.foreign_cleared;
         self.foreign_watched = later.foreign_watched;
+        self.leases_ended += later.leases_ended;
     }
 
     /// When the last lease of the jobs left running runs out, epoch ms: the moment a run can
@@ -128,6 +132,7 @@ impl RecoveryReport {
             && self.fences_removed == 0
             && self.claims_removed == 0
             && self.foreign_cleared == 0
+            && self.leases_ended == 0
     }
 }
 

@@ -36,7 +36,7 @@ pub async fn run(
         cli,
         &tree,
         args,
-        JobKind::Copy,
+        (JobKind::Copy, from, to),
         &what,
         |renamer| async move { renamer.copy(from, to).await },
     )

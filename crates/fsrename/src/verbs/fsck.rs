@@ -2,25 +2,28 @@
 
 use anyhow::Context;
 use fs_model::FsPath;
-use fs_rename::{LockSettings, RenameError};
+use std::time::Duration;
+
+use fs_rename::RenameError;
 use fs_store::StoreError;
 
-use super::print_verdict;
+use super::{lock_settings, print_verdict};
 use crate::cli::Cli;
 
-/// Checks `scope`; under a shared lock taken with `consistent`'s settings if given.
+/// Checks `scope`; under a shared lock, waiting up to `consistent` for it, if given.
 pub async fn run(
     cli: &Cli,
     scope: &FsPath,
     json: bool,
-    consistent: Option<&LockSettings>,
+    consistent: Option<Duration>,
 ) -> anyhow::Result<u8> {
     let scope = scope.clone();
     let store = cli.store.open_existing(&cli.store_options())?;
     let checked = match consistent {
-        Some(settings) => {
+        Some(wait) => {
+            let settings = lock_settings(cli, &store, wait);
             let holder = format!("fsck --consistent {scope}");
-            fs_rename::fsck_consistent(store, &cli.index, &scope, settings, holder).await
+            fs_rename::fsck_consistent(store, &cli.index, &scope, &settings, holder).await
         }
         None => fs_rename::fsck(store, &cli.index, &scope).await,
     };

@@ -43,7 +43,7 @@ pub async fn run(
     let options = IndexOptions {
         batch_size: options.batch_size,
         prune: options.prune,
-        locks: lock_settings(cli, cli.lease),
+        locks: lock_settings(cli, tree.store(), cli.lease),
         content: options.content,
     };
     let (sink, bar) = progress();
@@ -95,7 +95,7 @@ pub async fn watch(
         index: IndexOptions {
             batch_size,
             prune: true,
-            locks: lock_settings(cli, cli.lease),
+            locks: lock_settings(cli, tree.store(), cli.lease),
             content,
         },
         debounce,

@@ -1,9 +1,11 @@
 //! `fsrename ls [PATH] [-R] [--long] [--consistent]`.
 
 use fs_model::{DocKind, FsPath};
-use fs_rename::{Entry, LockSettings, RenameError};
+use std::time::Duration;
 
-use super::open_existing_tree;
+use fs_rename::{Entry, RenameError};
+
+use super::{lock_settings, open_existing_tree};
 use crate::cli::Cli;
 use crate::output::Printer;
 use crate::EXIT_OK;
@@ -13,8 +15,8 @@ pub struct LsOptions {
     pub recursive: bool,
     pub long: bool,
     pub json: bool,
-    /// Lists under a shared lock taken with these settings (`--consistent`).
-    pub consistent: Option<LockSettings>,
+    /// Lists under a shared lock, waiting this long for it (`--consistent`).
+    pub consistent: Option<Duration>,
 }
 
 pub async fn run(cli: &Cli, path: &FsPath, options: &LsOptions) -> anyhow::Result<u8> {
@@ -38,7 +40,8 @@ pub async fn run(cli: &Cli, path: &FsPath, options: &LsOptions) -> anyhow::Resul
             }
         })
     };
-    let listed = if let Some(settings) = &options.consistent {
+    let listed = if let Some(wait) = options.consistent {
+        let settings = &lock_settings(cli, tree.store(), wait);
         // The lock is taken before the first entry is read and released after the last, also
         // when the reader goes away; a file at PATH is listed alone, under the same lock.
         let holder = format!("ls{} {path}", if recursive { " -R" } else { "" });

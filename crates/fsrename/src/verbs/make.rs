@@ -10,9 +10,14 @@ use crate::EXIT_OK;
 
 pub async fn mkdir(cli: &Cli, path: &FsPath, parents: bool) -> anyhow::Result<u8> {
     let tree = open_tree(cli).await?;
-    let made = fs_rename::mkdir(&tree, &lock_settings(cli, cli.lease), path, parents)
-        .await
-        .with_context(|| format!("mkdir `{path}`"))?;
+    let made = fs_rename::mkdir(
+        &tree,
+        &lock_settings(cli, tree.store(), cli.lease),
+        path,
+        parents,
+    )
+    .await
+    .with_context(|| format!("mkdir `{path}`"))?;
     let mut out = Printer::stdout();
     for created in made.created {
         out.line(format_args!("created {created}/"))?;
@@ -23,7 +28,7 @@ pub async fn mkdir(cli: &Cli, path: &FsPath, parents: bool) -> anyhow::Result<u8
 
 pub async fn touch(cli: &Cli, path: &FsPath) -> anyhow::Result<u8> {
     let tree = open_tree(cli).await?;
-    fs_rename::touch(&tree, &lock_settings(cli, cli.lease), path)
+    fs_rename::touch(&tree, &lock_settings(cli, tree.store(), cli.lease), path)
         .await
         .with_context(|| format!("touch `{path}`"))?;
     Ok(EXIT_OK)

@@ -17,11 +17,12 @@ mod rm;
 mod serve;
 
 use std::future::Future;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use anyhow::Context;
-use fs_rename::{FsTree, LockSettings};
+use fs_rename::{FinishOrphans, FsTree, LockSettings};
+use fs_store::SharedStore;
 
 use crate::cli::{Cli, ConsistentArgs, Verb};
 use crate::output::{self, Printer};
@@ -155,15 +156,7 @@ async fn run_verb(cli: &Cli) -> anyhow::Result<u8> {
             path,
             json,
             consistent,
-        } => {
-            fsck::run(
-                cli,
-                path,
-                *json,
-                consistent_settings(cli, *consistent).as_ref(),
-            )
-            .await
-        }
+        } => fsck::run(cli, path, *json, consistent_wait(*consistent)).await,
         Verb::Index {
             dir,
             at,
@@ -229,7 +222,7 @@ async fn run_verb(cli: &Cli) -> anyhow::Result<u8> {
                 recursive: *recursive,
                 long: *long,
                 json: *json,
-                consistent: consistent_settings(cli, *consistent),
+                consistent: consistent_wait(*consistent),
             };
             ls::run(cli, path, &options).await
         }
@@ -297,18 +290,45 @@ async fn tree_of(cli: &Cli, store: fs_store::SharedStore) -> anyhow::Result<FsTr
     Ok(tree)
 }
 
-/// The lock settings of the global options, waiting `wait`.
-fn lock_settings(cli: &Cli, wait: std::time::Duration) -> LockSettings {
+/// The lock settings of the global options for work on `store`, waiting `wait`. A lock in
+/// the way whose holder died (its lease over, or its process proven gone on this machine) is
+/// not waited out: what its job left is finished first, by a recovery run
+/// ([`finish_orphans`]).
+fn lock_settings(cli: &Cli, store: &SharedStore, wait: Duration) -> LockSettings {
     LockSettings {
         lease: cli.lease,
         wait,
         protocol: cli.lock_protocol,
+        orphans: Some(finish_orphans(cli, store, wait)),
     }
 }
 
-/// The lock settings of `--consistent`, if it was given.
-fn consistent_settings(cli: &Cli, args: ConsistentArgs) -> Option<LockSettings> {
-    args.consistent.then(|| lock_settings(cli, args.wait))
+/// What finishes the jobs that died in the way of a verb's locks: a recovery with the verb's
+/// lease, waiting for the dead job's locks no longer than `wait` (and 10 s at most, recovery's
+/// own default).
+fn finish_orphans(cli: &Cli, store: &SharedStore, wait: Duration) -> Arc<FinishOrphans> {
+    FinishOrphans::new(
+        Arc::clone(store),
+        &cli.index,
+        cli.lease,
+        wait.min(Duration::from_secs(10)),
+    )
+}
+
+/// Says on stderr which jobs that died `orphans` finished before the verb could go on.
+fn tell_finished(orphans: &FinishOrphans) {
+    for done in orphans.finished() {
+        output::to_stderr(format_args!(
+            "fsrename: first finished `{}` (journal {}), left unfinished by a job that died or was stopped",
+            done.kind.describe(&done.from, &done.to),
+            done.job_id
+        ));
+    }
+}
+
+/// How long `--consistent` waits for its lock, if it was given.
+fn consistent_wait(args: ConsistentArgs) -> Option<Duration> {
+    args.consistent.then_some(args.wait)
 }
 
 /// Exit 3 for a lock that was not granted in time, else 1.

@@ -13,7 +13,7 @@ pub async fn run(cli: &Cli, from: &FsPath, to: &FsPath, args: &JobArgs) -> anyho
         cli,
         &tree,
         args,
-        JobKind::Rename,
+        (JobKind::Rename, from, to),
         &what,
         |renamer| async move { renamer.rename(from, to).await },
     )

@@ -13,7 +13,7 @@ pub async fn run(cli: &Cli, path: &FsPath, recursive: bool, args: &JobArgs) -> a
         cli,
         &tree,
         args,
-        JobKind::Delete,
+        (JobKind::Delete, path, path),
         &what,
         |renamer| async move { renamer.remove(path, recursive).await },
     )

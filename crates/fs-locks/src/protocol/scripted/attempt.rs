@@ -190,6 +190,7 @@ mod tests {
             process_id: "p1".into(),
             holder: "job".into(),
             job: Some("journal-1".into()),
+            os_process: None,
         }
     }
 

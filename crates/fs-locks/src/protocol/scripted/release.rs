@@ -205,6 +205,7 @@ mod tests {
             process_id: "p1".into(),
             holder: "job".into(),
             job: None,
+            os_process: None,
         };
         let order: Vec<String> = release_items(&taken, &owner, 0)
             .into_iter()

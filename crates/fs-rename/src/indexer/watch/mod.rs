@@ -457,9 +457,7 @@ impl Applier<'_> {
     fn renamer(&self, what: String) -> Renamer {
         let locks = &self.options.index.locks;
         Renamer::builder(Arc::clone(self.tree.store()), self.tree.index())
-            .lease(locks.lease)
-            .wait(locks.wait)
-            .lock_protocol(locks.protocol)
+            .locks(locks)
             .holder(format!("index --watch {}: {what}", self.root.display()))
             .build()
     }
