@@ -759,7 +759,10 @@ impl EventStream {
     }
 
     /// Reads events until `wanted` says yes to one; returns the events read.
-    async fn until(&mut self, wanted: impl Fn(&str, &Value) -> bool) -> Vec<(String, Value)> {
+    async fn until(
+        &mut self,
+        mut wanted: impl FnMut(&str, &Value) -> bool,
+    ) -> Vec<(String, Value)> {
         let mut seen = Vec::new();
         while let Some((event, data)) = self.next().await {
             let found = wanted(&event, &data);
@@ -1246,6 +1249,125 @@ async fn unreadable_ids_and_oversized_sessions_are_answered_in_json() {
     assert_eq!(answer.status().as_u16(), 413);
     let body: Value = answer.json().await.expect("a JSON error");
     assert!(body["error"].is_string(), "{body}");
+    service.stop().await;
+}
+
+/// A job that waited for a lock kept naming it once it no longer waited: a failed job's
+/// record, its answers and the feed kept `waiting_for`, and the page showed "waiting for
+/// exclusive lock … held by …" under it. A job names the lock in its way only while it waits:
+/// not once it holds its locks, nor done, nor failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_no_longer_waits_names_no_lock() {
+    let service = Service::start(Backend::Embedded, |_| {}).await;
+    service.build(1, 1, 1).await;
+    let mut page = EventStream::open(&service).await;
+    let holder = fs_locks::LockClient::builder(
+        Arc::clone(&service.store),
+        fs_model::lock_index_name(&service.index),
+    )
+    .holder("the test")
+    .build();
+    let held = [
+        holder.lock_tree(&p("/nope")).await.expect("hold /nope"),
+        holder.lock_tree(&p("/t000")).await.expect("hold /t000"),
+    ];
+    // Fails once it holds its locks (there is no `/nope`); the other is done.
+    let failing = service.submit("/nope", "/x").await;
+    let passing = service.submit("/t000", "/y").await;
+    for (id, path) in [(&failing, "/nope"), (&passing, "/t000")] {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let job = loop {
+            let (_, job) = service.get(&format!("/jobs/{id}")).await;
+            if job["waiting_for"].is_string() {
+                break job;
+            }
+            assert!(Instant::now() < deadline, "never waited: {job}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        assert_eq!(job["state"], "waiting_for_locks", "{job}");
+        assert!(
+            job["waiting_for"]
+                .as_str()
+                .is_some_and(|w| w.contains(path)),
+            "{job}"
+        );
+    }
+    // The feed showed both waiting: the lock each waited for was there to be kept.
+    let mut seen_waiting = Vec::new();
+    page.until(|event, data| {
+        for job in data["jobs"].as_array().into_iter().flatten() {
+            if (event == "jobs" || event == "snapshot") && job["waiting_for"].is_string() {
+                seen_waiting.push(job["id"].as_str().unwrap_or_default().to_owned());
+            }
+        }
+        [&failing, &passing]
+            .iter()
+            .all(|id| seen_waiting.contains(id))
+    })
+    .await;
+    for guard in held {
+        guard.release().await.expect("release");
+    }
+    let failed = service.finished(&failing).await;
+    assert_eq!(failed["state"], "failed", "{failed}");
+    assert!(
+        failed["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("`/nope` not found")),
+        "{failed}"
+    );
+    let done = service.finished(&passing).await;
+    assert_eq!(done["state"], "done", "{done}");
+    for job in [&failed, &done] {
+        assert_eq!(job["waiting_for"], Value::Null, "{job}");
+    }
+    let (_, list) = service.get("/jobs").await;
+    for job in list["jobs"].as_array().expect("jobs") {
+        assert_eq!(job["waiting_for"], Value::Null, "{job}");
+    }
+    // The feed: each as it ended.
+    let mut ended = Vec::new();
+    page.until(|event, data| {
+        for job in data["jobs"].as_array().into_iter().flatten() {
+            let finished = job["state"] == "done" || job["state"] == "failed";
+            if (event == "jobs" || event == "snapshot") && finished {
+                ended.push(job.clone());
+            }
+        }
+        [&failing, &passing]
+            .iter()
+            .all(|id| ended.iter().any(|j| j["id"] == id.as_str()))
+    })
+    .await;
+    for job in &ended {
+        assert_eq!(job["waiting_for"], Value::Null, "the feed: {job}");
+    }
+    // What another instance shows: the jobs index, once it has the job's end.
+    let records = fs_model::jobs_index_name(&service.index);
+    for id in [&failing, &passing] {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let record = loop {
+            let stored = service
+                .store
+                .get(&records, id)
+                .await
+                .expect("read the record");
+            let record = stored.map(|d| d.source).unwrap_or_default();
+            if record["state"] == "done" || record["state"] == "failed" {
+                break record;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never recorded its end: {record}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(
+            record["waiting_for"],
+            Value::Null,
+            "the jobs index: {record}"
+        );
+    }
     service.stop().await;
 }
 

@@ -209,7 +209,7 @@ async fn accept(jobs: &Jobs, work: Work, strategy: Strategy) -> Result<Response,
             let location = format!("/{collection}/{}", job.id);
             let body = Json(Accepted {
                 kind: job.work.kind(),
-                state: job.state,
+                state: job.state(),
                 location: location.clone(),
                 id: job.id,
             });

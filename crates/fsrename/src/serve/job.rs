@@ -108,11 +108,13 @@ pub struct Job {
     pub work: Work,
     #[schema(value_type = StrategyName)]
     pub strategy: Strategy,
-    pub state: JobState,
+    // Private, with `waiting_for`: they change together (`Job::enter`, `Job::wait_for`).
+    state: JobState,
     /// Documents written (rewritten, copied, deleted) so far, and to write.
     pub progress: Progress,
-    /// The lock that made it wait last, if any.
-    pub waiting_for: Option<String>,
+    /// The lock in the job's way while it waits for its locks (`waiting_for_locks`); null in
+    /// every other state.
+    waiting_for: Option<String>,
     /// The job's report (a `RenameReport`, with its `kind`), once it finished; kept as JSON,
     /// so that the jobs index hands it to any instance.
     #[schema(value_type = Option<Object>)]
@@ -138,6 +140,49 @@ pub struct Job {
     pub submitted_at: i64,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
+}
+
+impl Job {
+    /// A job just accepted by `instance`: queued, nothing done.
+    pub fn accepted(id: String, work: Work, strategy: Strategy, instance: String) -> Job {
+        Job {
+            id,
+            work,
+            strategy,
+            state: JobState::Queued,
+            progress: Progress::default(),
+            waiting_for: None,
+            report: None,
+            error: None,
+            warnings: Vec::new(),
+            accepted_by: instance.clone(),
+            instance,
+            adopted_from: None,
+            journal: None,
+            submitted_at: now_ms(),
+            started_at: None,
+            finished_at: None,
+        }
+    }
+
+    /// Where the job is.
+    pub fn state(&self) -> JobState {
+        self.state
+    }
+
+    /// Moves the job to `state`. Nothing is in its way there until it reports a lock it waits
+    /// for ([`Job::wait_for`]): a lock named once stays no longer than the wait, so a job that
+    /// got its locks, finished, failed or was cancelled names none.
+    pub fn enter(&mut self, state: JobState) {
+        self.state = state;
+        self.waiting_for = None;
+    }
+
+    /// The job waits for `blocker`, a lock another holds.
+    pub fn wait_for(&mut self, blocker: String) {
+        self.state = JobState::WaitingForLocks;
+        self.waiting_for = Some(blocker);
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
