@@ -1371,6 +1371,72 @@ async fn a_job_that_no_longer_waits_names_no_lock() {
     service.stop().await;
 }
 
+/// A new `GET /events` stream began with the feed's last sample, however old: `"jobs": []`
+/// (and `"at": 0`) after jobs had run on a service no page had opened yet, and the state of
+/// the last page's time (19 s before, once) when the feed had been idle since. Its snapshot
+/// is now read after it connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_event_stream_starts_with_the_jobs_that_already_ran() {
+    let service = Service::start(Backend::Embedded, |_| {}).await;
+    service.build(4, 1, 1).await;
+    let mut ran = Vec::new();
+    // Before any page opened, then again once the only page has closed.
+    for round in [0..3, 3..4] {
+        for t in round {
+            let id = service
+                .submit(&format!("/t{t:03}"), &format!("/m{t:03}"))
+                .await;
+            assert_eq!(service.finished(&id).await["state"], "done");
+            ran.push(id);
+        }
+        let mut page = EventStream::open(&service).await;
+        let (event, snapshot) = page.next().await.expect("the first event");
+        assert_eq!(event, "snapshot", "{snapshot}");
+        let shown: Vec<(&str, &str)> = snapshot["jobs"]
+            .as_array()
+            .expect("jobs")
+            .iter()
+            .map(|j| {
+                (
+                    j["id"].as_str().unwrap_or(""),
+                    j["state"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        let expected: Vec<(&str, &str)> =
+            ran.iter().rev().map(|id| (id.as_str(), "done")).collect();
+        assert_eq!(shown, expected, "{snapshot}");
+        assert!(
+            snapshot["at"].as_i64().is_some_and(|at| at > 0),
+            "a snapshot of no sample: {snapshot}"
+        );
+        drop(page);
+        // Closed: the feed goes idle.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let idle = format!(
+            "fsrename_event_streams{{instance=\"{}\"}} 0",
+            service.instance
+        );
+        loop {
+            let text = service
+                .http
+                .get(format!("{}/metrics", service.base))
+                .send()
+                .await
+                .expect("metrics")
+                .text()
+                .await
+                .expect("text");
+            if text.contains(&idle) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "a closed page still counted");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    service.stop().await;
+}
+
 /// Many clients submit renames at once, on their own subtrees and on shared ones, ten each:
 /// 200 clients and 2 000 renames on the embedded store; 40 clients and 400 renames on osmem,
 /// where each job costs far more inside this test binary than in the release service (see
