@@ -1437,6 +1437,53 @@ async fn a_new_event_stream_starts_with_the_jobs_that_already_ran() {
     service.stop().await;
 }
 
+/// `GET /tree?path=/nope` answered 200 with no entries, as for an empty directory: a client
+/// (the page) could not tell a directory renamed away from an empty one. It is a 404 naming
+/// the path; an empty directory is still a 200 with no entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tree_of_a_path_that_is_not_there_is_404() {
+    let service = Service::start(Backend::Embedded, |_| {}).await;
+    service.build(1, 1, 1).await;
+    service
+        .tree()
+        .insert_all(vec![FsDoc::dir(p("/empty"), 0)])
+        .await
+        .expect("insert");
+    for query in [
+        "/tree?path=/nope",
+        "/tree?path=/nope&depth=3",
+        "/tree?path=/nope&after=/nope/a",
+        "/tree?path=/t000/nope",
+    ] {
+        let (status, answer) = service.get(query).await;
+        assert_eq!(status, 404, "{query}: {answer}");
+        assert_eq!(answer["field"], "path", "{query}: {answer}");
+        let path = query.trim_start_matches("/tree?path=");
+        let path = path.split('&').next().unwrap_or_default();
+        assert!(
+            answer["error"]
+                .as_str()
+                .is_some_and(|e| e.contains(&format!("`{path}`"))),
+            "{query}: {answer}"
+        );
+    }
+    for (query, entries) in [
+        ("/tree?path=/empty", 0),
+        ("/tree?path=/empty&depth=5", 0),
+        ("/tree?path=/t000", 1),
+        ("/tree", 2),
+    ] {
+        let (status, answer) = service.get(query).await;
+        assert_eq!(status, 200, "{query}: {answer}");
+        assert_eq!(
+            answer["entries"].as_array().map(Vec::len),
+            Some(entries),
+            "{query}: {answer}"
+        );
+    }
+    service.stop().await;
+}
+
 /// Many clients submit renames at once, on their own subtrees and on shared ones, ten each:
 /// 200 clients and 2 000 renames on the embedded store; 40 clients and 400 renames on osmem,
 /// where each job costs far more inside this test binary than in the release service (see

@@ -185,7 +185,7 @@ pub struct Health {
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)] // Read from the query string (`api::tree`), for errors that name the field.
 pub struct TreeQuery {
-    /// The directory to list (`/` by default).
+    /// The directory to list (`/` by default); 404 if there is nothing there.
     #[param(value_type = Option<PathName>)]
     path: Option<String>,
     /// How many levels down (1 by default; any depth past the deepest entry means all).

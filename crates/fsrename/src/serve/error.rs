@@ -16,7 +16,8 @@ pub struct ErrorBody {
     /// What went wrong, in words.
     error: String,
     /// The request's field that is wrong (`body`, `from`, `to`, `path`, `strategy`,
-    /// `recursive`, `limit`, `depth`, `after`, `id`, `query`, `token`), for a 400 or a wrong token.
+    /// `recursive`, `limit`, `depth`, `after`, `id`, `query`, `token`), for a 400, a wrong
+    /// token, or a `path` with nothing there (`GET /tree`'s 404).
     #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<String>,
 }
@@ -60,6 +61,14 @@ impl ApiError {
             status,
             message: message.into(),
             field: None,
+        }
+    }
+
+    /// The same error, blaming the request's `field`.
+    pub fn naming(self, field: &'static str) -> ApiError {
+        ApiError {
+            field: Some(field),
+            ..self
         }
     }
 }
