@@ -1158,7 +1158,12 @@ async fn the_description_lists_every_route_with_its_answers() {
         assert_ne!(status, 405, "{method} {path} is not routed");
         if status == 404 {
             let body: Value = with.json().await.expect("a 404 of a handler is JSON");
-            assert!(body["error"].is_string(), "{method} {path}: {body}");
+            let error = body["error"].as_str().unwrap_or_default();
+            assert!(!error.is_empty(), "{method} {path}: {body}");
+            assert!(
+                !error.starts_with("no route"),
+                "{method} {path} is not routed"
+            );
         }
     }
     service.stop().await;
@@ -1479,6 +1484,71 @@ async fn the_tree_of_a_path_that_is_not_there_is_404() {
             answer["entries"].as_array().map(Vec::len),
             Some(entries),
             "{query}: {answer}"
+        );
+    }
+    service.stop().await;
+}
+
+/// A path no route serves was a 404 with an empty body, and a method a route does not take
+/// a 405 with an empty body, where every error is `{"error": ...}` (docs/service.md). Both
+/// are JSON naming what was asked; the 405 keeps its `Allow` header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_routes_and_methods_are_answered_in_json() {
+    let service = Service::start(Backend::Embedded, |_| {}).await;
+    let send = |method: reqwest::Method, path: &str| {
+        let request = service
+            .http
+            .request(method, format!("{}{path}", service.base));
+        async move {
+            let answer = request.send().await.expect("send");
+            let status = answer.status().as_u16();
+            let allow = answer
+                .headers()
+                .get("allow")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let kind = answer
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let body: Value = answer.json().await.unwrap_or(Value::Null);
+            (status, allow, kind, body)
+        }
+    };
+    for (method, path) in [
+        (reqwest::Method::GET, "/nope"),
+        (reqwest::Method::POST, "/nope/deeper"),
+        (reqwest::Method::GET, "/renames/an-id/more"),
+        (reqwest::Method::DELETE, "/tree/x"),
+    ] {
+        let (status, _, kind, body) = send(method.clone(), path).await;
+        assert_eq!(status, 404, "{method} {path}: {body}");
+        assert_eq!(kind.as_deref(), Some("application/json"), "{method} {path}");
+        assert!(
+            body["error"]
+                .as_str()
+                .is_some_and(|e| e.contains(&format!("`{method} {path}`"))),
+            "{method} {path}: {body}"
+        );
+    }
+    for (method, path, allowed) in [
+        (reqwest::Method::DELETE, "/renames", "POST"),
+        (reqwest::Method::PUT, "/tree", "GET"),
+        (reqwest::Method::POST, "/jobs/an-id", "GET"),
+    ] {
+        let (status, allow, kind, body) = send(method.clone(), path).await;
+        assert_eq!(status, 405, "{method} {path}: {body}");
+        assert_eq!(kind.as_deref(), Some("application/json"), "{method} {path}");
+        assert!(
+            body["error"]
+                .as_str()
+                .is_some_and(|e| e.contains(&format!("`{path}`")) && e.contains(method.as_str())),
+            "{method} {path}: {body}"
+        );
+        assert!(
+            allow.as_deref().is_some_and(|a| a.contains(allowed)),
+            "{method} {path}: Allow {allow:?}"
         );
     }
     service.stop().await;
