@@ -19,7 +19,7 @@ use utoipa::openapi::RefOr;
 use utoipa::{IntoParams, IntoResponses, PartialSchema, ToSchema};
 
 use super::error::ErrorBody;
-use super::job::{Job, JobState, PathName, StrategyName};
+use super::job::{after_path, Job, JobState, PathName, StrategyName};
 
 /// `POST /renames` and `POST /copies`: what to move or copy, and where.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -195,8 +195,8 @@ pub struct TreeQuery {
     #[param(minimum = 1, maximum = 10000)]
     limit: Option<u64>,
     /// Lists from just after this path (the `next` of the page before), which must be under
-    /// `path`.
-    #[param(value_type = Option<PathName>)]
+    /// `path` (400 otherwise).
+    #[param(schema_with = after_path)]
     after: Option<String>,
 }
 

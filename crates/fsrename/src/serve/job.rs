@@ -226,10 +226,20 @@ impl ToSchema for StrategyName {
 /// and still be refused (400, naming the field).
 pub struct PathName;
 
-/// A component: anything without `/` or a control character (Unicode's Cc, as
-/// `char::is_control`), with at least one character that is not a dot, or three dots or more.
-const PATH_PATTERN: &str =
-    r"^(/|(/([^/\x00-\x1F\x7F-\x9F]*[^/.\x00-\x1F\x7F-\x9F][^/\x00-\x1F\x7F-\x9F]*|\.\.\.+))+)$";
+/// One or more components, each after a `/`. A component: anything without `/` or a control
+/// character (Unicode's Cc, as `char::is_control`), with at least one character that is not
+/// a dot, or three dots or more.
+macro_rules! components {
+    () => {
+        r"(/([^/\x00-\x1F\x7F-\x9F]*[^/.\x00-\x1F\x7F-\x9F][^/\x00-\x1F\x7F-\x9F]*|\.\.\.+))+"
+    };
+}
+
+/// `/`, or components.
+const PATH_PATTERN: &str = concat!("^(/|", components!(), ")$");
+
+/// Components: any path but `/`.
+const BELOW_ROOT_PATTERN: &str = concat!("^", components!(), "$");
 
 impl PartialSchema for PathName {
     fn schema() -> RefOr<Schema> {
@@ -248,6 +258,24 @@ impl ToSchema for PathName {
     fn name() -> std::borrow::Cow<'static, str> {
         std::borrow::Cow::Borrowed("Path")
     }
+}
+
+/// The schema of `GET /tree`'s `after` (`GET /openapi.json`, inlined): a path as
+/// [`PathName`] but `/`, which is under nothing. It must also be under the `path` listed, a
+/// rule across two parameters that a schema cannot state: its description says so, and its
+/// example is under `path`'s, so that a client (or a fuzzer) that takes the examples sends a
+/// request the service accepts (it once took `path`'s own, refused as not under itself).
+pub fn after_path() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(BELOW_ROOT_PATTERN))
+        .min_length(Some(2))
+        .max_length(Some(fs_model::MAX_PATH_BYTES))
+        .description(Some(
+            "An absolute path under the `path` listed (so never `/`): the `next` of the page \
+             before",
+        ))
+        .examples([serde_json::json!("/clinton/projects/elasticsearch")])
 }
 
 /// Now, in epoch milliseconds.
