@@ -481,6 +481,53 @@ async fn the_page_follows_a_rename_and_shows_errors_next_to_fields() {
     service.stop().await;
 }
 
+/// A job that waited for a lock and then failed still showed "waiting for exclusive lock …
+/// held by …" under it: the service kept the lock a job had once waited for. The wait shows
+/// while the job waits, and goes with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_job_shows_no_lock_wait() {
+    let driver = Driver::start();
+    let service = Service::start(None).await;
+    let holder = fs_locks::LockClient::builder(
+        Arc::clone(&service.store),
+        fs_model::lock_index_name(&service.index),
+    )
+    .holder("the test")
+    .build();
+    // Held until the job waits for it; then the job finds nothing there, and fails.
+    let missing = FsPath::parse("/clinton/nope").expect("path");
+    let guard = holder.lock_tree(&missing).await.expect("hold");
+    let page = open(&driver, &service, 1280, 800).await;
+    fill(&page, "from", "/clinton/nope").await;
+    fill(&page, "to", "/clinton/gone").await;
+    submit(&page).await;
+    let waiting = see(
+        &page,
+        "the job waiting for the test's lock",
+        async |p: &Client| {
+            texts(p, "#jobs li[data-state=waiting_for_locks]")
+                .await
+                .into_iter()
+                .find(|t| t.contains("waiting for"))
+        },
+    )
+    .await;
+    assert!(waiting.contains("/clinton/nope"), "{waiting}");
+    guard.release().await.expect("release");
+    let failed = see(&page, "the job failed", async |p: &Client| {
+        texts(p, "#jobs li[data-state=failed]")
+            .await
+            .into_iter()
+            .next()
+    })
+    .await;
+    screenshot(&page, "failed").await;
+    assert!(failed.contains("not found"), "{failed}");
+    assert!(!failed.contains("waiting for"), "{failed}");
+    page.close().await.expect("close");
+    service.stop().await;
+}
+
 /// Behind a token: the page asks for it, says so next to the field when it is wrong, and
 /// goes live with the right one; the token never appears in the page.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

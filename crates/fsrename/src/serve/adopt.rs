@@ -114,7 +114,7 @@ async fn take_over_dead(jobs: &Jobs, liveness: Liveness) -> Result<usize, Record
     let journal = Journal::new(Arc::clone(jobs.store()), &jobs.config().index);
     let mut taken = 0;
     for (job, version) in listing.jobs {
-        if job.state.finished() {
+        if job.state().finished() {
             if job
                 .finished_at
                 .is_some_and(|at| now.saturating_sub(at) > kept)
@@ -179,9 +179,8 @@ async fn take_over(
                 "instance `{dead}` died before the job wrote anything; run again from the start by `{}`",
                 jobs.instance()
             ));
-            job.state = JobState::Queued;
+            job.enter(JobState::Queued);
             job.progress = Progress::default();
-            job.waiting_for = None;
             job.journal = None;
             job.started_at = None;
             jobs.adopt(job, version);
@@ -192,7 +191,7 @@ async fn take_over(
             job.warnings.push(format!(
                 "instance `{dead}` finished the job and died before recording it; its report is lost"
             ));
-            job.state = JobState::Done;
+            job.enter(JobState::Done);
             job.finished_at = Some(now_ms());
             jobs.adopt(job, version);
             jobs.persist(&id).await;
@@ -201,7 +200,7 @@ async fn take_over(
             job.warnings.push(format!(
                 "instance `{dead}` died in the middle of the job; recovery finishes it once its locks expire"
             ));
-            job.state = JobState::Rewriting;
+            job.enter(JobState::Rewriting);
             let journal_id = job.journal.clone().unwrap_or_default();
             jobs.adopt(job, version);
             jobs.persist(&id).await;

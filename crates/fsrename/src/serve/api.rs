@@ -209,7 +209,7 @@ async fn accept(jobs: &Jobs, work: Work, strategy: Strategy) -> Result<Response,
             let location = format!("/{collection}/{}", job.id);
             let body = Json(Accepted {
                 kind: job.work.kind(),
-                state: job.state,
+                state: job.state(),
                 location: location.clone(),
                 id: job.id,
             });
@@ -396,14 +396,16 @@ async fn locks(State(jobs): State<Jobs>) -> Result<Json<LockList>, ApiError> {
 
 /// `GET /tree?path=/x&depth=2&limit=200&after=/x/m`: the entries under `path`, `depth` levels
 /// down (default 1), in path order, at most `limit` of them (default and most
-/// [`TREE_LIMIT`]), from just after `after` on. `next` is the path to pass as `after` for the
-/// next page, or `null` at the end (`truncated` says the same, as before paging).
+/// [`TREE_LIMIT`]), from just after `after` on; 404 if there is nothing at `path`. `next`
+/// is the path to pass as `after` for the next page, or `null` at the end (`truncated` says
+/// the same, as before paging).
 #[utoipa::path(get, path = "/tree", tag = "tree",
     description = "The entries under a path, `depth` levels down, in path order, a page at a time.",
     params(TreeQuery),
     responses(
         (status = 200, description = "A page of entries", body = TreePage),
         (status = 400, description = "A bad parameter, named in `field`", body = ErrorBody),
+        (status = 404, description = "Nothing at `path` (`field` names it)", body = ErrorBody),
         (status = 503, description = "The store cannot be read", body = ErrorBody),
     ))]
 async fn tree(State(jobs): State<Jobs>, query: QueryMap) -> Result<Json<TreePage>, ApiError> {
@@ -454,7 +456,18 @@ async fn tree(State(jobs): State<Jobs>, query: QueryMap) -> Result<Json<TreePage
     let tree = FsTree::new(Arc::clone(jobs.store()), jobs.config().index.clone());
     let unavailable =
         |e: fs_rename::RenameError| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
-    tree.refresh().await.map_err(unavailable)?;
+    // A listing of nothing does not say whether `path` is an empty directory or nothing at
+    // all: asked (after a refresh, which the listing needs too).
+    match fs_rename::stat(&tree, &path).await {
+        Ok(_) => {}
+        Err(fs_rename::RenameError::SourceNotFound { .. }) => {
+            return Err(
+                ApiError::new(StatusCode::NOT_FOUND, format!("no `{path}` in the tree"))
+                    .naming("path"),
+            )
+        }
+        Err(e) => return Err(unavailable(e)),
+    }
     let max_depth = path.depth().saturating_add(depth);
     let listed = fs_rename::list_page(
         tree.store(),

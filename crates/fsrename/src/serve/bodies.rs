@@ -19,7 +19,7 @@ use utoipa::openapi::RefOr;
 use utoipa::{IntoParams, IntoResponses, PartialSchema, ToSchema};
 
 use super::error::ErrorBody;
-use super::job::{Job, JobState, PathName, StrategyName};
+use super::job::{after_path, Job, JobState, PathName, StrategyName};
 
 /// `POST /renames` and `POST /copies`: what to move or copy, and where.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -185,7 +185,7 @@ pub struct Health {
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)] // Read from the query string (`api::tree`), for errors that name the field.
 pub struct TreeQuery {
-    /// The directory to list (`/` by default).
+    /// The directory to list (`/` by default); 404 if there is nothing there.
     #[param(value_type = Option<PathName>)]
     path: Option<String>,
     /// How many levels down (1 by default; any depth past the deepest entry means all).
@@ -195,8 +195,8 @@ pub struct TreeQuery {
     #[param(minimum = 1, maximum = 10000)]
     limit: Option<u64>,
     /// Lists from just after this path (the `next` of the page before), which must be under
-    /// `path`.
-    #[param(value_type = Option<PathName>)]
+    /// `path` (400 otherwise).
+    #[param(schema_with = after_path)]
     after: Option<String>,
 }
 

@@ -1,10 +1,11 @@
 //! Error answers: every one is `{"error": "...", "field": "..."}` ([`ErrorBody`]), from the
 //! handlers ([`ApiError`]) and from the guards in front of them alike, and the framework's
-//! own refusals (a body over the limit, a path or query that cannot be read) are turned into
-//! it rather than answered in plain text.
+//! own refusals (a body over the limit, a path or query that cannot be read, a route that
+//! does not exist, a method a route does not take) are turned into it rather than answered in
+//! plain text or with an empty body.
 
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
@@ -16,7 +17,8 @@ pub struct ErrorBody {
     /// What went wrong, in words.
     error: String,
     /// The request's field that is wrong (`body`, `from`, `to`, `path`, `strategy`,
-    /// `recursive`, `limit`, `depth`, `after`, `id`, `query`, `token`), for a 400 or a wrong token.
+    /// `recursive`, `limit`, `depth`, `after`, `id`, `query`, `token`), for a 400, a wrong
+    /// token, or a `path` with nothing there (`GET /tree`'s 404).
     #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<String>,
 }
@@ -62,6 +64,14 @@ impl ApiError {
             field: None,
         }
     }
+
+    /// The same error, blaming the request's `field`.
+    pub fn naming(self, field: &'static str) -> ApiError {
+        ApiError {
+            field: Some(field),
+            ..self
+        }
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -95,5 +105,28 @@ pub fn unreadable(e: BytesRejection) -> ApiError {
     ApiError::new(
         e.status(),
         format!("cannot read the request body: {}", e.body_text()),
+    )
+}
+
+/// Any path no route serves: 404 naming it (the framework's own answer has an empty body).
+pub async fn no_route(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!(
+            "no route `{method} {}`: GET /openapi.json lists them",
+            uri.path()
+        ),
+    )
+}
+
+/// A route asked with a method it does not take: 405 naming both (the framework adds the
+/// `Allow` header, listing the methods it takes, but answers with an empty body).
+pub async fn wrong_method(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "`{}` does not take {method}: the `Allow` header lists what it takes",
+            uri.path()
+        ),
     )
 }

@@ -7,10 +7,15 @@
 //! bounded broadcast channel, so the store sees one reader however many pages are open, and
 //! none when no page is.
 //!
+//! A client that connects wakes the sampler, whose next sample makes its snapshot: the state
+//! as read after it connected, never one kept from an earlier sample (an idle feed's last
+//! sample may be minutes old, or never taken). Clients that connect together share that
+//! sample: an opening page costs the store at most one listing of the lock index.
+//!
 //! What a client receives, each an SSE event whose data is one JSON object:
 //!
-//! - `snapshot` `{at, locks, jobs}`: the whole state, first on connecting, again whenever
-//!   the client fell behind (see below);
+//! - `snapshot` `{at, locks, jobs, story}`: the whole state, first on connecting (read after
+//!   the client connected), again whenever the client fell behind (see below);
 //! - `locks` `{at, locks}`: the lock list, when it changed;
 //! - `jobs` `{at, jobs}`: the jobs whose state, progress or lock wait changed since the last
 //!   sample, all in one event;
@@ -38,7 +43,7 @@ use axum::response::IntoResponse;
 use fs_locks::{LeaseClock, LockClient};
 use futures::{Stream, StreamExt};
 use serde_json::{json, Value};
-use tokio::sync::{broadcast, watch, Notify};
+use tokio::sync::{broadcast, oneshot, watch, Notify};
 
 use super::bodies::LockView;
 use super::jobs::Jobs;
@@ -88,7 +93,7 @@ struct Inner {
     locks: LockClient,
     updates: broadcast::Sender<Arc<Out>>,
     last: Mutex<Sampled>,
-    /// Woken when a client connects: an idle feed reads nothing.
+    /// Woken when a client connects: an idle feed reads nothing, and wakes for a newcomer.
     listening: Notify,
     /// True once the service shuts down: the streams end (a graceful shutdown waits for
     /// every connection to close, and an event stream would never close by itself).
@@ -106,6 +111,16 @@ struct Sampled {
     job_keys: HashMap<String, Value>,
     /// The story told so far (notes that are kept), oldest first.
     story: std::collections::VecDeque<Value>,
+    /// The clients that connected since the last sample: the next one gives each its snapshot
+    /// and its receiver.
+    newcomers: Vec<oneshot::Sender<Joined>>,
+}
+
+/// What a newcomer is handed at the sample after it connected: its snapshot, and the receiver
+/// of every update sent after it.
+struct Joined {
+    snapshot: Arc<Out>,
+    updates: broadcast::Receiver<Arc<Out>>,
 }
 
 impl Sampled {
@@ -174,26 +189,45 @@ impl Feed {
                 }
                 if sampler.listeners() == 0 {
                     tokio::select! {
-                        () = sampler.inner.listening.notified() => {}
+                        // Counted again: a wake-up may be left from a client that has gone.
+                        () = sampler.inner.listening.notified() => continue,
                         _ = closing.changed() => return,
                     }
-                    // Clients that connected while the feed was idle hold an old snapshot.
-                    sampler.sample(true).await;
-                } else {
-                    sampler.sample(false).await;
                 }
-                tokio::select! {
-                    () = tokio::time::sleep(SAMPLE_EVERY) => {}
-                    _ = closing.changed() => return,
+                sampler.sample().await;
+                // Until the next period, or sooner for a client that connects: its snapshot
+                // is read now, not kept from before it came.
+                let next = tokio::time::Instant::now() + SAMPLE_EVERY;
+                loop {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(next) => break,
+                        // A wake-up may be left from a client the last sample served.
+                        () = sampler.inner.listening.notified() => {
+                            if sampler.newcomers() > 0 {
+                                break;
+                            }
+                        }
+                        _ = closing.changed() => return,
+                    }
                 }
             }
         });
         feed
     }
 
-    /// How many clients listen now.
+    /// How many clients wait for their snapshot (those gone meanwhile left out).
+    fn newcomers(&self) -> usize {
+        self.last()
+            .newcomers
+            .iter()
+            .filter(|joined_tx| !joined_tx.is_closed())
+            .count()
+    }
+
+    /// How many clients listen now: those that receive the updates, and those waiting for
+    /// their snapshot.
     pub fn listeners(&self) -> usize {
-        self.inner.updates.receiver_count()
+        self.inner.updates.receiver_count() + self.newcomers()
     }
 
     /// The story told on this feed.
@@ -222,8 +256,9 @@ impl Feed {
         self.inner.last.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Reads the state and sends what changed (all of it as a snapshot, with `whole`).
-    async fn sample(&self, whole: bool) {
+    /// Reads the state, sends what changed to the clients, and hands each newcomer its
+    /// snapshot.
+    async fn sample(&self) {
         let listed = self.inner.locks.list_locks().await;
         let at = LeaseClock::new().now_ms();
         let jobs: Vec<Value> = self
@@ -278,55 +313,58 @@ impl Feed {
             }
             last.job_keys = keys;
             last.jobs = jobs;
-            if whole {
-                out = vec![last.snapshot()];
-            }
-            // Sent while the state is held, as every update is: a client subscribing takes
-            // the state to make its snapshot, so it has each update either in its snapshot
-            // or on its receiver, never both, never neither (a story note told meanwhile
-            // would otherwise arrive before a snapshot that lacks it).
+            // Sent while the state is held, as every update is, and before the newcomers get
+            // their receivers: each client has each update either in its snapshot or on its
+            // receiver, never both, never neither (a story note told meanwhile would otherwise
+            // arrive before a snapshot that lacks it).
             for update in out {
                 // No receiver: nobody to tell.
                 let _ = self.inner.updates.send(Arc::new(update));
             }
+            let newcomers = std::mem::take(&mut last.newcomers);
+            if !newcomers.is_empty() {
+                // Written out once for all of them.
+                let snapshot = Arc::new(last.snapshot());
+                for joined_tx in newcomers {
+                    // A client gone before its snapshot: nothing to hand it.
+                    let _ = joined_tx.send(Joined {
+                        snapshot: Arc::clone(&snapshot),
+                        updates: self.inner.updates.subscribe(),
+                    });
+                }
+            }
         }
     }
 
-    /// A client's stream: the last snapshot, then the updates; a fresh snapshot whenever it
-    /// fell more than [`BUFFER`] updates behind. It ends when the service shuts down.
+    /// A client's stream: a snapshot read after it connected (at the next sample), then the
+    /// updates; a fresh snapshot whenever it fell more than [`BUFFER`] updates behind. It
+    /// ends when the service shuts down.
     pub fn subscribe(&self) -> impl Stream<Item = Arc<Out>> + Send + 'static {
-        let (rx, first) = {
-            // Updates are sent while the state is held: under it, the receiver and the
-            // snapshot agree.
-            let last = self.last();
-            (self.inner.updates.subscribe(), Arc::new(last.snapshot()))
+        let (joined_tx, joined_rx) = oneshot::channel();
+        self.last().newcomers.push(joined_tx);
+        let reader = Reader {
+            feed: self.clone(),
+            closing: self.inner.closing.clone(),
+            _counted: Counted::new(&self.inner.jobs),
         };
-        let counted = Counted::new(&self.inner.jobs);
         self.inner.listening.notify_one();
-        let feed = self.clone();
-        let closing = self.inner.closing.clone();
         futures::stream::unfold(
-            (Some(first), rx, (feed, counted), closing),
-            |(pending, mut rx, feed, mut closing)| async move {
-                if let Some(out) = pending {
-                    return Some((out, (None, rx, feed, closing)));
-                }
-                let received = tokio::select! {
-                    received = rx.recv() => received,
-                    _ = closing.wait_for(|closing| *closing) => return None,
-                };
-                let out = match received {
-                    Ok(update) => update,
-                    // What it still holds is older than the snapshot: skipped too. The new
-                    // receiver and the snapshot are taken under the state, as in `subscribe`.
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        let last = feed.0.last();
-                        rx = rx.resubscribe();
-                        Arc::new(last.snapshot())
+            (reader, Stage::Joining(joined_rx)),
+            |(mut reader, stage)| async move {
+                match stage {
+                    Stage::Joining(joined_rx) => {
+                        let joined = tokio::select! {
+                            joined = joined_rx => joined.ok()?,
+                            _ = reader.closing.wait_for(|closing| *closing) => return None,
+                        };
+                        let next = Stage::Following(joined.updates);
+                        Some((joined.snapshot, (reader, next)))
                     }
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                };
-                Some((out, (None, rx, feed, closing)))
+                    Stage::Following(mut rx) => {
+                        let out = reader.next(&mut rx).await?;
+                        Some((out, (reader, Stage::Following(rx))))
+                    }
+                }
             },
         )
     }
@@ -343,6 +381,41 @@ impl Feed {
     #[cfg(test)]
     fn publish(&self, out: Out) {
         let _ = self.inner.updates.send(Arc::new(out));
+    }
+}
+
+/// Where a client's stream is: waiting for its snapshot, or following the updates.
+enum Stage {
+    Joining(oneshot::Receiver<Joined>),
+    Following(broadcast::Receiver<Arc<Out>>),
+}
+
+/// What a client's stream holds while it lives.
+struct Reader {
+    feed: Feed,
+    closing: watch::Receiver<bool>,
+    _counted: Counted,
+}
+
+impl Reader {
+    /// The next update `rx` receives, or a fresh snapshot in place of those the client fell
+    /// too far behind to receive; `None` once the service shuts down.
+    async fn next(&mut self, rx: &mut broadcast::Receiver<Arc<Out>>) -> Option<Arc<Out>> {
+        let received = tokio::select! {
+            received = rx.recv() => received,
+            _ = self.closing.wait_for(|closing| *closing) => return None,
+        };
+        match received {
+            Ok(update) => Some(update),
+            // What it still holds is older than the snapshot: skipped too. The new receiver
+            // and the snapshot are taken under the state, as the sampler hands them out.
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                let last = self.feed.last();
+                *rx = rx.resubscribe();
+                Some(Arc::new(last.snapshot()))
+            }
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
     }
 }
 

@@ -108,11 +108,13 @@ pub struct Job {
     pub work: Work,
     #[schema(value_type = StrategyName)]
     pub strategy: Strategy,
-    pub state: JobState,
+    // Private, with `waiting_for`: they change together (`Job::enter`, `Job::wait_for`).
+    state: JobState,
     /// Documents written (rewritten, copied, deleted) so far, and to write.
     pub progress: Progress,
-    /// The lock that made it wait last, if any.
-    pub waiting_for: Option<String>,
+    /// The lock in the job's way while it waits for its locks (`waiting_for_locks`); null in
+    /// every other state.
+    waiting_for: Option<String>,
     /// The job's report (a `RenameReport`, with its `kind`), once it finished; kept as JSON,
     /// so that the jobs index hands it to any instance.
     #[schema(value_type = Option<Object>)]
@@ -138,6 +140,49 @@ pub struct Job {
     pub submitted_at: i64,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
+}
+
+impl Job {
+    /// A job just accepted by `instance`: queued, nothing done.
+    pub fn accepted(id: String, work: Work, strategy: Strategy, instance: String) -> Job {
+        Job {
+            id,
+            work,
+            strategy,
+            state: JobState::Queued,
+            progress: Progress::default(),
+            waiting_for: None,
+            report: None,
+            error: None,
+            warnings: Vec::new(),
+            accepted_by: instance.clone(),
+            instance,
+            adopted_from: None,
+            journal: None,
+            submitted_at: now_ms(),
+            started_at: None,
+            finished_at: None,
+        }
+    }
+
+    /// Where the job is.
+    pub fn state(&self) -> JobState {
+        self.state
+    }
+
+    /// Moves the job to `state`. Nothing is in its way there until it reports a lock it waits
+    /// for ([`Job::wait_for`]): a lock named once stays no longer than the wait, so a job that
+    /// got its locks, finished, failed or was cancelled names none.
+    pub fn enter(&mut self, state: JobState) {
+        self.state = state;
+        self.waiting_for = None;
+    }
+
+    /// The job waits for `blocker`, a lock another holds.
+    pub fn wait_for(&mut self, blocker: String) {
+        self.state = JobState::WaitingForLocks;
+        self.waiting_for = Some(blocker);
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
@@ -181,10 +226,20 @@ impl ToSchema for StrategyName {
 /// and still be refused (400, naming the field).
 pub struct PathName;
 
-/// A component: anything without `/` or a control character (Unicode's Cc, as
-/// `char::is_control`), with at least one character that is not a dot, or three dots or more.
-const PATH_PATTERN: &str =
-    r"^(/|(/([^/\x00-\x1F\x7F-\x9F]*[^/.\x00-\x1F\x7F-\x9F][^/\x00-\x1F\x7F-\x9F]*|\.\.\.+))+)$";
+/// One or more components, each after a `/`. A component: anything without `/` or a control
+/// character (Unicode's Cc, as `char::is_control`), with at least one character that is not
+/// a dot, or three dots or more.
+macro_rules! components {
+    () => {
+        r"(/([^/\x00-\x1F\x7F-\x9F]*[^/.\x00-\x1F\x7F-\x9F][^/\x00-\x1F\x7F-\x9F]*|\.\.\.+))+"
+    };
+}
+
+/// `/`, or components.
+const PATH_PATTERN: &str = concat!("^(/|", components!(), ")$");
+
+/// Components: any path but `/`.
+const BELOW_ROOT_PATTERN: &str = concat!("^", components!(), "$");
 
 impl PartialSchema for PathName {
     fn schema() -> RefOr<Schema> {
@@ -203,6 +258,24 @@ impl ToSchema for PathName {
     fn name() -> std::borrow::Cow<'static, str> {
         std::borrow::Cow::Borrowed("Path")
     }
+}
+
+/// The schema of `GET /tree`'s `after` (`GET /openapi.json`, inlined): a path as
+/// [`PathName`] but `/`, which is under nothing. It must also be under the `path` listed, a
+/// rule across two parameters that a schema cannot state: its description says so, and its
+/// example is under `path`'s, so that a client (or a fuzzer) that takes the examples sends a
+/// request the service accepts (it once took `path`'s own, refused as not under itself).
+pub fn after_path() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(BELOW_ROOT_PATTERN))
+        .min_length(Some(2))
+        .max_length(Some(fs_model::MAX_PATH_BYTES))
+        .description(Some(
+            "An absolute path under the `path` listed (so never `/`): the `next` of the page \
+             before",
+        ))
+        .examples([serde_json::json!("/clinton/projects/elasticsearch")])
 }
 
 /// Now, in epoch milliseconds.

@@ -126,24 +126,7 @@ impl Jobs {
             // Counted now, so that concurrent submissions cannot overfill the queue while
             // this one is being stored.
             table.unfinished += 1;
-            Job {
-                id: uuid_like(),
-                work,
-                strategy,
-                state: JobState::Queued,
-                progress: Progress::default(),
-                waiting_for: None,
-                report: None,
-                error: None,
-                warnings: Vec::new(),
-                accepted_by: instance.clone(),
-                instance,
-                adopted_from: None,
-                journal: None,
-                submitted_at: now_ms(),
-                started_at: None,
-                finished_at: None,
-            }
+            Job::accepted(uuid_like(), work, strategy, instance)
         };
         let version = match self.inner.records.create(&job).await {
             Ok(version) => version,
@@ -171,7 +154,7 @@ impl Jobs {
     /// Unfinished, it counts against the queue (which may overfill: the job was accepted
     /// already).
     pub fn adopt(&self, job: Job, version: Version) {
-        if !job.state.finished() {
+        if !job.state().finished() {
             self.table().unfinished += 1;
         }
         Metrics::add(&self.inner.metrics.adopted, 1);
@@ -243,7 +226,7 @@ impl Jobs {
             .map(|s| {
                 (
                     s.name(),
-                    table.jobs.values().filter(|j| j.state == *s).count() as u64,
+                    table.jobs.values().filter(|j| j.state() == *s).count() as u64,
                 )
             })
             .collect()
@@ -305,7 +288,7 @@ impl Jobs {
         };
         let Some(job) = self.get(&id) else { return };
         self.update(&id, |j| {
-            j.state = JobState::WaitingForLocks;
+            j.enter(JobState::WaitingForLocks);
             j.started_at = Some(now_ms());
         });
         // Only for other instances to show: the job goes on meanwhile. Its one write on the
@@ -327,7 +310,7 @@ impl Jobs {
             _ => None,
         };
         let change = |j: &mut Job| {
-            j.state = state;
+            j.enter(state);
             j.error = error;
             // After the warnings of a takeover, if any.
             j.warnings.extend(outcome.report.warnings.iter().cloned());
@@ -425,7 +408,7 @@ impl Jobs {
                 _ => Metrics::add(&m.failed, 1),
             }
             jobs.finish(&id, |j| {
-                j.state = state;
+                j.enter(state);
                 j.error = error;
                 j.finished_at = Some(now_ms());
             });
@@ -500,12 +483,9 @@ impl Jobs {
         match event {
             RenameEvent::Waiting { blocker, .. } => {
                 Metrics::add(&self.inner.metrics.lock_waits, 1);
-                self.update(id, |j| {
-                    j.state = JobState::WaitingForLocks;
-                    j.waiting_for = Some(blocker);
-                });
+                self.update(id, |j| j.wait_for(blocker));
             }
-            RenameEvent::Locked { .. } => self.update(id, |j| j.state = JobState::Rewriting),
+            RenameEvent::Locked { .. } => self.update(id, |j| j.enter(JobState::Rewriting)),
             RenameEvent::Checked { total } => self.update(id, |j| j.progress.total = total),
             RenameEvent::Progress { done, total } => {
                 self.update(id, |j| j.progress = Progress { done, total })
@@ -549,10 +529,10 @@ impl Jobs {
 
 /// Forgets the oldest finished jobs beyond `history`.
 fn forget_old(table: &mut Table, history: usize) {
-    let mut finished = table.jobs.values().filter(|j| j.state.finished()).count();
+    let mut finished = table.jobs.values().filter(|j| j.state().finished()).count();
     let mut keep = VecDeque::with_capacity(table.order.len());
     while let Some(id) = table.order.pop_front() {
-        let done = table.jobs.get(&id).is_some_and(|j| j.state.finished());
+        let done = table.jobs.get(&id).is_some_and(|j| j.state().finished());
         if done && finished > history {
             table.jobs.remove(&id);
             table.versions.remove(&id);
@@ -581,7 +561,7 @@ struct StoreJournalId {
 impl RenameHooks for StoreJournalId {
     async fn journaling(&self, journal_id: &str) {
         self.jobs.update(&self.id, |j| {
-            j.state = JobState::Rewriting;
+            j.enter(JobState::Rewriting);
             j.journal = Some(journal_id.to_owned());
         });
         self.jobs.persist(&self.id).await;

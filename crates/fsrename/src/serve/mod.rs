@@ -188,7 +188,8 @@ async fn recover_every(
 /// The routes behind the service's guards, outermost last: the request log, the loopback
 /// `Host` check (only when listening on loopback), the same-origin check, the bearer token
 /// (with `/session`, which trades it for a cookie) and the body limit. Adds `/session` and
-/// `/openapi.json`, which describes them all.
+/// `/openapi.json`, which describes them all, and answers a path no route serves (404) or a
+/// method a route does not take (405) in JSON, as every other error.
 fn guarded(
     routes: OpenApiRouter,
     auth: middleware::Auth,
@@ -205,6 +206,9 @@ fn guarded(
         .split_for_parts();
     description.publish(api);
     router
+        // After every route: the 405s are set route by route.
+        .method_not_allowed_fallback(error::wrong_method)
+        .fallback(error::no_route)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::from_fn_with_state(
             auth,

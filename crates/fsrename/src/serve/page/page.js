@@ -252,8 +252,7 @@ function setJob(job) {
 function connect() {
   const events = new EventSource("/events");
   const heard = (data) => {
-    // A feed that had not sampled yet sends `at: 0`: no clock to go by.
-    if (data.at) state.offset = data.at - Date.now();
+    state.offset = data.at - Date.now();
     $("status").textContent = "live";
   };
   events.addEventListener("snapshot", (e) => {
