@@ -353,10 +353,11 @@ impl Renamer {
             Ok(refresh) => refresh,
             // Stopped (a Ctrl-C, a failure) after the entry landed but before any write was
             // sent: the tree is as the job found it, so there is nothing for recovery to
-            // finish. The entry is closed and the locks given back now, rather than left
+            // finish. The entry is withdrawn (a tombstone that says the job changed nothing,
+            // not that it is done) and the locks given back now, rather than left
             // for their lease (`fsrename mv` run again at once would wait it out).
             Err(e) if !written.sent_any => {
-                return match journaled(|| journal.close(&job_id, version)).await {
+                return match journaled(|| journal.withdraw(&job_id, version)).await {
                     Ok(()) => {
                         self.emit(RenameEvent::Closed {
                             job: job_id.clone(),
@@ -365,7 +366,7 @@ impl Renamer {
                         Err(counted_against(e, of_total))
                     }
                     Err(close) => {
-                        tracing::warn!(job = %job_id, error = %close, "closing the entry of a job that wrote nothing failed; it is left for recovery");
+                        tracing::warn!(job = %job_id, error = %close, "withdrawing the entry of a job that wrote nothing failed; it is left for recovery");
                         Err(unfinished(e, report))
                     }
                 };
@@ -477,7 +478,9 @@ impl Renamer {
             Task::Delete { path, .. } => self.delete_all(hold, path, report).await,
         };
         report.phases.rewriting = started.elapsed();
-        written?;
+        written.map_err(|e| {
+            counted_against(e, |found| total.get().map_or(found, |&t| t.max(found)))
+        })?;
         self.written_all(task, report).await?;
         Ok(if refreshed {
             Refresh::Done
@@ -528,11 +531,21 @@ impl Renamer {
     }
 }
 
-/// `e`, a cancellation saying how many documents it had found so far, saying instead
-/// `of_total` of them: the whole count where it is known.
+/// `e`, a stop (a cancellation, a conflict) saying how many documents the job had found so
+/// far, saying instead `of_total` of them: the whole count where it is known, as the progress
+/// said ("stopped after 12 249 of 20 043", not "of the 12 250 read so far").
 fn counted_against(e: RenameError, of_total: impl Fn(u64) -> u64) -> RenameError {
     match e {
         RenameError::Cancelled { rewritten, found } => RenameError::Cancelled {
+            rewritten,
+            found: of_total(found),
+        },
+        RenameError::Conflict {
+            path,
+            rewritten,
+            found,
+        } => RenameError::Conflict {
+            path,
             rewritten,
             found: of_total(found),
         },

@@ -86,6 +86,25 @@ pub(super) const FENCED: &str = "fenced";
 /// The `fenced_by` of the tombstone a close leaves: what tells a finished job from a fenced one.
 pub(super) const CLOSED_BY: &str = "closed: the job is done";
 
+/// The `fenced_by` of the tombstone a job leaves when it stopped after its entry landed but
+/// before its first write ([`Journal::withdraw`](crate::journal::Journal::withdraw)): it
+/// changed nothing, and is no more done than a fenced job.
+pub(super) const WITHDRAWN_BY: &str = "withdrawn: the job stopped before its first write";
+
+impl JournalFence {
+    /// True if this tombstone is a finished job's ([`Journal::close`](crate::journal::Journal::close)):
+    /// its writes are all in place. False for a fence or a withdrawal: it wrote nothing.
+    pub fn is_closed(&self) -> bool {
+        self.fenced_by == CLOSED_BY
+    }
+
+    /// True if this tombstone is a job's own withdrawal: its entry landed, and it stopped
+    /// before its first write.
+    pub fn is_withdrawn(&self) -> bool {
+        self.fenced_by == WITHDRAWN_BY
+    }
+}
+
 /// What the journal says of a job id ([`Journal::state_of`](crate::journal::Journal::state_of)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JournalState {
@@ -93,7 +112,8 @@ pub enum JournalState {
     Open(Box<JournalEntry>),
     /// Finished: every write is in place.
     Closed,
-    /// Fenced off before it journaled: it wrote nothing.
+    /// Fenced off before it journaled, or withdrawn by the job itself after journaling and
+    /// before its first write: either way it wrote nothing.
     Fenced,
     /// No document: it has not journaled (or its tombstone was removed after the retention).
     Absent,

@@ -30,7 +30,7 @@ use crate::resend;
 
 mod entry;
 
-use entry::{parse_doc, to_source, JournalDoc, CLOSED_BY, FENCED};
+use entry::{parse_doc, to_source, JournalDoc, CLOSED_BY, FENCED, WITHDRAWN_BY};
 pub use entry::{FenceOutcome, JournalEntry, JournalFence, JournalLock, JournalState};
 
 /// The journal index of a tree.
@@ -200,9 +200,7 @@ impl Journal {
     pub async fn state_of(&self, job_id: &str) -> Result<JournalState> {
         Ok(match self.read(job_id).await? {
             Some((JournalDoc::Entry(entry), _)) => JournalState::Open(Box::new(entry)),
-            Some((JournalDoc::Fence(fence), _)) if fence.fenced_by == CLOSED_BY => {
-                JournalState::Closed
-            }
+            Some((JournalDoc::Fence(fence), _)) if fence.is_closed() => JournalState::Closed,
             Some((JournalDoc::Fence(_), _)) => JournalState::Fenced,
             None => JournalState::Absent,
         })
@@ -294,7 +292,24 @@ impl Journal {
     /// [`RenameError::Fenced`] if another owner has claimed the entry since;
     /// [`RenameError::Store`].
     pub async fn close(&self, job_id: &str, version: Version) -> Result<()> {
-        let source = self.closed(job_id)?;
+        self.tombstone(job_id, version, CLOSED_BY).await
+    }
+
+    /// Withdraws the entry `job_id`, which this job wrote at `version`, when the job stopped
+    /// before its first write: a tombstone as [`Journal::close`] leaves (the same condition,
+    /// the same late-resend guard), but one that says the job changed nothing, so that whoever
+    /// reads the journal (a service adopting the job, a history checker) does not take it for
+    /// done.
+    ///
+    /// # Errors
+    /// As [`Journal::close`].
+    pub async fn withdraw(&self, job_id: &str, version: Version) -> Result<()> {
+        self.tombstone(job_id, version, WITHDRAWN_BY).await
+    }
+
+    /// Replaces the entry `job_id` at `version` by a tombstone fenced `by`.
+    async fn tombstone(&self, job_id: &str, version: Version, by: &str) -> Result<()> {
+        let source = self.tombstone_source(job_id, by)?;
         match self
             .store
             .index(&self.index, job_id, source, Some(version))
@@ -326,19 +341,19 @@ impl Journal {
             index: self.index.clone(),
             op: fs_store::BulkOp::Index {
                 id: job_id.to_owned(),
-                source: self.closed(job_id)?,
+                source: self.tombstone_source(job_id, CLOSED_BY)?,
                 if_version: Some(version),
             },
         })
     }
 
-    /// The tombstone that replaces a closed entry.
-    fn closed(&self, job_id: &str) -> Result<Value> {
+    /// The tombstone that replaces an entry closed or withdrawn (`by`).
+    fn tombstone_source(&self, job_id: &str, by: &str) -> Result<Value> {
         let tombstone = JournalFence {
             job_id: job_id.to_owned(),
             state: FENCED.to_owned(),
             fenced_at: fs_locks::LeaseClock::new().now_ms(),
-            fenced_by: CLOSED_BY.to_owned(),
+            fenced_by: by.to_owned(),
         };
         serde_json::to_value(&tombstone).map_err(|e| RenameError::BadDocument {
             index: self.index.clone(),

@@ -10,7 +10,8 @@
 //! several jobs with one set of hooks), so a copy or a delete commits at the write that
 //! closes its journal entry, which the job (or its recoverer) sends right after the hook:
 //! the same moment, seen from the store. Closing a rename's entry checks that its hook came
-//! first.
+//! first. A job that stopped before its first write withdraws its entry instead
+//! ([`fs_rename::Journal::withdraw`]): the model stays as it was.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use fs_locks::LeaseClock;
 use fs_model::{journal_index_name, FsDoc, FsPath};
-use fs_rename::{JobKind, JournalEntry, RenameHooks};
+use fs_rename::{JobKind, JournalEntry, JournalFence, RenameHooks};
 use fs_store::{
     BulkItemResult, BulkOp, Capabilities, Cursor, DocStore, Page, Result, Scope, ScriptedUpdate,
     SearchRequest, SqliteStore, StoreLayer, StoredDoc, UpdateItemResult, Version,
@@ -232,7 +233,33 @@ impl World {
         for (job, entry) in before {
             if !after.contains_key(&job) {
                 self.closed.lock().unwrap().insert(job.clone());
-                self.closed(&job, &entry);
+                if self.withdrawn(&job).await {
+                    // The job stopped before its first write: it changed nothing, and the
+                    // model stays as it is.
+                    self.record(|| {
+                        format!(
+                            "withdrawn {} (journal {job})",
+                            entry.kind.describe(&entry.from, &entry.to)
+                        )
+                    });
+                } else {
+                    self.closed(&job, &entry);
+                }
+            }
+        }
+    }
+
+    /// True if the tombstone at `job` is its own withdrawal ([`fs_rename::Journal::withdraw`]),
+    /// not a close.
+    async fn withdrawn(&self, job: &str) -> bool {
+        let index = journal_index_name(INDEX);
+        match self.raw.get(&index, job).await {
+            Ok(Some(doc)) => serde_json::from_value::<JournalFence>(doc.source)
+                .is_ok_and(|fence| fence.is_withdrawn()),
+            Ok(None) => false,
+            Err(e) => {
+                self.violate(|| format!("reading the tombstone of journal entry {job}: {e}"));
+                false
             }
         }
     }
