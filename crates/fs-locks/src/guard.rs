@@ -89,7 +89,9 @@ impl LockGuard {
     pub async fn abandon(mut self) {
         self.released = true;
         let ids = std::mem::take(&mut self.ids);
-        tracing::warn!(wanted = %self.wanted, "abandoning locks to expire for recovery");
+        // The caller says so in its own words (a job's error names its journal entry): a
+        // warning here would only repeat it, raw, among a user's messages.
+        tracing::info!(wanted = %self.wanted, "abandoning locks to expire for recovery");
         self.client.forget(&ids).await;
     }
 }
@@ -101,11 +103,12 @@ impl Drop for LockGuard {
         }
         if self.keep_on_drop {
             // The client forgets them when it is dropped, which stops their renewal.
-            tracing::warn!(wanted = %self.wanted, "lock guard dropped; its locks are left to expire for recovery");
+            tracing::info!(wanted = %self.wanted, "lock guard dropped; its locks are left to expire for recovery");
             crate::background::kept();
             return;
         }
-        tracing::warn!(wanted = %self.wanted, "lock guard dropped without release; releasing in the background");
+        // A verb stopped by Ctrl-C drops its guard; the process waits for this release.
+        tracing::info!(wanted = %self.wanted, "lock guard dropped without release; releasing in the background");
         let ids = std::mem::take(&mut self.ids);
         let client = self.client.clone();
         match tokio::runtime::Handle::try_current() {

@@ -19,6 +19,15 @@ pub enum RenameError {
         /// The existing destination.
         path: FsPath,
     },
+    /// `mkdir` or `touch` found something at its path that it does not take: `what` says
+    /// what (" as a file", " as a directory: touch makes or updates files", …).
+    #[error("`{path}` already exists{what}")]
+    AlreadyExists {
+        /// The path.
+        path: FsPath,
+        /// What is there, and what the verb would have accepted.
+        what: &'static str,
+    },
     /// The destination's parent directory does not exist.
     #[error("destination's parent `{path}` does not exist")]
     DestinationParentMissing {

@@ -124,7 +124,7 @@ pub(crate) fn now_ms() -> i64 {
 /// directory is not an error (`mkdir -p`).
 ///
 /// # Errors
-/// [`RenameError::DestinationExists`] if `path` exists (without `parents`, or as a file);
+/// [`RenameError::AlreadyExists`] if `path` exists (without `parents`, or as a file);
 /// [`RenameError::DestinationParentMissing`] / [`RenameError::DestinationParentNotDir`];
 /// lock and store failures.
 pub async fn mkdir(
@@ -139,7 +139,10 @@ pub async fn mkdir(
                 created: Vec::new(),
             })
         } else {
-            Err(RenameError::DestinationExists { path: path.clone() })
+            Err(RenameError::AlreadyExists {
+                path: path.clone(),
+                what: ": it is the root (mkdir -p accepts an existing directory)",
+            })
         };
     }
     let mut created = Vec::new();
@@ -168,10 +171,13 @@ pub async fn mkdir(
 /// Creates an empty file at `path`, or updates the modification time of an existing file.
 ///
 /// # Errors
-/// As [`mkdir`]; [`RenameError::DestinationExists`] if `path` is a directory.
+/// As [`mkdir`]; [`RenameError::AlreadyExists`] if `path` is a directory.
 pub async fn touch(tree: &FsTree, locks: &LockSettings, path: &FsPath) -> Result<()> {
     if path.is_root() {
-        return Err(RenameError::DestinationExists { path: path.clone() });
+        return Err(RenameError::AlreadyExists {
+            path: path.clone(),
+            what: TOUCH_ON_DIR,
+        });
     }
     let client = locks.client(tree, format!("touch {path}"));
     let guard = client.lock_tree(path).await?;
@@ -190,7 +196,10 @@ pub async fn touch(tree: &FsTree, locks: &LockSettings, path: &FsPath) -> Result
                 }];
                 write(tree, ops, path).await
             }
-            Some(_) => Err(RenameError::DestinationExists { path: path.clone() }),
+            Some(_) => Err(RenameError::AlreadyExists {
+                path: path.clone(),
+                what: TOUCH_ON_DIR,
+            }),
             None => {
                 let doc = FsDoc::file(path.clone(), 0, now_ms());
                 tree.insert_all(vec![doc]).await.map(|_| ())
@@ -200,6 +209,9 @@ pub async fn touch(tree: &FsTree, locks: &LockSettings, path: &FsPath) -> Result
     })
     .await
 }
+
+/// What `touch` says of a directory at its path.
+const TOUCH_ON_DIR: &str = " as a directory: touch makes or updates files";
 
 /// Creates `doc` under the exclusive lock on its path; returns false if a directory was there
 /// already and `existing_dir_ok`.
@@ -216,7 +228,16 @@ async fn create(
         tree.refresh().await?;
         match tree.find(&path).await? {
             Some(e) if e.doc.kind == DocKind::Dir && existing_dir_ok => return Ok(false),
-            Some(_) => return Err(RenameError::DestinationExists { path: path.clone() }),
+            Some(e) => {
+                return Err(RenameError::AlreadyExists {
+                    path: path.clone(),
+                    what: if e.doc.kind == DocKind::Dir {
+                        " as a directory (mkdir -p accepts an existing directory)"
+                    } else {
+                        " as a file"
+                    },
+                })
+            }
             None => {}
         }
         check_parent(tree, &path).await?;

@@ -27,19 +27,30 @@ async fn mkdir_and_touch_check_what_they_must(env: Env) {
         .created
         .is_empty());
     let exists = mkdir(&tree, &locks, &p("/a/b"), false).await;
-    assert!(
-        matches!(exists, Err(RenameError::DestinationExists { .. })),
-        "{exists:?}"
-    );
+    match exists {
+        Err(e @ RenameError::AlreadyExists { .. }) => assert_eq!(
+            e.to_string(),
+            "`/a/b` already exists as a directory (mkdir -p accepts an existing directory)"
+        ),
+        other => panic!("mkdir of an existing directory: {other:?}"),
+    }
     touch(&tree, &locks, &p("/a/f")).await.expect("touch");
     let first = stat(&tree, &p("/a/f")).await.expect("stat").doc.modified;
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     touch(&tree, &locks, &p("/a/f")).await.expect("touch again");
     assert!(stat(&tree, &p("/a/f")).await.expect("stat").doc.modified > first);
     let on_dir = touch(&tree, &locks, &p("/a/b")).await;
+    match on_dir {
+        Err(e @ RenameError::AlreadyExists { .. }) => assert_eq!(
+            e.to_string(),
+            "`/a/b` already exists as a directory: touch makes or updates files"
+        ),
+        other => panic!("touch of a directory: {other:?}"),
+    }
+    let on_file = mkdir(&tree, &locks, &p("/a/f"), true).await;
     assert!(
-        matches!(on_dir, Err(RenameError::DestinationExists { .. })),
-        "{on_dir:?}"
+        matches!(&on_file, Err(e) if e.to_string() == "`/a/f` already exists as a file"),
+        "{on_file:?}"
     );
     let under_file = mkdir(&tree, &locks, &p("/a/f/x"), false).await;
     assert!(

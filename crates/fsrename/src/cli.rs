@@ -19,7 +19,8 @@ pub struct Cli {
     /// Where the tree lives: a database file (`file:PATH`), `mem`, or `http(s)://HOST:PORT`.
     ///
     /// `file:PATH` or a bare path is an embedded database file; `mem` is in memory, gone when
-    /// the command ends; `http(s)://HOST:PORT` is Elasticsearch 7.x/8.x or OpenSearch (for a
+    /// the command ends; `http(s)://HOST:PORT` is Elasticsearch (tested on 7.10; 8.x and
+    /// OpenSearch speak the same API but have not been run, see docs/elasticsearch.md) (for a
     /// cluster, its nodes' URLs separated by commas: requests go round them and a node that
     /// does not answer is skipped for a while; credentials in the URL or in
     /// --user with --password-file, or --api-key-file; a CA with --ca-cert or
@@ -206,10 +207,15 @@ pub enum Verb {
     /// With tree locks (the default) it takes an exclusive lock on FROM and on TO, and
     /// intention locks on their ancestors. It journals itself before its first write: if it
     /// dies half-way, `fsrename recover` finishes the rename once its locks' lease runs out.
+    ///
+    /// Unlike Unix `mv`, TO is always the new path itself, never a directory to move into:
+    /// `fsrename mv /a /dir` with `/dir` existing is refused; `fsrename mv /a /dir/a` moves
+    /// `/a` into `/dir`. Nothing existing is ever replaced.
     Mv {
         /// What to rename.
         from: FsPath,
-        /// Its new path; its parent must be an existing directory.
+        /// Its new path (not a directory to move into); it must not exist, and its parent
+        /// must be an existing directory.
         to: FsPath,
         /// The options of a job (clap shows the fields' own help, not this).
         #[command(flatten)]
@@ -231,8 +237,8 @@ pub enum Verb {
         recursive: bool,
         /// What to copy.
         from: FsPath,
-        /// Where the copy goes; it must not exist, and its parent must be an existing
-        /// directory.
+        /// Where the copy goes: the copy's own path, not a directory to copy into (unlike Unix
+        /// `cp`); it must not exist, and its parent must be an existing directory.
         to: FsPath,
         /// The options of a job (clap shows the fields' own help, not this).
         #[command(flatten)]
@@ -377,11 +383,14 @@ pub enum Verb {
     /// /renames/{id}, /copies/{id}, /deletes/{id}; GET /jobs, /renames, /copies, /deletes;
     /// GET /locks; GET /tree?path=&depth=; GET /healthz; GET /metrics; GET /openapi.json
     /// (every route described, OpenAPI 3.1). Stops on SIGINT/SIGTERM after letting running
-    /// jobs finish.
+    /// jobs finish, and exits 130 then, as every verb so stopped.
     Serve {
         /// Where to listen. A non-loopback address requires FSRENAME_TOKEN, which clients then
         /// send as `Authorization: Bearer <token>` (if set, it is required on loopback too).
-        #[arg(long, default_value = "127.0.0.1:7070")]
+        ///
+        /// HOST:PORT or HOST alone (port 7070); a name such as `localhost` is resolved, an
+        /// IPv4 address preferred.
+        #[arg(long, default_value = "127.0.0.1:7070", value_parser = parse_listen_serve)]
         listen: std::net::SocketAddr,
         /// Jobs (renames, copies, deletes) running at once.
         #[arg(long, default_value_t = 8)]
@@ -434,7 +443,8 @@ pub enum Verb {
         serve: bool,
         /// Where the page is served (with --serve). A non-loopback address requires
         /// FSRENAME_TOKEN, as for `serve`.
-        #[arg(long, default_value = "127.0.0.1:8080", requires = "serve")]
+        /// HOST:PORT or HOST alone (port 8080).
+        #[arg(long, default_value = "127.0.0.1:8080", requires = "serve", value_parser = parse_listen_demo)]
         listen: std::net::SocketAddr,
         /// How slowly the jobs go: 1 is a pace to watch (each job holds its new locks 2.5 s,
         /// and writes a page of 250 documents every 0.4 s), 2 twice as slow, 0 full speed.
@@ -579,9 +589,59 @@ fn parse_slow(s: &str) -> Result<f64, String> {
     }
 }
 
+/// A locking scheme a job may take: `none` exists only for the demonstration, so it is
+/// neither accepted nor offered.
+fn parse_listen_serve(s: &str) -> Result<std::net::SocketAddr, String> {
+    parse_listen(s, 7070)
+}
+
+fn parse_listen_demo(s: &str) -> Result<std::net::SocketAddr, String> {
+    parse_listen(s, 8080)
+}
+
+/// An address to listen on: `HOST:PORT`, `[IPV6]:PORT`, or a host alone on `default_port`;
+/// a host name (`localhost`) is resolved, its first IPv4 address preferred, as a user who
+/// types `localhost` and then opens `http://localhost:PORT` expects either to work.
+fn parse_listen(s: &str, default_port: u16) -> Result<std::net::SocketAddr, String> {
+    use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    if let Ok(ip) = s.trim_matches(['[', ']']).parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, default_port));
+    }
+    let with_port = if s.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
+    }) {
+        s.to_owned()
+    } else if s.contains(':') {
+        return Err(format!(
+            "`{s}` is not an address to listen on: expected HOST:PORT or HOST (port {default_port}), e.g. 127.0.0.1:{default_port} or localhost"
+        ));
+    } else {
+        format!("{s}:{default_port}")
+    };
+    let found: Vec<SocketAddr> = with_port
+        .to_socket_addrs()
+        .map_err(|e| format!("`{s}` is not an address to listen on: {e}"))?
+        .collect();
+    found
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(found.first())
+        .copied()
+        .ok_or_else(|| format!("`{s}` names no address to listen on"))
+}
+
 fn parse_strategy(s: &str) -> Result<Strategy, String> {
-    match s.parse::<Strategy>()? {
-        Strategy::None => Err("`none` exists only for the demonstration".to_owned()),
-        strategy => Ok(strategy),
+    match s.parse::<Strategy>() {
+        Ok(Strategy::None) => Err(
+            "`none` exists only for the demonstration (`fsrename demo`): expected tree, global or document"
+                .to_owned(),
+        ),
+        Ok(strategy) => Ok(strategy),
+        Err(_) => Err(format!(
+            "unknown strategy `{s}`: expected tree, global or document"
+        )),
     }
 }

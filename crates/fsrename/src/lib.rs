@@ -1,7 +1,7 @@
 //! The `fsrename` command line: its arguments ([`Cli`]), where the store lives
 //! ([`StoreLocation`]), and [`run`], which carries out a verb and returns the exit code.
 //!
-//! Exit codes: [`EXIT_OK`] (0) done, [`EXIT_FAILED`] (1) failed, 2 usage (from clap),
+//! Exit codes: [`EXIT_OK`] (0) done, [`EXIT_FAILED`] (1) failed, [`EXIT_USAGE`] (2) usage,
 //! [`EXIT_LOCK_TIMEOUT`] (3) a lock was not granted in time. A reader that closes standard
 //! output early (`fsrename ls -R / | head -1`) ends the output quietly; it does not change the
 //! exit code.
@@ -25,6 +25,9 @@ pub use store_location::StoreLocation;
 pub const EXIT_OK: u8 = 0;
 /// The exit code of a verb that failed (or found a broken tree).
 pub const EXIT_FAILED: u8 = 1;
+/// The exit code of a command that can never succeed as written: bad arguments (clap's own
+/// exit code), or a request for what cannot be had (a consistent read of `/`).
+pub const EXIT_USAGE: u8 = 2;
 /// The exit code of a verb whose locks were not granted within `--wait`.
 pub const EXIT_LOCK_TIMEOUT: u8 = 3;
 /// The exit code of a verb interrupted (Ctrl-C, SIGTERM): 128 + SIGINT, as a shell reports it.

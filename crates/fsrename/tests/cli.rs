@@ -572,6 +572,18 @@ fn demo_options_are_checked() {
             "`1000` is not a slow-down factor",
         ),
         (&["demo", "--listen", "127.0.0.1:1"][..], "--serve"),
+        (
+            &["serve", "--listen", "localhost:http:x"][..],
+            "`localhost:http:x` is not an address to listen on",
+        ),
+        (
+            &["mv", "/a", "/b", "--strategy", "bogus"][..],
+            "unknown strategy `bogus`: expected tree, global or document",
+        ),
+        (
+            &["mv", "/a", "/b", "--strategy", "none"][..],
+            "`none` exists only for the demonstration",
+        ),
     ] {
         let out = fsrename(args);
         let stderr = text(&out.stderr);
@@ -601,7 +613,10 @@ fn demo_into_a_closed_pipe_stops_quietly() {
             .env_remove("FSRENAME_LOG");
         cmd
     });
-    assert!(line.starts_with("The book's scenario"), "{line}");
+    assert!(
+        line.starts_with("The scenario of Elasticsearch: The Definitive Guide"),
+        "the demo names the book: {line}"
+    );
     assert_quiet_end("demo | head -1", &out);
 
     let out = Command::new(env!("CARGO_BIN_EXE_fsrename"))
@@ -687,7 +702,7 @@ fn serve_goes_on_serving_when_its_stderr_reader_goes_away() {
         .expect("run kill");
     assert!(term.success());
     let status = child.wait().expect("serve ends");
-    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert_eq!(status.code(), Some(130), "stopped by a signal: {status:?}");
 }
 
 /// The output of `fsrename ls -R PATH` on `db`, one path a line.
@@ -786,8 +801,9 @@ fn cp_rm_and_consistent_reads() {
     );
     let out = with_db(&db, &["ls", "--consistent", "/dst/g2"]);
     assert_eq!(text(&out.stdout), "/dst/g2\n", "{}", text(&out.stderr));
+    // What can never be had is a usage error, as clap's (issue 47, item 6).
     let out = with_db(&db, &["ls", "-R", "--consistent", "/"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("writers take no lock on the root"),
         "{}",
@@ -802,7 +818,7 @@ fn cp_rm_and_consistent_reads() {
         "its own lock is not counted: {fsck}"
     );
     let out = with_db(&db, &["fsck", "--consistent"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("`/` cannot be read consistently"),
         "{}",
@@ -962,6 +978,10 @@ fn recover_says_when_a_leased_job_can_be_finished_and_waits_for_it() {
     assert_eq!(at_once.status.code(), Some(0), "{}", text(&at_once.stderr));
     let said = text(&at_once.stdout);
     assert!(said.contains("finished mv /src /dst"), "{said}");
+    assert!(
+        said.contains("lease(s) early: their holders ran on this machine and run no more"),
+        "it says why it did not wait: {said}"
+    );
     assert!(started.elapsed() < std::time::Duration::from_secs(300));
     let fsck = command(&db, &["fsck"]).output().expect("fsck");
     assert_eq!(fsck.status.code(), Some(0), "{}", text(&fsck.stdout));
@@ -1470,5 +1490,88 @@ fn a_database_in_a_read_only_directory_is_named_with_the_permission() {
         stderr.contains(&format!("directory `{}`", dir.path().display()))
             && stderr.contains("not writable by this user"),
         "{stderr}"
+    );
+}
+
+/// Issue 47, item 6: the words a new user meets. Counts agree with their nouns; a name with a
+/// newline is printed escaped, not as two lines; mkdir and touch say what is there and what
+/// they accept; mv says, in its help and its error, that TO is the new path and not a
+/// directory to move into; success lines quote paths as errors do.
+#[test]
+fn words_a_new_user_meets() {
+    let work = tempfile::tempdir().expect("temp dir");
+    let top = work.path().join("top");
+    std::fs::create_dir_all(top.join("dir")).expect("mkdir");
+    std::fs::write(top.join("one"), b"x").expect("a file");
+    std::fs::write(top.join("two"), b"x").expect("a file");
+    // A name the store cannot take (a path holds no control character): skipped, and named
+    // on one line, its newline escaped.
+    std::fs::write(top.join("new\nline"), b"x").expect("a file");
+    let db = work.path().join("tree.db");
+    let top_arg = top.to_str().expect("utf-8 temp path");
+
+    let out = with_db(&db, &["index", top_arg, "--as", "/t"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.contains(": 2 files, 2 directories,"), "{said}");
+    assert!(said.contains("  skipped: 1 entry\n"), "{said}");
+    assert!(
+        said.lines().any(|l| l.contains(
+            "/top/new\\nline`: path `/t/new\\nline` contains the control character U+000A"
+        )),
+        "{said}"
+    );
+
+    // One of the files goes from the disk: "1 document", not "1 documents".
+    std::fs::remove_file(top.join("two")).expect("rm");
+    let out = with_db(&db, &["index", top_arg, "--as", "/t"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("  1 document no longer on disk: kept (--prune deletes it)"),
+        "{said}"
+    );
+    assert!(said.contains(": 1 file, 2 directories,"), "{said}");
+
+    let out = with_db(&db, &["mkdir", "/t/dir"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains(
+            "`/t/dir` already exists as a directory (mkdir -p accepts an existing directory)"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = with_db(&db, &["touch", "/t/dir"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("as a directory: touch makes or updates files"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = with_db(&db, &["mkdir", "-p", "/t/new/deeper"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "created directory `/t/new`\ncreated directory `/t/new/deeper`\n"
+    );
+
+    // mv into an existing directory: refused, and said how to do it.
+    let out = with_db(&db, &["mv", "/t/new", "/t/dir"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("destination `/t/dir` already exists")
+            && stderr.contains("`fsrename mv /t/new /t/dir/new`"),
+        "{stderr}"
+    );
+    let help = text(&with_db(&db, &["mv", "--help"]).stdout);
+    assert!(help.contains("never a directory to move into"), "{help}");
+    let out = with_db(&db, &["mv", "/t/new", "/t/dir/new"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("`/t/new` to `/t/dir/new`"),
+        "{}",
+        text(&out.stdout)
     );
 }

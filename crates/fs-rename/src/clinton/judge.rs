@@ -84,6 +84,13 @@ impl fmt::Display for ScenarioOutcome {
                 "fsck: {}, e.g. {first}",
                 fs_model::plural(problems, "problem", "problems")
             )?;
+        } else if self.damage().is_some() {
+            // A lost update leaves a tree of the right shape: fsck checks shape (parents,
+            // names, one document a path), not what the jobs meant to do.
+            writeln!(
+                f,
+                "fsck: clean (fsck checks the tree's shape, and a lost rename leaves it well formed: only the jobs' own reports tell)"
+            )?;
         } else {
             writeln!(f, "fsck: clean")?;
         }

@@ -355,7 +355,7 @@ impl RenameHooks for JobHooks {
             // let B rename it in between, as a faster concurrent job would.
             self.timeline.push(
                 self.job,
-                "has read README.txt; B runs before A writes it back",
+                "has read README.txt; the demo holds A here and runs B now, before A writes it back (forced, so that the race shows every time; a real one needs only bad timing)",
             );
             self.cues.start_other.notify_one();
             self.cues.other_done.notified().await;

@@ -229,6 +229,13 @@ impl RecoveryReport {
         if self.fences_removed > 0 {
             write!(f, "; removed {} old fence(s)", self.fences_removed)?;
         }
+        if self.leases_ended > 0 {
+            write!(
+                f,
+                "; ended {} lease(s) early: their holders ran on this machine and run no more",
+                self.leases_ended
+            )?;
+        }
         if self.foreign_cleared > 0 {
             write!(
                 f,

@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fs_rename::{JobKind, RenameError, RenameEvent, RenameHooks, RenameOutcome, Renamer, Strategy};
+use fs_rename::{
+    FinishOrphans, JobKind, RenameError, RenameEvent, RenameHooks, RenameOutcome, Renamer, Strategy,
+};
 use fs_store::{SharedStore, Version};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -47,6 +49,9 @@ struct Inner {
     /// Turns true when shutdown begins: tasks waiting to clear locks stop waiting.
     closing_tx: watch::Sender<bool>,
     metrics: Metrics,
+    /// What a job refused by a dead job's locks does: finish that job (one recovery at a
+    /// time for the whole instance), rather than wait out its lease.
+    orphans: Arc<FinishOrphans>,
 }
 
 #[derive(Default)]
@@ -69,6 +74,12 @@ impl Jobs {
         Jobs {
             inner: Arc::new(Inner {
                 records: Records::new(Arc::clone(&store), &config.index),
+                orphans: FinishOrphans::new(
+                    Arc::clone(&store),
+                    &config.index,
+                    config.lease,
+                    config.wait,
+                ),
                 store,
                 slots: Arc::new(Semaphore::new(config.max_jobs)),
                 config,
@@ -347,6 +358,7 @@ impl Jobs {
             .rewrite(c.rewrite)
             .holder(format!("serve job {id}: {}", job.work.describe()))
             .cancel(self.inner.cancel_tx.subscribe())
+            .orphans(Arc::clone(&self.inner.orphans) as Arc<dyn fs_locks::Orphans>)
             .progress(Arc::new(move |event| sink_jobs.on_event(&sink_id, event)))
             .hooks(Arc::new(StoreJournalId {
                 jobs: self.clone(),

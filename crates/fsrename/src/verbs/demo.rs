@@ -43,8 +43,9 @@ impl Runs {
     pub fn start(files: usize) -> anyhow::Result<Runs> {
         let mut out = Printer::stdout();
         out.line(format_args!(
-            "The book's scenario: job A renames /clinton ({files} files) to /gormley while job B renames\n\
-             /clinton/projects/elasticsearch/README.txt to README.asciidoc. Four ways:\n\n\
+            "The scenario of Elasticsearch: The Definitive Guide (Gormley and Tong, O'Reilly 2015),\n\
+             \"Solving Concurrency Issues\": job A renames /clinton ({files} files) to /gormley while\n\
+             job B renames /clinton/projects/elasticsearch/README.txt to README.asciidoc. Four ways:\n\n\
              Every file and directory is one document, so the counts below are the files plus their\n\
              directories. Locks: X is exclusive (the path is the job's alone), IX is the book's shared\n\
              lock on an ancestor (it keeps others' X off the path while this job works below it).\n\

@@ -66,7 +66,8 @@ pub async fn run(
         runs.say("The demo is over: the page stays up, with the tree as the last run left it, until Ctrl-C.")?;
     }
     server.wait().await?;
-    told.ok_or_else(|| anyhow::anyhow!("interrupted"))
+    // Stopped before the story was told: 130, as any verb stopped by Ctrl-C.
+    Ok(told.unwrap_or(crate::EXIT_INTERRUPTED))
 }
 
 /// Resolves once `stopping` turns true.

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use fs_model::FsPath;
+use fs_model::{plural, FsPath};
 use fs_rename::{
     index_dir, watch_dir, IndexOptions, IndexProgress, IndexReport, WatchEvent, WatchOptions,
 };
@@ -67,11 +67,11 @@ fn warn_unread(unread: &[fs_rename::Skipped], count: u64, kept: u64) {
     };
     to_stderr(format_args!(
         "fsrename: {} could not be read (`{}`: {}{}); the store keeps what it holds there ({}), nothing of it was deleted",
-        fs_model::plural(count, "entry", "entries"),
+        plural(count, "entry", "entries"),
         first.path,
         first.reason.trim_start_matches("unreadable: "),
         if count > 1 { ", and others listed below" } else { "" },
-        fs_model::plural(kept, "document", "documents"),
+        plural(kept, "document", "documents"),
     ));
 }
 
@@ -106,14 +106,20 @@ pub async fn watch(
             WatchEvent::Ready(r) => {
                 warn_unread(&r.unread, r.unreadable, r.kept_unread);
                 to_stderr(format_args!(
-                "fsrename: indexed {} files and {} directories ({} created, {} updated, {} moves, {} deleted); watching for changes (Ctrl-C stops)",
-                r.files, r.dirs, r.created, r.updated, r.moves, r.pruned
+                "fsrename: indexed {} and {} ({} created, {} updated, {}, {} deleted); watching for changes (Ctrl-C stops)",
+                plural(r.files, "file", "files"),
+                plural(r.dirs, "directory", "directories"),
+                r.created,
+                r.updated,
+                plural(r.moves, "move", "moves"),
+                r.pruned
             ))
             }
             WatchEvent::Applying { .. } => {}
             WatchEvent::Batch(b) if b.rescan => to_stderr(format_args!(
-                "fsrename: events were lost; rescanned the whole tree ({} moves, {} deleted)",
-                b.renames, b.removed
+                "fsrename: events were lost; rescanned the whole tree ({}, {} deleted)",
+                plural(b.renames, "move", "moves"),
+                b.removed
             )),
             // A batch that changed nothing says nothing: reads of the tree (`find`, an editor
             // opening files, the first run's own walk) make events but no change, and the
@@ -124,18 +130,18 @@ pub async fn watch(
                     && b.unreadable.is_empty() => {}
             WatchEvent::Batch(b) => {
                 to_stderr(format_args!(
-                "fsrename: {} events: {} renames, {} directories indexed, {} files, {} removed{}",
-                b.events,
-                b.renames,
-                b.indexed,
-                b.files,
-                b.removed,
-                if b.failures.is_empty() {
-                    String::new()
-                } else {
-                    format!(", {} not applied (see the log)", b.failures.len())
-                }
-            ));
+                    "fsrename: {}: {}, {} indexed, {}, {} removed{}",
+                    plural(b.events, "event", "events"),
+                    plural(b.renames, "rename", "renames"),
+                    plural(b.indexed, "directory", "directories"),
+                    plural(b.files, "file", "files"),
+                    b.removed,
+                    if b.failures.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", {} not applied (see the log)", b.failures.len())
+                    }
+                ));
                 for unread in &b.unreadable {
                     to_stderr(format_args!(
                         "fsrename: could not read {unread}: the store keeps what it holds there"
@@ -154,14 +160,14 @@ pub async fn watch(
     let code = print_verdict(&report, clean, json, |out, report| {
         print_summary(out, &report.initial)?;
         out.line(format_args!(
-            "  watched: {} batches, {} renames, {} directories indexed, {} files, {} removed, {} rescans, {} changes not applied, {} unreadable",
-            report.batches,
-            report.renames,
-            report.indexed,
-            report.files,
+            "  watched: {}, {}, {} indexed, {}, {} removed, {}, {} not applied, {} unreadable",
+            plural(report.batches, "batch", "batches"),
+            plural(report.renames, "rename", "renames"),
+            plural(report.indexed, "directory", "directories"),
+            plural(report.files, "file", "files"),
             report.removed,
-            report.rescans,
-            report.failures,
+            plural(report.rescans, "rescan", "rescans"),
+            plural(report.failures, "change", "changes"),
             report.unreadable
         ))
     })?;
@@ -226,8 +232,8 @@ fn print_summary(out: &mut Printer, r: &IndexReport) -> anyhow::Result<()> {
         "indexed `{}` as `{}`: {}, {}, {}",
         r.dir.display(),
         r.at,
-        fs_model::plural(r.files, "file", "files"),
-        fs_model::plural(r.dirs, "directory", "directories"),
+        plural(r.files, "file", "files"),
+        plural(r.dirs, "directory", "directories"),
         human_bytes(r.bytes)
     ))?;
     out.line(format_args!(
@@ -236,8 +242,8 @@ fn print_summary(out: &mut Printer, r: &IndexReport) -> anyhow::Result<()> {
     ))?;
     if r.texts > 0 {
         out.line(format_args!(
-            "  text stored for {} files (fsrename find --text searches it)",
-            r.texts
+            "  text stored for {} (fsrename find --text searches it)",
+            plural(r.texts, "file", "files")
         ))?;
     }
     if r.moves > 0 {
@@ -246,8 +252,8 @@ fn print_summary(out: &mut Printer, r: &IndexReport) -> anyhow::Result<()> {
         // disk is what `index` follows, so either way the store is renamed to match it.
         out.line(format_args!(
             "  renamed to match the disk: {} ({}), ids kept; the store had {} at another path (moved on disk, or renamed in the store since the last index)",
-            fs_model::plural(r.moves, "rename", "renames"),
-            fs_model::plural(r.moved, "document", "documents"),
+            plural(r.moves, "rename", "renames"),
+            plural(r.moved, "document", "documents"),
             if r.moves == 1 { "it" } else { "them" }
         ))?;
         for m in &r.move_list {
@@ -255,7 +261,7 @@ fn print_summary(out: &mut Printer, r: &IndexReport) -> anyhow::Result<()> {
                 "    store {} → disk {} ({})",
                 m.from,
                 m.to,
-                fs_model::plural(m.documents, "document", "documents")
+                plural(m.documents, "document", "documents")
             ))?;
         }
     }
@@ -265,21 +271,23 @@ fn print_summary(out: &mut Printer, r: &IndexReport) -> anyhow::Result<()> {
     if r.stale > 0 {
         if r.pruned > 0 {
             out.line(format_args!(
-                "  {} documents no longer on disk: {} deleted (journaled rm -r, under tree locks)",
-                r.stale, r.pruned
+                "  {} no longer on disk: {} deleted (journaled rm -r, under tree locks)",
+                plural(r.stale, "document", "documents"),
+                r.pruned
             ))?;
         } else {
             out.line(format_args!(
-                "  {} documents no longer on disk: kept (--prune deletes them)",
-                r.stale
+                "  {} no longer on disk: kept (--prune deletes {})",
+                plural(r.stale, "document", "documents"),
+                if r.stale == 1 { "it" } else { "them" }
             ))?;
         }
     }
     if r.unreadable > 0 {
         out.line(format_args!(
             "  UNREADABLE: {} could not be read; the store keeps what it holds there ({}), nothing of it was deleted",
-            fs_model::plural(r.unreadable, "entry", "entries"),
-            fs_model::plural(r.kept_unread, "document", "documents"),
+            plural(r.unreadable, "entry", "entries"),
+            plural(r.kept_unread, "document", "documents"),
         ))?;
         for s in &r.unread {
             out.line(format_args!("    {}: {}", quoted(&s.path), s.reason))?;
@@ -295,14 +303,14 @@ fn print_summary(out: &mut Printer, r: &IndexReport) -> anyhow::Result<()> {
         let links = if r.symlinks > 0 {
             format!(
                 " ({} not followed)",
-                fs_model::plural(r.symlinks, "symbolic link", "symbolic links")
+                plural(r.symlinks, "symbolic link", "symbolic links")
             )
         } else {
             String::new()
         };
         out.line(format_args!(
             "  skipped: {}{links}",
-            fs_model::plural(r.skipped_count, "entry", "entries"),
+            plural(r.skipped_count, "entry", "entries"),
         ))?;
     }
     for s in &r.skipped {
@@ -316,8 +324,8 @@ fn print_summary(out: &mut Printer, r: &IndexReport) -> anyhow::Result<()> {
     }
     if r.failed > 0 {
         out.line(format_args!(
-            "  FAILED: the store refused {} documents (listed above)",
-            r.failed
+            "  FAILED: the store refused {} (listed above)",
+            plural(r.failed, "document", "documents")
         ))?;
     }
     out.line(format_args!(

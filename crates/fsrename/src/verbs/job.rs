@@ -77,6 +77,23 @@ where
                 "{what}: stopped before its first write: nothing was changed, and its locks were given back"
             )
         }
+        // Unix mv and cp move or copy into an existing directory; these never do (TO is the
+        // new path itself), so the error says how to get that.
+        Err(e @ RenameError::DestinationExists { .. }) if kind != JobKind::Delete => {
+            let Ok(inside) = to.join(from.name()) else {
+                return Err(anyhow::Error::new(e).context(what.to_owned()));
+            };
+            let (from_q, to_q) = (quoted(from.as_str()), quoted(to.as_str()));
+            let hint = if kind == JobKind::Rename {
+                format!("TO is the new path itself, not a directory to move into: `fsrename mv {from} {inside}` moves {from_q} into {to_q}")
+            } else {
+                format!(
+                    "TO is the copy's own path, not a directory to copy into: {} puts the copy inside {to_q}",
+                    quoted(inside.as_str())
+                )
+            };
+            anyhow::bail!("{what}: {e} ({hint})");
+        }
         Err(e) => return Err(anyhow::Error::new(e).context(what.to_owned())),
     };
     // A job whose release failed afterwards has still happened: it exits 0, and the warning

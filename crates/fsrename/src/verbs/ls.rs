@@ -7,7 +7,7 @@ use fs_rename::{Entry, RenameError};
 
 use super::{lock_settings, open_existing_tree};
 use crate::cli::Cli;
-use crate::output::Printer;
+use crate::output::{escaped, Printer};
 use crate::EXIT_OK;
 
 /// How `ls` lists.
@@ -91,11 +91,14 @@ pub(super) fn print_entry(
     if json {
         return out.line(serde_json::json!({ "id": entry.id, "doc": doc }));
     }
-    let mut name = if full_path {
-        doc.path.to_string()
+    // A name may hold a newline or an escape sequence: printed raw, it would read as two
+    // entries or drive the terminal. Escaped as the error messages do (`--json` keeps it
+    // exact).
+    let mut name = escaped(if full_path {
+        doc.path.as_str()
     } else {
-        doc.name.clone()
-    };
+        &doc.name
+    });
     if doc.kind == DocKind::Dir {
         name.push('/');
     }

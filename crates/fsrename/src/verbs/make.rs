@@ -5,7 +5,7 @@ use fs_model::FsPath;
 
 use super::{lock_settings, open_tree};
 use crate::cli::Cli;
-use crate::output::Printer;
+use crate::output::{quoted, Printer};
 use crate::EXIT_OK;
 
 pub async fn mkdir(cli: &Cli, path: &FsPath, parents: bool) -> anyhow::Result<u8> {
@@ -20,7 +20,10 @@ pub async fn mkdir(cli: &Cli, path: &FsPath, parents: bool) -> anyhow::Result<u8
     .with_context(|| format!("mkdir `{path}`"))?;
     let mut out = Printer::stdout();
     for created in made.created {
-        out.line(format_args!("created {created}/"))?;
+        out.line(format_args!(
+            "created directory {}",
+            quoted(created.as_str())
+        ))?;
     }
     out.flush()?;
     Ok(EXIT_OK)

@@ -26,7 +26,7 @@ use fs_store::SharedStore;
 
 use crate::cli::{Cli, ConsistentArgs, Verb};
 use crate::output::{self, Printer};
-use crate::{EXIT_FAILED, EXIT_INTERRUPTED, EXIT_LOCK_TIMEOUT, EXIT_OK};
+use crate::{EXIT_FAILED, EXIT_INTERRUPTED, EXIT_LOCK_TIMEOUT, EXIT_OK, EXIT_USAGE};
 
 /// Turns true when the process is told to stop (Ctrl-C, SIGTERM). A job told so winds down
 /// before the process ends: before its journal entry it gives back its locks; after it, it
@@ -344,8 +344,24 @@ fn exit_code_of(e: &anyhow::Error) -> u8 {
             ))
         )
     });
+    // Asking for what cannot be had (a consistent read, or a lock, of `/`) is a usage error,
+    // as clap's own are: the same command will never succeed.
+    let misused = e.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<fs_rename::RenameError>(),
+            Some(
+                fs_rename::RenameError::RootNotLockable
+                    | fs_rename::RenameError::Lock(fs_locks::LockError::RootLock)
+            )
+        ) || matches!(
+            cause.downcast_ref::<fs_locks::LockError>(),
+            Some(fs_locks::LockError::RootLock)
+        )
+    });
     if timed_out {
         EXIT_LOCK_TIMEOUT
+    } else if misused {
+        EXIT_USAGE
     } else {
         EXIT_FAILED
     }

@@ -5,7 +5,7 @@ use std::future::Future;
 use crate::cli::{Cli, Verb};
 use crate::output::to_stderr;
 use crate::serve::{ServeConfig, Server};
-use crate::EXIT_OK;
+use crate::EXIT_INTERRUPTED;
 
 pub async fn run(
     cli: &Cli,
@@ -55,5 +55,7 @@ pub async fn run(
     ));
     server.wait().await?;
     to_stderr("fsrename: stopped");
-    Ok(EXIT_OK)
+    // The service ends only when told to (Ctrl-C, SIGTERM): 130, as every verb so stopped
+    // (a systemd unit says `SuccessExitStatus=130`).
+    Ok(EXIT_INTERRUPTED)
 }
