@@ -273,10 +273,15 @@ async fn a_conflict_with_pages_in_flight_reports_what_was_written(env: Env) {
         .filter(|p| p.starts_with("/x/a"))
         .count() as u64;
     assert_eq!(rewritten, moved, "the error counts what was written");
+    // The stop counts against the whole job, as the progress did ("11999 of the 20043"),
+    // not against the pages read so far.
     let all = FILES as u64 + 1;
+    assert_eq!(found, all, "found {found} of {all}");
+    // The conflict is in the third of 41 pages: a stop that works leaves most of them
+    // unwritten, however slow the conflicting page's answer.
     assert!(
-        found > rewritten && found < all,
-        "found {found} of {all}, rewritten {rewritten}: the pages after the conflict were not started"
+        rewritten < all / 2,
+        "rewritten {rewritten} of {all}: the pages after the conflict were not started"
     );
 }
 

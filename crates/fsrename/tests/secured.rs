@@ -388,6 +388,25 @@ fn a_missing_privilege_names_the_index_and_the_action() {
     let front = front(&index);
     let ca = front.ca_file();
     let password = front.secret_file("reader", SecureFront::READER_PASSWORD);
+    // The tree exists (made by the user who may), so that the reader gets past looking for
+    // it: a HEAD request's refusal has no body to name the action by.
+    let admin = front.secret_file("password", SecureFront::PASSWORD);
+    let made = fsrename(
+        &front.url(),
+        &index,
+        &[
+            "--ca-cert",
+            ca.to_str().expect("utf-8"),
+            "--user",
+            SecureFront::USER,
+            "--password-file",
+            admin.to_str().expect("utf-8"),
+            "mkdir",
+            "/a",
+        ],
+        &[],
+    );
+    assert_eq!(made.status.code(), Some(0), "{}", text(&made.stderr));
     let e = refused(
         &front.url(),
         &index,

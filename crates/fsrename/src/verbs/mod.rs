@@ -263,11 +263,20 @@ async fn open_tree(cli: &Cli) -> anyhow::Result<FsTree> {
 /// in it.
 async fn open_existing_tree(cli: &Cli) -> anyhow::Result<FsTree> {
     let store = cli.store.open_existing(&cli.store_options())?;
-    let there = store
+    let tree = FsTree::new(Arc::clone(&store), cli.index.clone());
+    let journal = fs_model::journal_index_name(&cli.index);
+    let all = [cli.index.as_str(), &tree.lock_index(), &journal];
+    // The tree and its lock and journal indices, in one request (a verb's usual case costs
+    // no more than before); only if one is missing, the tree's alone.
+    let looking = || format!("looking for index `{}` in {}", cli.index, cli.store);
+    if store.indices_exist(&all).await.with_context(looking)? {
+        return Ok(tree);
+    }
+    if !store
         .indices_exist(&[cli.index.as_str()])
         .await
-        .with_context(|| format!("looking for index `{}` in {}", cli.index, cli.store))?;
-    if !there {
+        .with_context(looking)?
+    {
         anyhow::bail!("{}", no_tree(cli));
     }
     tree_of(cli, store).await
