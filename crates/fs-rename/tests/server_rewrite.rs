@@ -204,11 +204,13 @@ async fn a_foreign_write_under_the_lock_stops_the_task_and_recovery_finishes() {
     let index = env.index.clone();
     let proxy = Arc::new(proxy);
     let watched = Arc::clone(&proxy);
+    // Once the task has read its snapshot and written its first part: before that, on a
+    // loaded machine, the write could land before the snapshot, which then holds it, and the
+    // task meets nothing foreign.
     let intruder = tokio::spawn(async move {
-        while watched.running_tasks() == 0 {
+        while watched.running_tasks_updated() == 0 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
         let doc = store
             .get(&index, &victim)
             .await

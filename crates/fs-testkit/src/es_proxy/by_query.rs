@@ -95,6 +95,16 @@ impl Tasks {
         tasks.values().filter(|t| t.state().ended.is_none()).count()
     }
 
+    pub(crate) fn running_updated(&self) -> u64 {
+        let tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        tasks
+            .values()
+            .map(|t| t.state())
+            .filter(|state| state.ended.is_none())
+            .map(|state| state.updated)
+            .sum()
+    }
+
     fn get(&self, id: &str) -> Option<(u64, Arc<Task>)> {
         let number = id.strip_prefix(NODE)?.strip_prefix(':')?.parse().ok()?;
         let tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());

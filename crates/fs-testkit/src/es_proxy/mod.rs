@@ -356,6 +356,12 @@ impl EsProxy {
         self.proxy.tasks.running()
     }
 
+    /// Returns how many documents the update-by-query tasks running now have written: more
+    /// than 0 once a task has read its snapshot and written its first part.
+    pub fn running_tasks_updated(&self) -> u64 {
+        self.proxy.tasks.running_updated()
+    }
+
     /// Returns the contexts open now on any of `indices`.
     pub fn open_contexts_on(&self, indices: &[&str]) -> Vec<OpenContext> {
         self.open_contexts()
