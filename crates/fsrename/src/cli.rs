@@ -645,3 +645,25 @@ fn parse_strategy(s: &str) -> Result<Strategy, String> {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_listen;
+
+    #[test]
+    fn listen_takes_a_host_alone_a_name_or_host_and_port() {
+        let at = |s: &str| parse_listen(s, 7070).map(|a| a.to_string());
+        assert_eq!(at("127.0.0.1:9000"), Ok("127.0.0.1:9000".to_owned()));
+        assert_eq!(at("127.0.0.1"), Ok("127.0.0.1:7070".to_owned()));
+        assert_eq!(at("[::1]:9000"), Ok("[::1]:9000".to_owned()));
+        assert_eq!(at("::1"), Ok("[::1]:7070".to_owned()));
+        // A name is resolved (here from the hosts file), IPv4 first.
+        assert_eq!(at("localhost"), Ok("127.0.0.1:7070".to_owned()));
+        assert_eq!(at("localhost:9000"), Ok("127.0.0.1:9000".to_owned()));
+        let bad = at("localhost:http:x").expect_err("two colons and no address");
+        assert!(
+            bad.contains("expected HOST:PORT or HOST (port 7070)"),
+            "{bad}"
+        );
+    }
+}
