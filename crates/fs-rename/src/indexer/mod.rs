@@ -272,6 +272,7 @@ async fn index_unpruned(
             (&locked.moves, locked.known),
             &locked.present,
             options,
+            moves::Taken::Refuse,
         )
         .await?;
         report.moves = moves.done.len() as u64;

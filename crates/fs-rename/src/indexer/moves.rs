@@ -22,7 +22,7 @@ use fs_model::{FsDoc, FsPath, Identity};
 
 use super::walk::{identity_of, local_path, Walked};
 use super::IndexOptions;
-use crate::error::Result;
+use crate::error::{RenameError, Result};
 use crate::job::Renamer;
 use crate::ops::mkdir;
 use crate::tree::{Entry, FsTree};
@@ -156,8 +156,21 @@ pub(super) fn find_moves<'e>(
     planned
 }
 
+/// What a move does with a destination the store already holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Taken {
+    /// Refused: the move fails, and the entry is indexed as new (an index run, where the
+    /// store's documents there are as good as the disk's).
+    Refuse,
+    /// Replaced, as rename(2) replaces its destination: the watcher's, whose events come
+    /// after the disk has moved on, so that what it indexed at the destination ahead of the
+    /// move's event (new documents, new ids) gives way to the documents that moved.
+    Replace,
+}
+
 /// Applies the `planned` moves as renames, in order. `present` holds paths known to be in the
-/// store (a destination's parent among them needs no `mkdir -p`).
+/// store (a destination's parent among them needs no `mkdir -p`); `taken` says what to do
+/// with a destination the store holds.
 ///
 /// # Errors
 /// Store failures while creating a destination's parent; a rename's own failure is reported
@@ -168,6 +181,7 @@ pub(super) async fn apply_moves(
     (planned, known): (&[Planned], Vec<Option<Vec<Entry>>>),
     present: &HashSet<FsPath>,
     options: &IndexOptions,
+    taken: Taken,
 ) -> Result<Moves> {
     let mut moves = Moves::default();
     let mut known = known.into_iter();
@@ -191,7 +205,16 @@ pub(super) async fn apply_moves(
             renamer = renamer.known_subtree(entries);
         }
         let renamer = renamer.build();
-        match renamer.rename(&from, to).await {
+        let mut outcome = renamer.rename(&from, to).await;
+        if taken == Taken::Replace {
+            if let Err(RenameError::DestinationExists { .. }) = outcome {
+                outcome = match renamer.remove(to, true).await {
+                    Ok(_) => renamer.rename(&from, to).await,
+                    Err(e) => Err(e),
+                };
+            }
+        }
+        match outcome {
             Ok(report) => {
                 tracing::info!(%from, %to, documents = report.rewritten, "moved on disk: renamed in the store");
                 moves.done.push(Move {

@@ -332,10 +332,17 @@ impl Applier<'_> {
             (&planned, Vec::new()),
             &HashSet::new(),
             &self.options.index,
+            super::super::moves::Taken::Replace,
         )
         .await
         {
-            Ok(moves) => batch.renames += moves.done.len() as u64,
+            Ok(moves) => {
+                batch.renames += moves.done.len() as u64;
+                // Indexed as new where they are now: their ids are not kept.
+                for failed in &moves.failed {
+                    tracing::warn!(%failed, "a move found by identity could not be made");
+                }
+            }
             Err(e) => batch.failures.push(format!("moves found by identity: {e}")),
         }
     }

@@ -53,6 +53,8 @@ use crate::tree::FsTree;
 
 mod apply;
 mod sync;
+#[cfg(test)]
+mod tests;
 
 /// How [`watch_dir`] works.
 #[derive(Debug, Clone)]
