@@ -44,8 +44,15 @@ impl Setup {
     fn new(store: Store) -> Setup {
         let work = tempfile::tempdir().expect("temp dir");
         chmod(work.path(), 0o777);
-        std::fs::copy(env!("CARGO_BIN_EXE_fsrename"), work.path().join("fsrename"))
-            .expect("copy the binary");
+        // Copied by `cp`, not by this process: a file this process held open for writing
+        // would be inherited by the children the other tests fork meanwhile, and running the
+        // copy would fail with ETXTBSY until they exec (CI met it once).
+        let copied = Command::new("cp")
+            .arg(env!("CARGO_BIN_EXE_fsrename"))
+            .arg(work.path().join("fsrename"))
+            .status()
+            .expect("run cp");
+        assert!(copied.success(), "copy the binary: {copied}");
         let tree = work.path().join("tree");
         for dir in ["secret/deep", "open"] {
             std::fs::create_dir_all(tree.join(dir)).expect("mkdir");
