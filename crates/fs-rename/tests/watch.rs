@@ -8,217 +8,15 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::watching::*;
 use common::*;
 use fs_model::{FindQuery, FsPath};
-use fs_rename::{
-    fsck, index_dir, watch_dir, IndexOptions, Renamer, WatchEvent, WatchOptions, WatchReport,
-    WatchSink,
-};
-use fs_store::{Scan, Scope};
+use fs_rename::{fsck, IndexOptions, Renamer, WatchOptions, WatchReport};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tokio::sync::oneshot;
-
-/// Held while a watch is created: the overflow test shrinks the kernel's queue for the watch
-/// it creates, and no other watch may be created meanwhile.
-static CREATING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// What the test saw of the batches.
-struct Seen {
-    /// When the last batch ended.
-    last: Instant,
-    /// A batch is being applied.
-    busy: bool,
-    rescans: u64,
-}
-
-/// Holds the watch at its next batch, before it is applied: `held` says it is held there,
-/// and it goes on when `release` is sent to (or dropped).
-struct Hold {
-    held: std::sync::mpsc::Sender<()>,
-    release: std::sync::mpsc::Receiver<()>,
-}
-
-/// A running watch: stop it to get its report.
-struct Watching {
-    stop: oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<WatchReport>,
-    seen: Arc<Mutex<Seen>>,
-    hold: Arc<Mutex<Option<Hold>>>,
-}
-
-impl Watching {
-    async fn start(env: &Env, root: &Path, options: WatchOptions) -> Watching {
-        let (stop, stopped) = oneshot::channel::<()>();
-        let (ready_tx, ready) = oneshot::channel::<()>();
-        let ready_tx = Mutex::new(Some(ready_tx));
-        let seen = Arc::new(Mutex::new(Seen {
-            last: Instant::now(),
-            busy: false,
-            rescans: 0,
-        }));
-        let hold: Arc<Mutex<Option<Hold>>> = Arc::default();
-        let (seen_by_sink, hold_by_sink) = (Arc::clone(&seen), Arc::clone(&hold));
-        let sink: WatchSink = Arc::new(move |event| match event {
-            WatchEvent::Ready(_) => {
-                if let Some(tx) = ready_tx.lock().unwrap().take() {
-                    let _ = tx.send(());
-                }
-            }
-            WatchEvent::Applying { .. } => {
-                seen_by_sink.lock().unwrap().busy = true;
-                let held = hold_by_sink.lock().unwrap().take();
-                if let Some(hold) = held {
-                    // Blocks the watch's task: nothing is taken from the watch meanwhile.
-                    let _ = hold.held.send(());
-                    let _ = hold.release.recv_timeout(Duration::from_secs(60));
-                }
-            }
-            WatchEvent::Batch(b) => {
-                let mut seen = seen_by_sink.lock().unwrap();
-                seen.last = Instant::now();
-                seen.busy = false;
-                seen.rescans += u64::from(b.rescan);
-                if let Some(why) = &b.rescan_reason {
-                    println!("rescan: {why}");
-                }
-                assert!(b.failures.is_empty(), "{:?}", b.failures);
-            }
-        });
-        let (tree, root) = (env.tree(), root.to_owned());
-        let task = tokio::spawn(async move {
-            watch_dir(
-                &tree,
-                &root,
-                &p("/w"),
-                &options,
-                async {
-                    let _ = stopped.await;
-                },
-                Some(sink),
-            )
-            .await
-            .expect("watch")
-        });
-        ready.await.expect("the first run ends");
-        Watching {
-            stop,
-            task,
-            seen,
-            hold,
-        }
-    }
-
-    /// Waits until no batch is being applied and none ended for a while (the watcher caught
-    /// up).
-    async fn settle(&self, quiet: Duration) {
-        let deadline = Instant::now() + Duration::from_secs(600);
-        loop {
-            tokio::time::sleep(quiet / 2).await;
-            {
-                let seen = self.seen.lock().unwrap();
-                if !seen.busy && seen.last.elapsed() >= quiet {
-                    return;
-                }
-            }
-            assert!(Instant::now() < deadline, "the watcher never settled");
-        }
-    }
-
-    fn rescans(&self) -> u64 {
-        self.seen.lock().unwrap().rescans
-    }
-
-    /// Holds the watch at its next batch; returns (held, release).
-    fn hold(&self) -> (std::sync::mpsc::Receiver<()>, std::sync::mpsc::Sender<()>) {
-        let (held_tx, held) = std::sync::mpsc::channel();
-        let (release, release_rx) = std::sync::mpsc::channel();
-        *self.hold.lock().unwrap() = Some(Hold {
-            held: held_tx,
-            release: release_rx,
-        });
-        (held, release)
-    }
-
-    async fn stop(self) -> WatchReport {
-        let _ = self.stop.send(());
-        self.task.await.expect("watch task")
-    }
-}
-
-/// What a tree index holds under `/w`, by path, ids aside.
-async fn contents(env: &Env, index: &str) -> BTreeMap<String, (String, u64, i64)> {
-    env.store.refresh(index).await.expect("refresh");
-    let docs = Scan::new(
-        Arc::clone(&env.store),
-        index,
-        Scope::Subtree(p("/w")),
-        1_000,
-    )
-    .read_all()
-    .await
-    .expect("scan");
-    docs.into_iter()
-        .map(|d| {
-            let s = d.source;
-            (
-                s["path"].as_str().unwrap_or("").to_owned(),
-                (
-                    s["kind"].as_str().unwrap_or("").to_owned(),
-                    s["size"].as_u64().unwrap_or(0),
-                    // A directory's time moves with every entry added or removed; compared by
-                    // a fresh index taken at once, it is the same.
-                    s["modified"].as_i64().unwrap_or(0),
-                ),
-            )
-        })
-        .collect()
-}
-
-/// Indexes `root` afresh into a new index of the same store and compares with the watched one.
-async fn assert_like_a_fresh_index(env: &Env, root: &Path) {
-    let fresh = Env {
-        index: fs_testkit::unique_name("fresh"),
-        ..env.clone()
-    };
-    index_dir(
-        &fresh.tree(),
-        root,
-        &p("/w"),
-        &IndexOptions::default(),
-        None,
-    )
-    .await
-    .expect("fresh index");
-    let (watched, expected) = (
-        contents(env, &env.index).await,
-        contents(&fresh, &fresh.index).await,
-    );
-    let missing: Vec<_> = expected
-        .keys()
-        .filter(|k| !watched.contains_key(*k))
-        .take(5)
-        .collect();
-    let extra: Vec<_> = watched
-        .keys()
-        .filter(|k| !expected.contains_key(*k))
-        .take(5)
-        .collect();
-    let differ: Vec<_> = expected
-        .iter()
-        .filter(|(k, v)| watched.get(*k).is_some_and(|w| w != *v))
-        .take(5)
-        .collect();
-    assert!(
-        missing.is_empty() && extra.is_empty() && differ.is_empty(),
-        "{} entries on disk, {} in the store; missing {missing:?}, extra {extra:?}, different {differ:?}",
-        expected.len(),
-        watched.len()
-    );
-}
 
 /// What a script test runs in: a tree of `dirs` × `files` files under `work/tree`, watched at
 /// `/w`, and a directory `work/outside` to move things out to and in from.
@@ -378,6 +176,72 @@ async fn a_script_of_every_change_ends_where_a_fresh_index_would(env: Env) {
         after.get(&moved_in_dir).map(String::as_str),
         Some("/w/d0/made/d2-moved/f7")
     );
+}
+
+/// `mv b c && echo more >> c/sub/f`, again and again: inotify moves the watches of a renamed
+/// directory under new descriptors, and the write that comes meanwhile has no event; the
+/// store must still get it (the new place of a renamed directory is looked at again). Before
+/// that, 1 or 2 writes of 40 were lost on each store. `FSRENAME_WATCH_TRIES` sets the
+/// number of tries (60 by default).
+async fn a_write_right_after_its_directory_is_renamed_is_kept(env: Env) {
+    let tries: usize = std::env::var("FSRENAME_WATCH_TRIES")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(60);
+    let work = tempfile::tempdir().expect("temp dir");
+    let root = work.path().join("tree");
+    std::fs::create_dir_all(root.join("b/sub")).expect("mkdir");
+    std::fs::write(root.join("b/sub/f"), b"x\n").expect("write");
+    let options = WatchOptions {
+        debounce: Duration::from_millis(100),
+        ..WatchOptions::default()
+    };
+    let watching = {
+        let _creating = CREATING.lock().await;
+        Watching::start(&env, &root, options).await
+    };
+    let tree = env.tree();
+    let (mut from, mut to) = ("b", "c");
+    let mut lost = Vec::new();
+    for attempt in 0..tries {
+        std::fs::rename(root.join(from), root.join(to)).expect("mv");
+        let file = root.join(to).join("sub/f");
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .expect("open");
+        std::io::Write::write_all(&mut f, b"more\n").expect("append");
+        drop(f);
+        let size = std::fs::metadata(&file).expect("stat").len();
+        watching.caught_up().await;
+        let stored = || async {
+            tree.refresh().await.expect("refresh");
+            tree.find(&p(&format!("/w/{to}/sub/f")))
+                .await
+                .expect("find")
+                .map(|e| e.doc.size)
+        };
+        let mut stored_size = stored().await;
+        if stored_size != Some(size) {
+            // Lost for good, or only late (a loaded machine slow to hand over the events)?
+            watching.settle(Duration::from_secs(1)).await;
+            stored_size = stored().await;
+        }
+        if stored_size != Some(size) {
+            lost.push(format!(
+                "try {attempt}: {size} bytes on disk, {stored_size:?} stored"
+            ));
+        }
+        std::mem::swap(&mut from, &mut to);
+    }
+    let report = watching.stop().await;
+    assert_eq!(report.failures, 0);
+    assert!(
+        lost.is_empty(),
+        "{} of {tries} writes lost: {lost:?}",
+        lost.len()
+    );
+    assert_like_a_fresh_index(&env, &root).await;
 }
 
 /// The kernel's event queue, shrunk for the watch where the test may (root), overflows under
@@ -826,5 +690,6 @@ on_every_backend!(
     a_script_of_every_change_ends_where_a_fresh_index_would,
     an_overflow_ends_in_a_rescan,
     the_watcher_keeps_the_text_of_files,
-    a_file_written_then_moved_into_a_new_directory_keeps_its_id
+    a_file_written_then_moved_into_a_new_directory_keeps_its_id,
+    a_write_right_after_its_directory_is_renamed_is_kept
 );

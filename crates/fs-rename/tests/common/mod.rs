@@ -14,6 +14,8 @@ use fs_store::{
 };
 use fs_testkit::{Backend, FaultyStore};
 
+pub mod watching;
+
 /// A store and a tree index (with its lock index) of a test's own.
 #[derive(Clone)]
 pub struct Env {

@@ -91,19 +91,45 @@ pub async fn watch(
         None => default_target(dir)?,
     };
     let tree = open_tree(cli).await?;
+    // A watcher killed outright left its locks and a journaled change: they are in the way of
+    // the first run, which finishes that change first (its holder proven gone on this
+    // machine, or its lease run out), and says so.
+    let orphans = super::finish_orphans(cli, tree.store(), cli.lease);
     let options = WatchOptions {
         index: IndexOptions {
             batch_size,
             prune: true,
-            locks: lock_settings(cli, tree.store(), cli.lease),
+            locks: fs_rename::LockSettings {
+                orphans: Some(Arc::clone(&orphans) as Arc<dyn fs_locks::Orphans>),
+                ..lock_settings(cli, tree.store(), cli.lease)
+            },
             content,
         },
         debounce,
         ..WatchOptions::default()
     };
+    // Whether a line was printed since the watcher last said it caught up: reads of the tree
+    // make batches that change nothing, and a caught-up line after each would be noise.
+    let said = std::sync::atomic::AtomicBool::new(true);
     let sink = Arc::new(move |event: WatchEvent<'_>| {
+        if json {
+            json_event(&event);
+        }
+        let quiet_batch = matches!(&event, WatchEvent::Batch(b) if !b.rescan
+            && b.renames + b.indexed + b.files + b.removed == 0
+            && b.failures.is_empty()
+            && b.unreadable.is_empty());
+        if matches!(event, WatchEvent::Ready(_) | WatchEvent::Batch(_)) && !quiet_batch {
+            said.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         match event {
+            WatchEvent::CaughtUp => {
+                if said.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                    to_stderr("fsrename: caught up: the store is in step with every change seen");
+                }
+            }
             WatchEvent::Ready(r) => {
+                super::tell_finished(&orphans);
                 warn_unread(&r.unread, r.unreadable, r.kept_unread);
                 to_stderr(format_args!(
                 "fsrename: indexed {} and {} ({} created, {} updated, {}, {} deleted); watching for changes (Ctrl-C stops)",
@@ -115,7 +141,7 @@ pub async fn watch(
                 r.pruned
             ))
             }
-            WatchEvent::Applying { .. } => {}
+            WatchEvent::Gathering | WatchEvent::Applying { .. } => {}
             WatchEvent::Batch(b) if b.rescan => to_stderr(format_args!(
                 "fsrename: events were lost; rescanned the whole tree ({}, {} deleted)",
                 plural(b.renames, "move", "moves"),
@@ -124,10 +150,7 @@ pub async fn watch(
             // A batch that changed nothing says nothing: reads of the tree (`find`, an editor
             // opening files, the first run's own walk) make events but no change, and the
             // wake-up for removals that turned out to have been renamed makes none at all.
-            WatchEvent::Batch(b)
-                if b.renames + b.indexed + b.files + b.removed == 0
-                    && b.failures.is_empty()
-                    && b.unreadable.is_empty() => {}
+            WatchEvent::Batch(_) if quiet_batch => {}
             WatchEvent::Batch(b) => {
                 to_stderr(format_args!(
                     "fsrename: {}: {}, {} indexed, {}, {} removed{}",
@@ -155,6 +178,18 @@ pub async fn watch(
         .with_context(|| format!("watching `{}` as `{at}` in {}", dir.display(), cli.store))?;
     let unread = report.initial.unreadable + report.unreadable;
     let clean = report.failures == 0 && report.initial.failed == 0 && unread == 0;
+    if json {
+        // One line, as every event before it: standard output is JSON Lines.
+        let code = if clean { EXIT_OK } else { crate::EXIT_FAILED };
+        let line = serde_json::json!({"event": "stopped", "report": &report}).to_string();
+        let mut out = Printer::stdout();
+        let code = crate::output::keep_verdict(out.line(line).and_then(|()| out.flush()), code)?;
+        return Ok(if code == EXIT_OK {
+            EXIT_INTERRUPTED
+        } else {
+            code
+        });
+    }
     // The watch ends only when it is told to stop (Ctrl-C, SIGTERM): 130, as the shell reports
     // an interrupted command, or 1 if it could not keep the store in step with the disk.
     let code = print_verdict(&report, clean, json, |out, report| {
@@ -176,6 +211,20 @@ pub async fn watch(
     } else {
         code
     })
+}
+
+/// Prints a watch event as one line of JSON on standard output (`--watch --json`): `ready`
+/// with the first run's report, `batch` with what a batch did, `caught_up`; the report comes
+/// last, as `stopped`. A line that cannot be written is dropped: the watch goes on.
+fn json_event(event: &WatchEvent<'_>) {
+    use std::io::Write;
+    let line = match event {
+        WatchEvent::Ready(r) => serde_json::json!({"event": "ready", "report": r}),
+        WatchEvent::Gathering | WatchEvent::Applying { .. } => return,
+        WatchEvent::Batch(b) => serde_json::json!({"event": "batch", "batch": b}),
+        WatchEvent::CaughtUp => serde_json::json!({"event": "caught_up"}),
+    };
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
 }
 
 /// `/` followed by the directory's own name (`/home/me/photos` → `/photos`).

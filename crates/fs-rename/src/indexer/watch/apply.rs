@@ -143,11 +143,14 @@ impl Applier<'_> {
         // destination's directory not yet seen) is a path gone and a path new. What vanished
         // and turns up under a directory to index, or as a file to write, is the same file by
         // identity, and is renamed, not deleted and created again.
-        if !vanished.is_empty() {
+        if !vanished.is_empty() && !self.stopping() {
             self.pair_by_identity((&dirs, &others), &vanished, batch)
                 .await;
         }
         for dir in &dirs {
+            if self.stopping() {
+                return;
+            }
             self.index_subtree(dir, batch).await;
         }
         touched.retain(|p| !dirs.iter().any(|d| p.starts_with(d)));
@@ -165,6 +168,9 @@ impl Applier<'_> {
             }
         };
         for path in slow {
+            if self.stopping() {
+                return;
+            }
             self.sync(&path, batch).await;
         }
     }
@@ -214,6 +220,9 @@ impl Applier<'_> {
             })
             .collect();
         for change in changes {
+            if self.stopping() {
+                return;
+            }
             match change {
                 Change::Dirty(_, Some(t)) if paired.contains(&t) => {}
                 Change::Dirty(path, tracker) => {
@@ -238,18 +247,26 @@ impl Applier<'_> {
                     } else {
                         (from, to)
                     };
-                    // Inside a directory not indexed yet (made or moved in, in this batch or
-                    // one held), the store holds at most part of what moves: what it holds is
-                    // renamed, and the destination indexed.
-                    let partial = dirty.iter().any(|d| from.starts_with(d) && *d != from);
+                    // Made or written in this batch (or one held), or inside a directory not
+                    // indexed yet (made or moved in): the store holds at most part of what
+                    // moves, or an older copy. What it holds is renamed, and the destination
+                    // looked at.
+                    let fresh = dirty.iter().any(|d| is_under(&from, d));
+                    let partial = dirty.iter().any(|d| is_under(&from, d) && *d != from);
                     // What was dirty under `from` is now under `to`.
+                    // (Thousands of renames a batch, over thousands of paths: rsync, tar.
+                    // Only what is under `from` is rebuilt.)
                     for path in dirty.iter_mut() {
-                        *path = moved_by(path, (&from, &to));
+                        if is_under(path, &from) {
+                            *path = moved_by(path, (&from, &to));
+                        }
                     }
-                    self.renamed_away = std::mem::take(&mut self.renamed_away)
-                        .into_iter()
-                        .map(|(path, at)| (moved_by(&path, (&from, &to)), at))
-                        .collect();
+                    if self.renamed_away.keys().any(|path| is_under(path, &from)) {
+                        self.renamed_away = std::mem::take(&mut self.renamed_away)
+                            .into_iter()
+                            .map(|(path, at)| (moved_by(&path, (&from, &to)), at))
+                            .collect();
+                    }
                     // If the store cannot follow it (it holds the source at another path, or
                     // the destination is in a directory it has not seen yet), the source is
                     // dirty and gone, and found again by identity.
@@ -258,8 +275,11 @@ impl Applier<'_> {
                     // Their directories' modification times changed.
                     touched.extend(from.parent().map(Path::to_owned));
                     touched.extend(to.parent().map(Path::to_owned));
-                    self.rename(&from, &to, dirty, batch).await;
-                    if partial {
+                    self.rename((&from, &to), fresh, dirty, batch).await;
+                    // A directory renamed is looked at again in its new place: inotify moves
+                    // its watches under new descriptors, and what is written in it meanwhile
+                    // (`mv a b && echo more >> b/f`) has no event at all.
+                    if partial || to.symlink_metadata().is_ok_and(|m| m.is_dir()) {
                         dirty.push(to.clone());
                     }
                     self.recent
@@ -280,22 +300,39 @@ impl Applier<'_> {
         batch: &mut WatchBatch,
     ) {
         let mut gone: HashMap<FsPath, Entry> = HashMap::new();
-        for local in vanished {
-            if local.symlink_metadata().is_ok() {
-                continue;
-            }
-            let Some(path) = self.store_path(local) else {
-                continue;
+        let paths: Vec<FsPath> = vanished
+            .iter()
+            .filter(|local| local.symlink_metadata().is_err())
+            .filter_map(|local| self.store_path(local))
+            .collect();
+        // Most of what vanishes was never in the store (the temporary files of rsync, of
+        // downloads, of editors): what it holds is found a chunk of paths a search, and only
+        // the directories among it are read whole.
+        for chunk in paths.chunks(VANISHED_CHUNK) {
+            let held = match self.read_at(chunk).await {
+                Ok(held) => held,
+                Err(e) => {
+                    batch
+                        .failures
+                        .push(format!("reading {} paths: {e}", chunk.len()));
+                    continue;
+                }
             };
-            let read = self
-                .tree
-                .for_each_page(&path, 1_000, |page| {
-                    gone.extend(page.into_iter().map(|e| (e.doc.path.clone(), e)));
-                    Ok(())
-                })
-                .await;
-            if let Err(e) = read {
-                batch.failures.push(format!("reading {path}: {e}"));
+            for (path, entry) in held {
+                if !entry.doc.is_dir() {
+                    gone.insert(path, entry);
+                    continue;
+                }
+                let read = self
+                    .tree
+                    .for_each_page(&path, 1_000, |page| {
+                        gone.extend(page.into_iter().map(|e| (e.doc.path.clone(), e)));
+                        Ok(())
+                    })
+                    .await;
+                if let Err(e) = read {
+                    batch.failures.push(format!("reading {path}: {e}"));
+                }
             }
         }
         if gone.is_empty() {
@@ -397,7 +434,11 @@ impl Applier<'_> {
         self.recent
             .iter()
             .fold(path.to_owned(), |moved, (from, to, _)| {
-                moved_by(&moved, (from, to))
+                if is_under(&moved, from) {
+                    moved_by(&moved, (from, to))
+                } else {
+                    moved
+                }
             })
     }
 
@@ -462,10 +503,14 @@ impl Applier<'_> {
 
     /// Applies a rename on disk to the store; what cannot be applied that way is marked
     /// dirty instead (a source the store does not hold yet, a destination outside the tree).
+    /// A `fresh` source (made or written in this batch: the temporary file of rsync, of a
+    /// download or of an editor's save) is not renamed in the store at all: the store holds
+    /// none of it, or not as it is now; both ends are looked at, and what the store held is
+    /// found again by identity.
     pub(super) async fn rename(
         &self,
-        from: &Path,
-        to: &Path,
+        (from, to): (&Path, &Path),
+        fresh: bool,
         dirty: &mut Vec<PathBuf>,
         batch: &mut WatchBatch,
     ) {
@@ -474,6 +519,14 @@ impl Applier<'_> {
             dirty.push(to.to_owned());
             return;
         };
+        // One look-up, not a whole locked rename job that fails: a source the store does not
+        // hold is common (a temporary file renamed as soon as written).
+        let held = !fresh && matches!(self.tree.find(&f).await, Ok(Some(_)));
+        if !held {
+            dirty.push(from.to_owned());
+            dirty.push(to.to_owned());
+            return;
+        }
         let renamer = self.renamer(format!("mv {f} {t}"));
         // A destination whose parent the store does not hold (a directory made on disk, or
         // moved where inotify had no watch yet, or held by the store elsewhere) is not made
@@ -500,6 +553,9 @@ impl Applier<'_> {
     }
 }
 
+/// Paths whose stored entries one search reads, when looking for what vanished.
+const VANISHED_CHUNK: usize = 500;
+
 /// Whether the file at `local` was born (its birth time, where the file system keeps one) no
 /// later than `modified` (milliseconds since the Unix epoch).
 fn born_by(local: &Path, modified: i64) -> bool {
@@ -510,6 +566,18 @@ fn born_by(local: &Path, modified: i64) -> bool {
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .and_then(|d| i64::try_from(d.as_millis()).ok());
     born.is_some_and(|born| born <= modified)
+}
+
+/// Whether `path` is `dir` or under it. The same as `Path::starts_with` for the absolute,
+/// normal paths inotify gives, but a comparison of bytes, not of components: it is asked
+/// millions of times in a batch of thousands of renames.
+fn is_under(path: &Path, dir: &Path) -> bool {
+    let (path, dir) = (
+        path.as_os_str().as_encoded_bytes(),
+        dir.as_os_str().as_encoded_bytes(),
+    );
+    path.starts_with(dir)
+        && (path.len() == dir.len() || path.get(dir.len()) == Some(&b'/') || dir.ends_with(b"/"))
 }
 
 /// Where `path` is once `from` is renamed to `to` (itself if it is not under `from`).

@@ -38,6 +38,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -142,6 +143,9 @@ pub struct WatchReport {
 pub enum WatchEvent<'a> {
     /// The first run is done; changes from now on are followed.
     Ready(&'a IndexReport),
+    /// The first event of a batch was taken: the batch is gathered until the directory is
+    /// quiet (a caught-up said before no longer holds).
+    Gathering,
     /// A batch of `events` was gathered and is about to be applied (no event is taken from
     /// the watch meanwhile).
     Applying {
@@ -150,6 +154,10 @@ pub enum WatchEvent<'a> {
     },
     /// A batch was applied.
     Batch(&'a WatchBatch),
+    /// The store is in step with every event received: none waits to be gathered, and no
+    /// earlier batch left anything to look at again. Said after the first run and after every
+    /// batch that ends so; a change made before it and seen by the kernel is in the store.
+    CaughtUp,
 }
 
 /// A callback told of [`WatchEvent`]s.
@@ -167,6 +175,10 @@ enum Change {
 }
 
 /// Indexes `dir` at `at`, then follows it until `stop` resolves; returns what it did.
+///
+/// `stop` is heeded at once: a batch being gathered is dropped, one being applied ends after
+/// the change it is making (each change is whole in the store: a rename, a directory indexed,
+/// a chunk of documents); what was left undone is found by the next run's first index.
 ///
 /// # Errors
 /// The first run's errors, and a watch that cannot be set up at all (no inotify). Failures
@@ -211,8 +223,17 @@ pub async fn watch_dir(
         initial,
         ..WatchReport::default()
     };
-    let mut applier = Applier::new(tree, &root, at, options);
+    let stopping = Arc::new(AtomicBool::new(false));
+    let mut applier = Applier::new(tree, &root, at, options, Arc::clone(&stopping));
     tokio::pin!(stop);
+    let caught_up = |applier: &Applier<'_>, rx: &Receiver| {
+        if let Some(sink) = &sink {
+            if rx.is_empty() && !applier.has_postponed() {
+                sink(WatchEvent::CaughtUp);
+            }
+        }
+    };
+    caught_up(&applier, &rx);
     loop {
         // Removals waiting for the next batch get one after the debounce, events or not.
         let waiting = applier.has_postponed();
@@ -226,15 +247,32 @@ pub async fn watch_dir(
             Some(None) => return Err(super::local(&root, "the watch ended by itself")),
             None => None,
         };
+        if let Some(sink) = &sink {
+            sink(WatchEvent::Gathering);
+        }
         let Gathered {
             changes,
             events,
             quiet,
-        } = gather(&mut rx, first, options.debounce).await;
+        } = tokio::select! {
+            gathered = gather(&mut rx, first, options.debounce) => gathered,
+            () = &mut stop => break,
+        };
         if let Some(sink) = &sink {
             sink(WatchEvent::Applying { events });
         }
-        let mut batch = applier.apply(changes, quiet).await;
+        // Told to stop while applying: the batch ends after the change it is making.
+        let (mut batch, stopped) = {
+            let applying = applier.apply(changes, quiet);
+            tokio::pin!(applying);
+            tokio::select! {
+                batch = &mut applying => (batch, false),
+                () = &mut stop => {
+                    stopping.store(true, Ordering::Relaxed);
+                    (applying.await, true)
+                }
+            }
+        };
         batch.events = events;
         report.add(&batch);
         for failure in &batch.failures {
@@ -243,10 +281,17 @@ pub async fn watch_dir(
         if let Some(sink) = &sink {
             sink(WatchEvent::Batch(&batch));
         }
+        if stopped {
+            break;
+        }
+        caught_up(&applier, &rx);
     }
     drop(watcher);
     Ok(report)
 }
+
+/// What the watch hands to the batches.
+type Receiver = tokio::sync::mpsc::Receiver<notify::Result<notify::Event>>;
 
 /// One batch's events, gathered.
 struct Gathered {
@@ -262,7 +307,7 @@ struct Gathered {
 /// earlier batches left): until the directory is quiet for `debounce`, or for ten debounces
 /// at most.
 async fn gather(
-    rx: &mut tokio::sync::mpsc::Receiver<notify::Result<notify::Event>>,
+    rx: &mut Receiver,
     first: Option<notify::Result<notify::Event>>,
     debounce: Duration,
 ) -> Gathered {
@@ -383,6 +428,8 @@ struct Applier<'a> {
     recheck: std::sync::Mutex<Vec<PathBuf>>,
     /// Directories this batch indexes again: not to be checked a third time.
     rechecking: HashSet<PathBuf>,
+    /// Set when the watch is told to stop: the batch ends after the change it is making.
+    stopping: Arc<AtomicBool>,
     /// The dirty paths (and touched directories) of batches cut while the events went on,
     /// held for a quiet one (see [`Applier::apply`]), and since when.
     held: (
@@ -400,6 +447,7 @@ impl<'a> Applier<'a> {
         root: &'a Path,
         at: &'a FsPath,
         options: &'a WatchOptions,
+        stopping: Arc<AtomicBool>,
     ) -> Applier<'a> {
         Applier {
             tree,
@@ -412,6 +460,7 @@ impl<'a> Applier<'a> {
             confirmed: HashSet::new(),
             recheck: std::sync::Mutex::default(),
             rechecking: HashSet::new(),
+            stopping,
             held: (Vec::new(), BTreeSet::new(), None),
         }
     }
@@ -427,6 +476,11 @@ impl Applier<'_> {
             path = path.join(component.as_os_str().to_str()?).ok()?;
         }
         Some(path)
+    }
+
+    /// Whether the watch was told to stop.
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
     }
 
     fn postponed_list(&self) -> std::sync::MutexGuard<'_, Vec<PathBuf>> {

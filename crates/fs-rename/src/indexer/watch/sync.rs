@@ -124,13 +124,16 @@ impl Applier<'_> {
 
     /// The stored entries at the paths of `chunk`, by path, in one search.
     async fn read_stored(&self, chunk: &[Wanted]) -> Result<HashMap<FsPath, Entry>> {
+        let paths: Vec<FsPath> = chunk.iter().map(|wanted| wanted.path.clone()).collect();
+        self.read_at(&paths).await
+    }
+
+    /// The stored entries at `paths` (not what is under them), by path, in one search.
+    pub(super) async fn read_at(&self, paths: &[FsPath]) -> Result<HashMap<FsPath, Entry>> {
         let tree = self.tree;
-        let scopes = chunk
-            .iter()
-            .map(|wanted| Scope::Exact(wanted.path.clone()))
-            .collect();
-        let request = SearchRequest::single_page(Scope::AnyOf(scopes), chunk.len() * 2 + 1);
-        let context = format!("reading {} documents", chunk.len());
+        let scopes = paths.iter().cloned().map(Scope::Exact).collect();
+        let request = SearchRequest::single_page(Scope::AnyOf(scopes), paths.len() * 2 + 1);
+        let context = format!("reading {} documents", paths.len());
         let page = tree
             .store()
             .search(tree.index(), request)
