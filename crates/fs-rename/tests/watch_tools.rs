@@ -307,3 +307,29 @@ on_every_backend!(
     saves_cycles_and_out_and_back,
     a_burst_its_parent_renamed_and_a_stop_mid_burst
 );
+
+/// The same cases on a real Elasticsearch: `FSRENAME_TEST_ES_URL=http://127.0.0.1:9200 cargo
+/// test -p fs-rename --test watch_tools -- --ignored`.
+mod real_elasticsearch {
+    macro_rules! on_real_elasticsearch {
+        ($($case:ident),+ $(,)?) => {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[ignore = "needs a real Elasticsearch: set FSRENAME_TEST_ES_URL"]
+                async fn $case() {
+                    let env = super::common::Env::new(fs_testkit::Backend::RealElastic);
+                    super::$case(env.clone()).await;
+                    env.finish();
+                }
+            )+
+        };
+    }
+
+    on_real_elasticsearch!(
+        git_checkouts_and_stash,
+        tar_then_move_then_remove,
+        rsync_and_cp,
+        saves_cycles_and_out_and_back,
+        a_burst_its_parent_renamed_and_a_stop_mid_burst
+    );
+}
