@@ -227,14 +227,26 @@ impl FsTree {
     ///
     /// # Errors
     /// [`RenameError::Store`], [`RenameError::BadDocument`], or whatever `each` returns.
-    pub async fn for_each_page<F>(&self, path: &FsPath, size: usize, mut each: F) -> Result<()>
+    pub async fn for_each_page<F>(&self, path: &FsPath, size: usize, each: F) -> Result<()>
     where
         F: FnMut(Vec<Entry>) -> Result<()>,
     {
-        let scope = Scope::Subtree(path.clone());
+        self.for_each_page_of(Scope::Subtree(path.clone()), size, each)
+            .await
+    }
+
+    /// [`FsTree::for_each_page`] of any scope (several subtrees at once, say).
+    ///
+    /// # Errors
+    /// As [`FsTree::for_each_page`].
+    pub async fn for_each_page_of<F>(&self, scope: Scope, size: usize, mut each: F) -> Result<()>
+    where
+        F: FnMut(Vec<Entry>) -> Result<()>,
+    {
+        let what = scope_name(&scope);
         let mut scan = Scan::new(Arc::clone(&self.store), &self.index, scope, size);
         let scanned = async {
-            let context = || format!("scanning under `{path}`");
+            let context = || format!("scanning {what}");
             while let Some(page) = next_entries(&mut scan, &self.index, context).await? {
                 each(page.collect::<Result<Vec<_>>>()?)?;
             }
@@ -266,4 +278,13 @@ pub(crate) async fn next_entries<'i>(
         docs.into_iter()
             .map(move |doc| Entry::from_stored(index, doc))
     }))
+}
+
+/// What a scan of `scope` reads, in a failure's message.
+fn scope_name(scope: &Scope) -> String {
+    match scope {
+        Scope::Subtree(path) => format!("under `{path}`"),
+        Scope::AnyOf(scopes) => format!("{} parts of the tree", scopes.len()),
+        other => format!("{other:?}"),
+    }
 }

@@ -192,6 +192,24 @@ async fn tar_then_move_then_remove(env: Env) {
     assert_eq!(watching.stop().await.failures, 0);
 }
 
+/// `rm -rf` of 300 directories at once: a few requests in all, not a journaled `rm -r` job
+/// each (issue 48: `rm -rf` of 711 directories took 44.8 s to follow on Elasticsearch).
+async fn rm_rf_of_many_directories(env: Env) {
+    let bench = Bench::new();
+    files(&bench.root, 1_200, 4);
+    std::fs::write(bench.root.join("kept"), b"kept").expect("write");
+    let counting = Arc::new(fs_store::CountingStore::new(Arc::clone(&env.store)));
+    let watching = bench.watch(&env.through(counting.clone())).await;
+    let before = counting.round_trips();
+    run(&bench.root, "sh", &["-c", "rm -rf d*"]);
+    in_step(&env, &watching, &bench.root, "rm -rf of 300 directories").await;
+    let requests = counting.round_trips() - before;
+    println!("rm -rf of 300 directories (1 500 documents): {requests} requests");
+    // A journaled job a directory made at least six requests each (1 800 in all).
+    assert!(requests < 150, "{requests} requests to follow rm -rf");
+    assert_eq!(watching.stop().await.failures, 0);
+}
+
 /// `rsync -a --delete` into a new directory of the tree (each file written to a temporary
 /// name, then renamed), again after changes on the source side, and `cp -a` of the result.
 async fn rsync_and_cp(env: Env) {
@@ -303,6 +321,7 @@ async fn a_burst_its_parent_renamed_and_a_stop_mid_burst(env: Env) {
 on_every_backend!(
     git_checkouts_and_stash,
     tar_then_move_then_remove,
+    rm_rf_of_many_directories,
     rsync_and_cp,
     saves_cycles_and_out_and_back,
     a_burst_its_parent_renamed_and_a_stop_mid_burst
@@ -328,6 +347,7 @@ mod real_elasticsearch {
     on_real_elasticsearch!(
         git_checkouts_and_stash,
         tar_then_move_then_remove,
+        rm_rf_of_many_directories,
         rsync_and_cp,
         saves_cycles_and_out_and_back,
         a_burst_its_parent_renamed_and_a_stop_mid_burst

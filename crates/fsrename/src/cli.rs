@@ -162,9 +162,10 @@ pub enum Verb {
         /// Documents per bulk request.
         #[arg(long, default_value_t = 1_000)]
         batch_size: usize,
-        /// Deletes documents under the target that are no longer on disk (a journaled rm -r of
-        /// each, under tree locks). Without it they are reported and kept (they may be the
-        /// result of renames made in the tree).
+        /// Deletes documents under the target that are no longer on disk (under the tree lock
+        /// on the target, deepest first, so that a run cut short leaves no orphan; a subtree
+        /// of more than 20 000 documents is a journaled rm -r of its own). Without it they are
+        /// reported and kept (they may be the result of renames made in the tree).
         #[arg(long)]
         prune: bool,
         /// After indexing, keeps following the directory (inotify) until Ctrl-C: renames

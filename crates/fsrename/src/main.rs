@@ -11,7 +11,10 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FSRENAME_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                // notify warns that it cannot remove the watch of every directory deleted
+                // under a watched tree (`rm -rf`): the kernel removed it already, and a
+                // line a directory is noise, not news.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,notify=error")),
         )
         .with_writer(std::io::stderr)
         // Colour only for a person at a terminal: escape codes in a log file or a pipe are

@@ -10,12 +10,13 @@
 //! describes (a tree indexed by one user, then by another). The binary is copied into the
 //! test's directory, which every user may enter, with the store beside it.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod common;
+use common::*;
 
 /// What the unreadable runs are made as: another user when the tests run as root.
 fn effective_uid() -> u32 {
@@ -146,14 +147,6 @@ enum Store {
     Http,
 }
 
-fn run(mut cmd: Command) -> Output {
-    cmd.output().expect("run fsrename")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 const EVERYTHING: [&str; 6] = [
     "/t/open/",
     "/t/open/h",
@@ -220,44 +213,8 @@ fn prune_keeps_what_it_could_not_read_on_elasticsearch() {
     prune_keeps_what_it_could_not_read(Store::Http);
 }
 
-/// Lines of a child's stderr, as they come.
-fn lines_of(child: &mut Child) -> mpsc::Receiver<String> {
-    let stderr = child.stderr.take().expect("piped stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-/// Waits for a line of `rx` that contains `what`; returns every line seen until then.
-fn wait_for(rx: &mpsc::Receiver<String>, what: &str) -> Vec<String> {
-    let mut seen = Vec::new();
-    // Generous: what is awaited comes in under a second on a quiet machine; the bound only
-    // ends a test that would otherwise hang.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while Instant::now() < deadline {
-        if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
-            let found = line.contains(what);
-            seen.push(line);
-            if found {
-                return seen;
-            }
-        }
-    }
-    panic!("no line with {what:?} in {seen:#?}");
-}
-
 fn interrupt(child: &Child) {
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success());
+    signal(child, "-INT");
 }
 
 fn watch_keeps_what_it_could_not_read(store: Store) {

@@ -90,6 +90,19 @@ pub(super) struct Locked {
     pub stale: Vec<Entry>,
 }
 
+impl Locked {
+    /// What an interrupted pass leaves: nothing to do, nothing found stale.
+    fn nothing() -> Locked {
+        Locked {
+            moves: Vec::new(),
+            known: Vec::new(),
+            deferred: false,
+            present: HashSet::new(),
+            stale: Vec::new(),
+        }
+    }
+}
+
 /// Steps 2 and 3, under the tree lock on `at`: reads what the store holds under `at` and,
 /// with `find_moves`, finds the moves in it. Documents the moves will carry are matched with
 /// the walk at the path they will have, and left to the moves; entries new or changed in
@@ -119,6 +132,11 @@ async fn locked_index(
     let batch_size = options.batch_size.max(1);
     let mut walked_so_far = 0u64;
     for batch in walked.chunks(batch_size) {
+        if options.stopping() {
+            report.interrupted = true;
+            tree.refresh().await?;
+            return Ok(Locked::nothing());
+        }
         walked_so_far += batch.len() as u64;
         let writes = matching.writes_for(batch, options.content, report);
         // The files whose text is wanted are read together, off the runtime's threads,
@@ -423,7 +441,7 @@ fn placed(doc: FsDoc, path: FsPath) -> FsDoc {
 }
 
 /// The reason given for an entry the store refused to write.
-const REFUSED: &str = "the store refused it";
+pub(super) const REFUSED: &str = "the store refused it";
 
 /// The pass after the moves, when they left entries to bring up to date: the whole target
 /// read again under its tree lock, and what is not up to date written. Returns what is
@@ -452,7 +470,7 @@ pub(super) async fn second_pass(
     report.failed += again.failed;
     report.unchanged = again.unchanged.saturating_sub(first_wrote);
     for skipped in again.skipped {
-        if skipped.reason.starts_with(REFUSED) {
+        if skipped.is_refused() {
             report.skip(skipped);
         }
     }

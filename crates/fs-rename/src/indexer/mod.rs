@@ -14,8 +14,9 @@
 //! 3. the moves: each document moved is renamed in the store (a tree-locked, journaled
 //!    rename: ids and every field kept), not deleted and created again; if they left
 //!    anything to do, a second pass like step 2 does it;
-//! 4. documents with no counterpart on disk are reported, and with `prune` deleted, a
-//!    journaled `rm -r` of each topmost one under its own tree locks (`prune.rs`). What lies
+//! 4. documents with no counterpart on disk are reported, and with `prune` deleted under
+//!    one tree lock on the target, in bulk and deepest first (`prune.rs`, `sweep.rs`; a
+//!    subtree too large to hold is a journaled `rm -r` of its own). What lies
 //!    at or under an entry the walk could not read (a directory it may not list) is unknown,
 //!    not gone: it is kept, and counted in [`IndexReport::kept_unread`].
 //!
@@ -30,10 +31,12 @@ mod locked;
 mod moves;
 mod one;
 mod prune;
+mod sweep;
 mod walk;
 mod watch;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -61,6 +64,20 @@ pub struct IndexOptions {
     /// Stores the text of UTF-8 files up to this many bytes in their documents' `content`
     /// (`None`: no text is read). Default: `None`.
     pub content: Option<u64>,
+    /// Once set, the run ends after the bulk request it is making, marked
+    /// [`IndexReport::interrupted`]: it then makes no move and finds nothing stale (what it
+    /// did not reach is not gone), and the next run takes up where it stopped. What it wrote
+    /// is well-formed: parents are written before what they hold. Default: `None`.
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
+impl IndexOptions {
+    /// Whether the run was told to stop (see [`IndexOptions::stop`]).
+    fn stopping(&self) -> bool {
+        self.stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed))
+    }
 }
 
 impl Default for IndexOptions {
@@ -70,6 +87,7 @@ impl Default for IndexOptions {
             prune: false,
             content: None,
             locks: LockSettings::default(),
+            stop: None,
         }
     }
 }
@@ -90,6 +108,18 @@ pub struct Skipped {
     pub path: String,
     /// Why it was skipped.
     pub reason: String,
+}
+
+impl Skipped {
+    /// Whether it is a symbolic link, never followed.
+    pub fn is_symlink(&self) -> bool {
+        self.reason == walk::NOT_FOLLOWED
+    }
+
+    /// Whether the store refused its document (a failure, not a skip of the walk's).
+    pub fn is_refused(&self) -> bool {
+        self.reason.starts_with(locked::REFUSED)
+    }
 }
 
 /// What an indexing run did.
@@ -126,6 +156,9 @@ pub struct IndexReport {
     pub stale: u64,
     /// Of those, deleted (with `prune`).
     pub pruned: u64,
+    /// The run was told to stop ([`IndexOptions::stop`]) and ended early: what it did not
+    /// reach is neither written nor found stale.
+    pub interrupted: bool,
     /// Symbolic links (not followed, not indexed).
     pub symlinks: u64,
     /// Entries that exist but could not be read: directories whose entries could not be
@@ -217,11 +250,11 @@ async fn index_prepared(
     options: &IndexOptions,
     progress: Option<IndexProgressSink>,
 ) -> Result<IndexReport> {
-    let Target { tree, dir, .. } = target;
+    let Target { tree, dir, at } = target;
     let started = Instant::now();
     let (mut report, stale) = index_unpruned(target, options, progress).await?;
     if options.prune && !stale.is_empty() {
-        report.pruned = prune::prune(tree, dir, stale, options, &mut report).await?;
+        report.pruned = prune::prune(tree, (dir, at), stale, options, &mut report).await?;
         tree.refresh().await?;
     }
     report.elapsed = started.elapsed();
@@ -262,6 +295,10 @@ async fn index_unpruned(
         find_moves: true,
     };
     let locked = locked_pass(pass, &mut walk, progress, &mut report).await?;
+    if report.interrupted {
+        report.elapsed = started.elapsed();
+        return Ok((report, Vec::new()));
+    }
     let mut stale = locked.stale;
     if !locked.moves.is_empty() {
         // The moves, each a rename under its own locks (which the target's lock would have

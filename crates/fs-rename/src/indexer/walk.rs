@@ -155,7 +155,7 @@ struct Undescribed {
 }
 
 /// The store path of the local path `local`, found under `root`, indexed at `at`.
-fn store_path(root: &Path, at: &FsPath, local: &Path) -> Result<FsPath, String> {
+pub(super) fn store_path(root: &Path, at: &FsPath, local: &Path) -> Result<FsPath, String> {
     let relative = local.strip_prefix(root).map_err(|e| e.to_string())?;
     let mut path = at.clone();
     for component in relative.components() {
@@ -168,6 +168,9 @@ fn store_path(root: &Path, at: &FsPath, local: &Path) -> Result<FsPath, String> 
     Ok(path)
 }
 
+/// Why a symbolic link is skipped.
+pub(super) const NOT_FOLLOWED: &str = "symbolic link (not followed)";
+
 /// Turns a walked entry into a document, or says why it cannot be one.
 fn describe(root: &Path, at: &FsPath, entry: &walkdir::DirEntry) -> Result<Walked, Undescribed> {
     let file_type = entry.file_type();
@@ -177,7 +180,7 @@ fn describe(root: &Path, at: &FsPath, entry: &walkdir::DirEntry) -> Result<Walke
         let shown = entry.path().to_string_lossy().into_owned();
         return Ok(Walked::Symlink(Skipped {
             path: shown,
-            reason: "symbolic link (not followed)".into(),
+            reason: NOT_FOLLOWED.into(),
         }));
     }
     let meta = entry.metadata().map_err(|e| Undescribed {

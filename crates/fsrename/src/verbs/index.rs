@@ -45,6 +45,7 @@ pub async fn run(
         prune: options.prune,
         locks: lock_settings(cli, tree.store(), cli.lease),
         content: options.content,
+        stop: None,
     };
     let (sink, bar) = progress();
     let report = index_dir(&tree, dir, &at, &options, Some(sink))
@@ -72,6 +73,15 @@ fn warn_unread(unread: &[fs_rename::Skipped], count: u64, kept: u64) {
         first.reason.trim_start_matches("unreadable: "),
         if count > 1 { ", and others listed below" } else { "" },
         plural(kept, "document", "documents"),
+    ));
+}
+
+/// Says on stderr that the watcher skipped an entry (not indexed), as `index` lists it.
+fn warn_skipped(skipped: &fs_rename::Skipped) {
+    to_stderr(format_args!(
+        "fsrename: skipped {}: {} (not indexed)",
+        quoted(&skipped.path),
+        skipped.reason
     ));
 }
 
@@ -104,6 +114,8 @@ pub async fn watch(
                 ..lock_settings(cli, tree.store(), cli.lease)
             },
             content,
+            // The watch sets its own, from `shutdown`.
+            stop: None,
         },
         debounce,
         ..WatchOptions::default()
@@ -115,10 +127,7 @@ pub async fn watch(
         if json {
             json_event(&event);
         }
-        let quiet_batch = matches!(&event, WatchEvent::Batch(b) if !b.rescan
-            && b.renames + b.indexed + b.files + b.removed == 0
-            && b.failures.is_empty()
-            && b.unreadable.is_empty());
+        let quiet_batch = matches!(&event, WatchEvent::Batch(b) if b.changed_nothing());
         if matches!(event, WatchEvent::Ready(_) | WatchEvent::Batch(_)) && !quiet_batch {
             said.store(true, std::sync::atomic::Ordering::Relaxed);
         }
@@ -131,6 +140,9 @@ pub async fn watch(
             WatchEvent::Ready(r) => {
                 super::tell_finished(&orphans);
                 warn_unread(&r.unread, r.unreadable, r.kept_unread);
+                for skipped in r.skipped.iter().filter(|s| !s.is_symlink()) {
+                    warn_skipped(skipped);
+                }
                 to_stderr(format_args!(
                 "fsrename: indexed {} and {} ({} created, {} updated, {}, {} deleted); watching for changes (Ctrl-C stops)",
                 plural(r.files, "file", "files"),
@@ -152,23 +164,30 @@ pub async fn watch(
             // wake-up for removals that turned out to have been renamed makes none at all.
             WatchEvent::Batch(_) if quiet_batch => {}
             WatchEvent::Batch(b) => {
-                to_stderr(format_args!(
-                    "fsrename: {}: {}, {} indexed, {}, {} removed{}",
-                    plural(b.events, "event", "events"),
-                    plural(b.renames, "rename", "renames"),
-                    plural(b.indexed, "directory", "directories"),
-                    plural(b.files, "file", "files"),
-                    b.removed,
-                    if b.failures.is_empty() {
-                        String::new()
-                    } else {
-                        format!(", {} not applied (see the log)", b.failures.len())
-                    }
-                ));
+                // A batch whose only news is a name skipped or an entry unreadable says that
+                // alone.
+                if b.changed() || !b.failures.is_empty() {
+                    to_stderr(format_args!(
+                        "fsrename: {}: {}, {} indexed, {}, {} removed{}",
+                        plural(b.events, "event", "events"),
+                        plural(b.renames, "rename", "renames"),
+                        plural(b.indexed, "directory", "directories"),
+                        plural(b.files, "file", "files"),
+                        b.removed,
+                        if b.failures.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", {} not applied (see the log)", b.failures.len())
+                        }
+                    ));
+                }
                 for unread in &b.unreadable {
                     to_stderr(format_args!(
                         "fsrename: could not read {unread}: the store keeps what it holds there"
                     ));
+                }
+                for skipped in &b.skipped {
+                    warn_skipped(skipped);
                 }
             }
         }
@@ -195,7 +214,7 @@ pub async fn watch(
     let code = print_verdict(&report, clean, json, |out, report| {
         print_summary(out, &report.initial)?;
         out.line(format_args!(
-            "  watched: {}, {}, {} indexed, {}, {} removed, {}, {} not applied, {} unreadable",
+            "  watched: {}, {}, {} indexed, {}, {} removed, {}, {} not applied, {} unreadable, {} skipped",
             plural(report.batches, "batch", "batches"),
             plural(report.renames, "rename", "renames"),
             plural(report.indexed, "directory", "directories"),
@@ -203,7 +222,8 @@ pub async fn watch(
             report.removed,
             plural(report.rescans, "rescan", "rescans"),
             plural(report.failures, "change", "changes"),
-            report.unreadable
+            report.unreadable,
+            report.skipped
         ))
     })?;
     Ok(if code == EXIT_OK {
@@ -320,7 +340,7 @@ fn print_summary(out: &mut Printer, r: &IndexReport) -> anyhow::Result<()> {
     if r.stale > 0 {
         if r.pruned > 0 {
             out.line(format_args!(
-                "  {} no longer on disk: {} deleted (journaled rm -r, under tree locks)",
+                "  {} no longer on disk: {} deleted (under the tree lock on the target, deepest first)",
                 plural(r.stale, "document", "documents"),
                 r.pruned
             ))?;

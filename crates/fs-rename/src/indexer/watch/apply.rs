@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use fs_model::{FsDoc, FsPath, Identity};
+use fs_store::Scope;
 
 use super::super::one::describe_one;
 use super::super::{index_prepared, index_unpruned, IndexReport, Target};
@@ -20,6 +21,13 @@ impl Applier<'_> {
     /// renames would find their destination taken. The dirty paths wait, followed through
     /// the renames, for a quiet batch, or [`MAX_HOLD`] at most.
     pub(super) async fn apply(&mut self, changes: Vec<Change>, quiet: bool) -> WatchBatch {
+        let mut batch = self.apply_changes(changes, quiet).await;
+        batch.skipped = self.take_skipped();
+        batch
+    }
+
+    /// [`Applier::apply`], but for the names skipped.
+    async fn apply_changes(&mut self, changes: Vec<Change>, quiet: bool) -> WatchBatch {
         let mut batch = WatchBatch::default();
         if let Some(Change::Rescan(why)) = changes.iter().find(|c| matches!(c, Change::Rescan(_))) {
             let why = why.clone();
@@ -143,7 +151,7 @@ impl Applier<'_> {
         // destination's directory not yet seen) is a path gone and a path new. What vanished
         // and turns up under a directory to index, or as a file to write, is the same file by
         // identity, and is renamed, not deleted and created again.
-        if !vanished.is_empty() && !self.stopping() {
+        if !vanished.is_empty() && !self.stopping() && could_turn_up(&dirs, &others) {
             self.pair_by_identity((&dirs, &others), &vanished, batch)
                 .await;
         }
@@ -183,7 +191,7 @@ impl Applier<'_> {
         batch.rescan_reason = Some(why.clone());
         // The rescan sees all that the held paths would have said.
         self.held = (Vec::new(), BTreeSet::new(), None);
-        let mut options = self.options.index.clone();
+        let mut options = self.index.clone();
         options.prune = true;
         let target = Target {
             tree: self.tree,
@@ -195,7 +203,7 @@ impl Applier<'_> {
                 batch.renames += r.moves;
                 batch.indexed += 1;
                 batch.removed += r.pruned;
-                batch.note_unread(&r);
+                self.note_index_run(&mut batch, &r);
             }
             Err(e) => batch.failures.push(format!("rescan: {e}")),
         }
@@ -307,7 +315,7 @@ impl Applier<'_> {
             .collect();
         // Most of what vanishes was never in the store (the temporary files of rsync, of
         // downloads, of editors): what it holds is found a chunk of paths a search, and only
-        // the directories among it are read whole.
+        // the directories among it are read whole, a chunk of them a scan.
         for chunk in paths.chunks(VANISHED_CHUNK) {
             let held = match self.read_at(chunk).await {
                 Ok(held) => held,
@@ -318,21 +326,30 @@ impl Applier<'_> {
                     continue;
                 }
             };
+            let mut dirs = Vec::new();
             for (path, entry) in held {
-                if !entry.doc.is_dir() {
+                if entry.doc.is_dir() {
+                    dirs.push(path);
+                } else {
                     gone.insert(path, entry);
-                    continue;
                 }
-                let read = self
-                    .tree
-                    .for_each_page(&path, 1_000, |page| {
+            }
+            if dirs.is_empty() {
+                continue;
+            }
+            let read = self
+                .tree
+                .for_each_page_of(
+                    Scope::AnyOf(dirs.into_iter().map(Scope::Subtree).collect()),
+                    1_000,
+                    |page| {
                         gone.extend(page.into_iter().map(|e| (e.doc.path.clone(), e)));
                         Ok(())
-                    })
-                    .await;
-                if let Err(e) = read {
-                    batch.failures.push(format!("reading {path}: {e}"));
-                }
+                    },
+                )
+                .await;
+            if let Err(e) = read {
+                batch.failures.push(format!("reading what vanished: {e}"));
             }
         }
         if gone.is_empty() {
@@ -368,7 +385,7 @@ impl Applier<'_> {
             (self.root, self.at),
             (&planned, Vec::new()),
             &HashSet::new(),
-            &self.options.index,
+            self.index,
             super::super::moves::Taken::Replace,
         )
         .await
@@ -458,11 +475,11 @@ impl Applier<'_> {
             dir: local,
             at: &path,
         };
-        match index_unpruned(target, &self.options.index, None).await {
+        match index_unpruned(target, self.index, None).await {
             Ok((r, stale)) => {
                 batch.indexed += 1;
                 batch.renames += r.moves;
-                batch.note_unread(&r);
+                self.note_index_run(batch, &r);
                 // What the index found gone goes once a later batch confirms it.
                 let gone: Vec<Entry> = stale
                     .into_iter()
@@ -475,9 +492,9 @@ impl Applier<'_> {
                     let mut pruned = IndexReport::default();
                     match super::super::prune::prune(
                         self.tree,
-                        self.root,
+                        (self.root, &path),
                         gone,
-                        &self.options.index,
+                        self.index,
                         &mut pruned,
                     )
                     .await
@@ -551,6 +568,16 @@ impl Applier<'_> {
             }
         }
     }
+}
+
+/// Whether what vanished could turn up on disk under `dirs` (directories to index) or as one
+/// of `others` (files to write): if neither holds anything, nothing is read for a pairing
+/// that cannot be (an `rm -rf` of hundreds of directories is just that).
+fn could_turn_up(dirs: &[PathBuf], others: &[PathBuf]) -> bool {
+    !dirs.is_empty()
+        || others
+            .iter()
+            .any(|p| p.symlink_metadata().is_ok_and(|m| m.is_file()))
 }
 
 /// Paths whose stored entries one search reads, when looking for what vanished.

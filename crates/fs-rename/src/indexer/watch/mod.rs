@@ -9,9 +9,9 @@
 //! - every other event marks its path *dirty*: after the renames, each dirty path (the topmost
 //!   ones: a dirty directory covers what is under it) is brought in step with the disk: a
 //!   directory is indexed (with move detection and pruning, as `index --prune`), a file gets
-//!   its document created or updated, a path gone from disk is removed from the store (a
-//!   journaled `rm -r`). So a directory moved in is an index of that subtree, one moved out a
-//!   delete, and a burst of writes to one file one update;
+//!   its document created or updated, a path gone from disk is removed from the store (all
+//!   of a batch's at once, deepest first: `sweep.rs`). So a directory moved in is an index of
+//!   that subtree, one moved out a delete, and a burst of writes to one file one update;
 //! - a dirty path recorded before a rename of a directory above it is followed to its new
 //!   place.
 //! - what vanished from disk and turns up elsewhere in the batch by identity (a move whose
@@ -47,7 +47,7 @@ use notify::event::{ModifyKind, RenameMode};
 use notify::{EventKind, RecursiveMode, Watcher};
 use serde::Serialize;
 
-use super::{index_dir, IndexOptions, IndexReport};
+use super::{index_dir, IndexOptions, IndexReport, Skipped};
 use crate::error::Result;
 use crate::job::Renamer;
 use crate::tree::FsTree;
@@ -106,13 +106,26 @@ pub struct WatchBatch {
     /// What exists on disk but could not be read (`path: error`): what the store holds
     /// there is kept, not removed, until it can be read.
     pub unreadable: Vec<String>,
+    /// Names on disk the store cannot hold (not UTF-8, a control character): not indexed,
+    /// as `index` skips them. Each is said once a watch, when first seen.
+    pub skipped: Vec<Skipped>,
 }
 
 impl WatchBatch {
-    /// Notes what the index run `r`, made for this batch, could not read.
-    fn note_unread(&mut self, r: &IndexReport) {
-        self.unreadable
-            .extend(r.unread.iter().map(|s| format!("{}: {}", s.path, s.reason)));
+    /// Whether the batch changed the store: renamed, indexed, wrote or removed something.
+    pub fn changed(&self) -> bool {
+        self.renames + self.indexed + self.files + self.removed > 0
+    }
+
+    /// Whether the batch changed nothing and has nothing to say: what reads of the tree
+    /// (`find`, an editor opening files, the first run's own walk) make, and the wake-up for
+    /// removals that turned out to have been renamed.
+    pub fn changed_nothing(&self) -> bool {
+        !self.rescan
+            && !self.changed()
+            && self.failures.is_empty()
+            && self.unreadable.is_empty()
+            && self.skipped.is_empty()
     }
 }
 
@@ -137,6 +150,8 @@ pub struct WatchReport {
     pub failures: u64,
     /// Entries found unreadable, over all batches (the first run's are in `initial`).
     pub unreadable: u64,
+    /// Names skipped, over all batches (the first run's are in `initial`).
+    pub skipped: u64,
 }
 
 /// Told of the first run and of every batch.
@@ -215,7 +230,25 @@ pub async fn watch_dir(
                 &format!("cannot watch it: {why} (nothing was indexed or removed)"),
             )
         })?;
-    let initial = index_dir(tree, &root, at, &options.index, None).await?;
+    // Told to stop, every index run ends after the bulk request it is making.
+    let stopping = Arc::new(AtomicBool::new(false));
+    let index = IndexOptions {
+        stop: Some(Arc::clone(&stopping)),
+        ..options.index.clone()
+    };
+    tokio::pin!(stop);
+    let initial = {
+        let first = index_dir(tree, &root, at, &index, None);
+        tokio::pin!(first);
+        tokio::select! {
+            initial = &mut first => initial?,
+            () = &mut stop => {
+                stopping.store(true, Ordering::Relaxed);
+                let initial = first.await?;
+                return Ok(WatchReport { initial, ..WatchReport::default() });
+            }
+        }
+    };
     if let Some(sink) = &sink {
         sink(WatchEvent::Ready(&initial));
     }
@@ -223,9 +256,7 @@ pub async fn watch_dir(
         initial,
         ..WatchReport::default()
     };
-    let stopping = Arc::new(AtomicBool::new(false));
-    let mut applier = Applier::new(tree, &root, at, options, Arc::clone(&stopping));
-    tokio::pin!(stop);
+    let mut applier = Applier::new(tree, &root, at, &index, Arc::clone(&stopping));
     let caught_up = |applier: &Applier<'_>, rx: &Receiver| {
         if let Some(sink) = &sink {
             if rx.is_empty() && !applier.has_postponed() {
@@ -351,6 +382,7 @@ impl WatchReport {
         self.rescans += u64::from(batch.rescan);
         self.failures += batch.failures.len() as u64;
         self.unreadable += batch.unreadable.len() as u64;
+        self.skipped += batch.skipped.len() as u64;
     }
 }
 
@@ -411,7 +443,8 @@ struct Applier<'a> {
     tree: &'a FsTree,
     root: &'a Path,
     at: &'a FsPath,
-    options: &'a WatchOptions,
+    /// The watch's `index` options, told when the watch is told to stop.
+    index: &'a IndexOptions,
     /// Renames on disk of the last [`RECENT`], oldest first.
     recent: std::collections::VecDeque<(PathBuf, PathBuf, tokio::time::Instant)>,
     /// Paths renamed away in the last [`RECENT`] whose other half never came (moved out, or
@@ -430,6 +463,9 @@ struct Applier<'a> {
     rechecking: HashSet<PathBuf>,
     /// Set when the watch is told to stop: the batch ends after the change it is making.
     stopping: Arc<AtomicBool>,
+    /// Names skipped (see [`WatchBatch::skipped`]) since the last batch was reported, and
+    /// every name ever said, not to be said again.
+    skipped: std::sync::Mutex<(Vec<Skipped>, HashSet<PathBuf>)>,
     /// The dirty paths (and touched directories) of batches cut while the events went on,
     /// held for a quiet one (see [`Applier::apply`]), and since when.
     held: (
@@ -446,14 +482,14 @@ impl<'a> Applier<'a> {
         tree: &'a FsTree,
         root: &'a Path,
         at: &'a FsPath,
-        options: &'a WatchOptions,
+        index: &'a IndexOptions,
         stopping: Arc<AtomicBool>,
     ) -> Applier<'a> {
         Applier {
             tree,
             root,
             at,
-            options,
+            index,
             recent: std::collections::VecDeque::new(),
             renamed_away: std::collections::HashMap::new(),
             postponed: std::sync::Mutex::default(),
@@ -461,21 +497,57 @@ impl<'a> Applier<'a> {
             recheck: std::sync::Mutex::default(),
             rechecking: HashSet::new(),
             stopping,
+            skipped: std::sync::Mutex::default(),
             held: (Vec::new(), BTreeSet::new(), None),
         }
     }
 }
 
 impl Applier<'_> {
-    /// The store path of the local path `local`; `None` outside the tree or for a name that
-    /// is not UTF-8.
+    /// The store path of the local path `local`; `None` outside the tree, or for a name the
+    /// store cannot hold (not UTF-8, a control character), which is noted as skipped.
     fn store_path(&self, local: &Path) -> Option<FsPath> {
-        let relative = local.strip_prefix(self.root).ok()?;
-        let mut path = self.at.clone();
-        for component in relative.components() {
-            path = path.join(component.as_os_str().to_str()?).ok()?;
+        if !local.starts_with(self.root) {
+            return None;
         }
-        Some(path)
+        match super::walk::store_path(self.root, self.at, local) {
+            Ok(path) => Some(path),
+            Err(why) => {
+                self.note_skipped(local, &why);
+                None
+            }
+        }
+    }
+
+    /// Notes `local` as skipped for `why`, unless it was said before.
+    fn note_skipped(&self, local: &Path, why: &str) {
+        let mut skipped = self.skipped.lock().unwrap_or_else(|p| p.into_inner());
+        if skipped.1.insert(local.to_owned()) {
+            skipped.0.push(Skipped {
+                path: local.to_string_lossy().into_owned(),
+                reason: why.to_owned(),
+            });
+        }
+    }
+
+    /// Notes what the index run `r`, made for `batch`, could not read, what the store
+    /// refused, and the names it skipped (not its symbolic links, which are never followed).
+    fn note_index_run(&self, batch: &mut WatchBatch, r: &IndexReport) {
+        batch
+            .unreadable
+            .extend(r.unread.iter().map(|s| format!("{}: {}", s.path, s.reason)));
+        for s in r.skipped.iter().filter(|s| !s.is_symlink()) {
+            if s.is_refused() {
+                batch.failures.push(format!("{}: {}", s.path, s.reason));
+            } else {
+                self.note_skipped(Path::new(&s.path), &s.reason);
+            }
+        }
+    }
+
+    /// The names skipped since the last call.
+    fn take_skipped(&self) -> Vec<Skipped> {
+        std::mem::take(&mut self.skipped.lock().unwrap_or_else(|p| p.into_inner()).0)
     }
 
     /// Whether the watch was told to stop.
@@ -511,7 +583,7 @@ impl Applier<'_> {
     }
 
     fn renamer(&self, what: String) -> Renamer {
-        let locks = &self.options.index.locks;
+        let locks = &self.index.locks;
         Renamer::builder(Arc::clone(self.tree.store()), self.tree.index())
             .locks(locks)
             .holder(format!("index --watch {}: {what}", self.root.display()))

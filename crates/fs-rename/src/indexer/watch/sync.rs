@@ -9,6 +9,7 @@ use fs_store::{BulkOp, Scope, SearchRequest};
 
 use super::super::content::{self, Plan};
 use super::super::one::{describe_one, index_one, OneFile};
+use super::super::sweep::sweep;
 use super::{Applier, WatchBatch};
 use crate::error::{RenameError, Result};
 use crate::ops::{to_source, under_write_lock};
@@ -27,6 +28,12 @@ struct Wanted {
 #[derive(Default)]
 struct Synced {
     slow: Vec<PathBuf>,
+    /// Directories gone from disk for good, for [`sweep`].
+    gone_dirs: Vec<FsPath>,
+    /// Of those, what [`sweep`] left to a journaled `rm -r`.
+    too_large: Vec<FsPath>,
+    /// What could not be swept, and why.
+    failed: Vec<String>,
     files: u64,
     removed: u64,
 }
@@ -42,7 +49,7 @@ impl Applier<'_> {
         stored: Option<&FsDoc>,
         found: &FsDoc,
     ) -> Option<FsDoc> {
-        let max = self.options.index.content;
+        let max = self.index.content;
         let plan = content::plan(stored, found, max);
         let text = match (plan, max) {
             (Plan::Unchanged, _) => return None,
@@ -70,7 +77,6 @@ impl Applier<'_> {
             return Ok(Vec::new());
         }
         let client = self
-            .options
             .index
             .locks
             .client(self.tree, format!("index --watch {}", self.root.display()));
@@ -84,12 +90,31 @@ impl Applier<'_> {
                 let ops = self.plan_chunk(chunk, stored, &mut synced)?;
                 self.write_ops(ops).await?;
             }
+            // Every directory gone at once (`rm -rf` of hundreds of them): a few requests,
+            // not a journaled `rm -r` job each.
+            if !synced.gone_dirs.is_empty() {
+                tree.refresh().await?;
+                let swept = sweep(tree, std::mem::take(&mut synced.gone_dirs)).await;
+                synced.removed += swept.removed;
+                synced.failed.extend(
+                    swept
+                        .failed
+                        .into_iter()
+                        .map(|(path, why)| format!("rm -r {path}: {why}")),
+                );
+                synced.too_large = swept.too_large;
+            }
             tree.refresh().await?;
             Ok(synced)
         })
         .await?;
         batch.files += synced.files;
         batch.removed += synced.removed;
+        batch.failures.extend(synced.failed);
+        // Too large to sweep in memory: a journaled `rm -r` each, after the lock.
+        for path in synced.too_large {
+            self.remove(&path, batch).await;
+        }
         Ok(synced.slow)
     }
 
@@ -195,11 +220,12 @@ impl Applier<'_> {
                     known.insert(path.clone());
                     synced.files += u64::from(!doc.is_dir());
                 }
-                (Some(entry), None) if entry.doc.is_dir() => synced.slow.push(local.clone()),
                 // Gone from disk (not a symbolic link or a special file put there):
                 // forgotten once a later batch confirms it.
                 (Some(_), None)
                     if local.symlink_metadata().is_err() && !self.gone_for_good(local) => {}
+                // A directory gone takes its subtree: swept after the chunks, deepest first.
+                (Some(entry), None) if entry.doc.is_dir() => synced.gone_dirs.push(entry.doc.path),
                 (Some(entry), None) => {
                     ops.push(BulkOp::Delete {
                         id: entry.id,
@@ -240,8 +266,7 @@ impl Applier<'_> {
         match std::fs::symlink_metadata(local) {
             Ok(meta) if meta.is_dir() => self.index_subtree(local, batch).await,
             Ok(meta) if meta.is_file() => {
-                let mut outcome =
-                    index_one(self.tree, (local, &meta), &path, &self.options.index).await;
+                let mut outcome = index_one(self.tree, (local, &meta), &path, self.index).await;
                 if let Ok(OneFile::OtherKind) = outcome {
                     // A directory replaced by a file.
                     if let Err(e) = self
@@ -252,8 +277,7 @@ impl Applier<'_> {
                         batch.failures.push(format!("rm -r {path}: {e}"));
                         return;
                     }
-                    outcome =
-                        index_one(self.tree, (local, &meta), &path, &self.options.index).await;
+                    outcome = index_one(self.tree, (local, &meta), &path, self.index).await;
                 }
                 match outcome {
                     Ok(OneFile::Created | OneFile::Updated) => batch.files += 1,

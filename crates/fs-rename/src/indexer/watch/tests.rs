@@ -52,7 +52,7 @@ async fn a_move_into_a_directory_indexed_ahead_of_its_event_keeps_the_ids() {
     std::fs::rename(root.join("d"), root.join("q/e")).expect("mv");
     std::fs::rename(root.join("g"), root.join("q/h")).expect("mv");
     let at = p("/w");
-    let mut applier = Applier::new(&tree, &root, &at, &options, Arc::default());
+    let mut applier = Applier::new(&tree, &root, &at, &options.index, Arc::default());
     let batches: [Vec<Change>; 3] = [
         vec![Change::Dirty(root.join("q"), None)],
         vec![
