@@ -11,6 +11,9 @@
 //! `cargo run --release -p fs-bench -- --event-streams 200 [--feed-seconds 10] [--rename-rounds 5]`
 //! (the store's request rate while renames run through `fsrename serve`, with and without open
 //! pages on the live feed)
+//! `cargo run --release -p fs-bench -- --watch-costs [--backends embedded,osmem,es=URL]` (what
+//! the directory watcher costs: catch-up and requests per change after each tool's workload,
+//! idle CPU and memory; section 7 of `docs/benchmarks.md`)
 
 // Library code returns its errors; tests may unwrap (clippy.toml allows it in tests).
 #![deny(clippy::unwrap_used, clippy::expect_used)]
@@ -25,6 +28,7 @@ mod phases;
 mod plot;
 mod reindex;
 mod report;
+mod watch_costs;
 
 use anyhow::Context as _;
 use clap::Parser;
@@ -112,6 +116,37 @@ struct Args {
     /// three.
     #[arg(long, value_delimiter = ',', value_parser = parse_backend)]
     backends: Vec<String>,
+    /// Runs only this: what the directory watcher (`index --watch`) costs. On each backend of
+    /// --backends (default: embedded and osmem; `remote` is not measured), a watched directory
+    /// gets `cp -a`, `rsync -a --delete`, `tar -xf`, `mv`, `rm -rf`, `git checkout`s, an
+    /// editor's saves and a burst of files: the tool's time, the catch-up after it, the store's
+    /// requests per change. Then a large tree watched idle on the embedded store: the process's
+    /// CPU time and memory. Prints the section and puts it in `benchmarks.md` under --out.
+    #[arg(long)]
+    watch_costs: bool,
+    /// With --watch-costs: entries of the tree copied, synced, unpacked, moved and removed.
+    /// Default: 3 299 (500 with --quick).
+    #[arg(long, value_name = "N", requires = "watch_costs")]
+    watch_entries: Option<usize>,
+    /// With --watch-costs: files of the burst. Default: 5 000 (1 000 with --quick).
+    #[arg(long, value_name = "N", requires = "watch_costs")]
+    burst_files: Option<usize>,
+    /// With --watch-costs: the editor's saves. Default: 20 (5 with --quick).
+    #[arg(long, value_name = "N", requires = "watch_costs")]
+    saves: Option<usize>,
+    /// With --watch-costs: entries of the tree watched idle. Default: 100 000 (10 000 with
+    /// --quick).
+    #[arg(long, value_name = "N", requires = "watch_costs")]
+    idle_entries: Option<usize>,
+    /// With --watch-costs: how long the idle watch is measured, in seconds. Default: 10 (2
+    /// with --quick).
+    #[arg(long, value_name = "SECONDS", requires = "watch_costs")]
+    idle_seconds: Option<f64>,
+    /// With --watch-costs: the longest a workload's catch-up, or a first run, is waited for;
+    /// a workload not caught up by then is reported so, and its backend's later ones are not
+    /// run. Default: 4m.
+    #[arg(long, default_value = "4m", value_parser = humantime::parse_duration, requires = "watch_costs")]
+    watch_timeout: std::time::Duration,
 }
 
 #[tokio::main]
@@ -145,6 +180,9 @@ async fn main() -> anyhow::Result<()> {
         .await?;
         println!("{load}");
         return Ok(());
+    }
+    if args.watch_costs {
+        return watch_costs(&args).await;
     }
     if let Some(k) = args.profile_concurrency {
         let secs = if args.quick { 0.5 } else { 5.0 };
@@ -183,6 +221,11 @@ async fn main() -> anyhow::Result<()> {
         let dir = std::path::Path::new(&args.out);
         std::fs::create_dir_all(dir)?;
         let md = dir.join("benchmarks.md");
+        // The watcher's section is written by --watch-costs alone: kept from the file replaced.
+        let text = match std::fs::read_to_string(&md) {
+            Ok(old) => report::carry_over(&text, &old),
+            Err(_) => text,
+        };
         std::fs::write(&md, &text).with_context(|| format!("writing {}", md.display()))?;
         let mut wrote = vec![md];
         // A plot is written only from a run that measured it, so that a partial run
@@ -204,6 +247,47 @@ async fn main() -> anyhow::Result<()> {
     let missed = report::targets(&results).iter().filter(|t| !t.met).count();
     if missed > 0 {
         eprintln!("{missed} target(s) missed: see the table");
+    }
+    Ok(())
+}
+
+/// `--watch-costs`: measures, prints the section, and puts it in `benchmarks.md` under --out.
+async fn watch_costs(args: &Args) -> anyhow::Result<()> {
+    let quick = args.quick;
+    let plan = watch_costs::Plan {
+        sizes: watch_costs::Sizes {
+            entries: args
+                .watch_entries
+                .unwrap_or(if quick { 500 } else { 3_299 })
+                .max(2),
+            burst: args
+                .burst_files
+                .unwrap_or(if quick { 1_000 } else { 5_000 }),
+            saves: args.saves.unwrap_or(if quick { 5 } else { 20 }),
+        },
+        idle_entries: args
+            .idle_entries
+            .unwrap_or(if quick { 10_000 } else { 100_000 })
+            .max(1),
+        idle_seconds: args
+            .idle_seconds
+            .unwrap_or(if quick { 2.0 } else { 10.0 })
+            .max(0.1),
+        timeout: args.watch_timeout,
+        backends: if args.backends.is_empty() {
+            vec!["embedded".into(), "osmem".into()]
+        } else {
+            args.backends.clone()
+        },
+        embedded: args.embedded,
+    };
+    let costs = watch_costs::watch_costs(plan).await?;
+    let stamp = watch_costs::stamp().await;
+    let section = watch_costs::render(&costs, &command_line(), &stamp, &report::machine());
+    println!("{section}");
+    if args.out != "-" {
+        let md = watch_costs::write_into(std::path::Path::new(&args.out), &section)?;
+        eprintln!("wrote {}", md.display());
     }
     Ok(())
 }

@@ -126,7 +126,7 @@ pub fn targets(results: &[BackendResults]) -> Vec<Target> {
     out
 }
 
-fn machine() -> String {
+pub(crate) fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -453,5 +453,50 @@ fn service(s: &mut String, results: &[BackendResults], plan: &Plan) {
             }
         }
         let _ = writeln!(s);
+    }
+}
+
+/// Where the watcher's section of `benchmarks.md` (`--watch-costs`) begins; a full run, which
+/// does not measure the watcher, carries it over from the file it replaces.
+pub const WATCH_COSTS_START: &str = "<!-- watch-costs:start -->";
+/// Where it ends.
+pub const WATCH_COSTS_END: &str = "<!-- watch-costs:end -->";
+
+/// The byte range of the watcher's section of `doc`, markers included, if it has one.
+pub fn watch_costs_span(doc: &str) -> Option<(usize, usize)> {
+    let start = doc.find(WATCH_COSTS_START)?;
+    let end = start + doc[start..].find(WATCH_COSTS_END)? + WATCH_COSTS_END.len();
+    Some((start, end))
+}
+
+/// `new` (a full run's report) with the watcher's section of `old` (the file it replaces)
+/// after it, where `old` has one and `new` has none.
+pub fn carry_over(new: &str, old: &str) -> String {
+    match watch_costs_span(old) {
+        Some((start, end)) if watch_costs_span(new).is_none() => {
+            format!("{}\n\n{}\n", new.trim_end(), &old[start..end])
+        }
+        _ => new.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_run_carries_the_watchers_section_over() {
+        let section = format!("{WATCH_COSTS_START}\n## 7. The watcher\n\n| a |\n{WATCH_COSTS_END}");
+        let old = format!("# Benchmarks\n\nold figures\n\n{section}\n");
+        let new = "# Benchmarks\n\nnew figures\n";
+        assert_eq!(
+            carry_over(new, &old),
+            format!("# Benchmarks\n\nnew figures\n\n{section}\n")
+        );
+        // Nothing to carry: the new report as it is.
+        assert_eq!(carry_over(new, "# Benchmarks\n\nold figures\n"), new);
+        assert_eq!(carry_over(new, ""), new);
+        // An end marker missing: no section.
+        assert_eq!(carry_over(new, &format!("x\n{WATCH_COSTS_START}\n")), new);
     }
 }

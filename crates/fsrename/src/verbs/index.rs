@@ -104,15 +104,12 @@ pub async fn watch(
     // A watcher killed outright left its locks and a journaled change: they are in the way of
     // the first run, which finishes that change first (its holder proven gone on this
     // machine, or its lease run out), and says so.
-    let orphans = super::finish_orphans(cli, tree.store(), cli.lease);
+    let (locks, orphans) = super::lock_settings_telling(cli, tree.store(), cli.lease);
     let options = WatchOptions {
         index: IndexOptions {
             batch_size,
             prune: true,
-            locks: fs_rename::LockSettings {
-                orphans: Some(Arc::clone(&orphans) as Arc<dyn fs_locks::Orphans>),
-                ..lock_settings(cli, tree.store(), cli.lease)
-            },
+            locks,
             content,
             // The watch sets its own, from `shutdown`.
             stop: None,

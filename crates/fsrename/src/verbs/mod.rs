@@ -304,12 +304,24 @@ async fn tree_of(cli: &Cli, store: fs_store::SharedStore) -> anyhow::Result<FsTr
 /// not waited out: what its job left is finished first, by a recovery run
 /// ([`finish_orphans`]).
 fn lock_settings(cli: &Cli, store: &SharedStore, wait: Duration) -> LockSettings {
-    LockSettings {
+    lock_settings_telling(cli, store, wait).0
+}
+
+/// [`lock_settings`], with the finisher of orphans in them, for a verb that says what it
+/// finished ([`tell_finished`]).
+fn lock_settings_telling(
+    cli: &Cli,
+    store: &SharedStore,
+    wait: Duration,
+) -> (LockSettings, Arc<FinishOrphans>) {
+    let orphans = finish_orphans(cli, store, wait);
+    let settings = LockSettings {
         lease: cli.lease,
         wait,
         protocol: cli.lock_protocol,
-        orphans: Some(finish_orphans(cli, store, wait)),
-    }
+        orphans: Some(Arc::clone(&orphans) as Arc<dyn fs_locks::Orphans>),
+    };
+    (settings, orphans)
 }
 
 /// What finishes the jobs that died in the way of a verb's locks: a recovery with the verb's
