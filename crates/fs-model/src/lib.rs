@@ -6,7 +6,8 @@
 //!   its path.
 //! - [`FindQuery`] and [`NameGlob`]: a search of the tree by name pattern and by the words of
 //!   the content, with one meaning on every store.
-//! - [`tree_index_body`] and [`lock_index_body`]: how the two indices are created.
+//! - [`tree_index_body`] and [`lock_index_body`]: how the two indices are created;
+//!   [`IndexLayout`]: with how many shards and replicas ([`tree_index_body_with`]).
 //! - [`tree_lock_id`]: where the lock for a path lives in the lock index.
 //! - [`entropy`]: where ids and jitter come from; seedable per thread for replays.
 //! - [`LockMode`]: the four lock modes (IS, IX, S, X) and Gray's compatibility table, defined
@@ -39,6 +40,7 @@ pub mod entropy;
 mod error;
 mod find;
 mod glob;
+mod layout;
 mod lock_id;
 mod lock_mode;
 pub mod lock_scripts;
@@ -51,12 +53,15 @@ pub use duration::{plural, short_duration};
 pub use error::{PathError, Result};
 pub use find::FindQuery;
 pub use glob::NameGlob;
+pub use layout::{IndexLayout, LayoutError, MAX_REPLICAS, MAX_SHARDS};
 pub use lock_id::{
     is_hashed_lock_id, tree_lock_id, GLOBAL_LOCK_ID, HASHED_ID_PREFIX, MAX_ID_BYTES,
 };
 pub use lock_mode::LockMode;
 pub use mapping::{
-    jobs_index_body, jobs_index_name, journal_index_body, journal_index_name, lock_index_body,
-    lock_index_mappings, lock_index_name, tree_index_body, tree_index_mappings, DEFAULT_TREE_INDEX,
+    jobs_index_body, jobs_index_body_with, jobs_index_name, journal_index_body,
+    journal_index_body_with, journal_index_name, lock_index_body, lock_index_body_with,
+    lock_index_mappings, lock_index_name, tree_index_body, tree_index_body_with,
+    tree_index_mappings, DEFAULT_TREE_INDEX,
 };
 pub use path::{FsPath, MAX_COMPONENT_BYTES, MAX_PATH_BYTES};

@@ -1,9 +1,13 @@
-//! The index mappings for the tree index and the lock index.
+//! The index mappings and create-index bodies of the tree index and the indices beside it.
 //!
 //! Paths are `keyword`s: exact (`term`) and prefix queries on them are cheap, and they sort by
-//! their bytes, as [`FsPath`](crate::FsPath) does.
+//! their bytes, as [`FsPath`](crate::FsPath) does. Each body comes in two forms: `*_with` takes
+//! an [`IndexLayout`] (shards and replicas), and the form without arguments is the default
+//! layout's.
 
 use serde_json::{json, Value};
+
+use crate::layout::IndexLayout;
 
 /// The default name of the tree index.
 pub const DEFAULT_TREE_INDEX: &str = "fs";
@@ -27,12 +31,19 @@ pub fn jobs_index_name(tree_index: &str) -> String {
     format!("{tree_index}-jobs")
 }
 
+/// Returns the create-index body of the jobs index with the default layout
+/// ([`jobs_index_body_with`]).
+pub fn jobs_index_body() -> Value {
+    jobs_index_body_with(&IndexLayout::default())
+}
+
 /// Returns the create-index body of the jobs index: one document per job (what it does, its
 /// state, the instance running it, its report) and one per instance (its heartbeat), on one
-/// shard. Reports are stored, not indexed.
-pub fn jobs_index_body() -> Value {
+/// shard whatever the layout (it is small), with the layout's replicas. Reports are stored,
+/// not indexed.
+pub fn jobs_index_body_with(layout: &IndexLayout) -> Value {
     json!({
-        "settings": { "number_of_shards": 1 },
+        "settings": layout.one_shard_settings(),
         "mappings": {
             "properties": {
                 "type": { "type": "keyword" },
@@ -46,12 +57,19 @@ pub fn jobs_index_body() -> Value {
     })
 }
 
-/// Returns the create-index body of the journal index: one document per rename in progress
-/// (job id, source, destination, owner, the locks it holds), on one shard. Only `state`,
-/// `from` and `to` are searched; the lock list is stored, not indexed.
+/// Returns the create-index body of the journal index with the default layout
+/// ([`journal_index_body_with`]).
 pub fn journal_index_body() -> Value {
+    journal_index_body_with(&IndexLayout::default())
+}
+
+/// Returns the create-index body of the journal index: one document per rename in progress
+/// (job id, source, destination, owner, the locks it holds), on one shard whatever the layout
+/// (it is small and searched only by recovery), with the layout's replicas. Only `state`,
+/// `from` and `to` are searched; the lock list is stored, not indexed.
+pub fn journal_index_body_with(layout: &IndexLayout) -> Value {
     json!({
-        "settings": { "number_of_shards": 1 },
+        "settings": layout.one_shard_settings(),
         "mappings": {
             "properties": {
                 "job_id": { "type": "keyword" },
@@ -94,16 +112,35 @@ pub fn tree_index_mappings() -> Value {
     })
 }
 
-/// Returns the create-index body of the tree index: its mappings, default settings.
+/// Returns the create-index body of the tree index with the default layout: its mappings,
+/// the server's default settings ([`tree_index_body_with`]).
 pub fn tree_index_body() -> Value {
-    json!({ "mappings": tree_index_mappings() })
+    tree_index_body_with(&IndexLayout::default())
 }
 
-/// Returns the create-index body of the lock index: its mappings, and one shard. The lock
-/// index is small, and on a single shard Elasticsearch applies the items of a bulk request in
-/// order, which the lock protocol's release order relies on.
+/// Returns the create-index body of the tree index: its mappings, and the layout's shards and
+/// replicas (those it leaves unset are the server's default).
+pub fn tree_index_body_with(layout: &IndexLayout) -> Value {
+    let settings = layout.tree_settings();
+    if settings.as_object().is_some_and(|s| s.is_empty()) {
+        return json!({ "mappings": tree_index_mappings() });
+    }
+    json!({ "settings": settings, "mappings": tree_index_mappings() })
+}
+
+/// Returns the create-index body of the lock index with the default layout
+/// ([`lock_index_body_with`]).
 pub fn lock_index_body() -> Value {
-    json!({ "settings": { "number_of_shards": 1 }, "mappings": lock_index_mappings() })
+    lock_index_body_with(&IndexLayout::default())
+}
+
+/// Returns the create-index body of the lock index: its mappings, one shard whatever the
+/// layout, and the layout's replicas. The lock index is small, and every job's lock requests
+/// go to it; on a single shard Elasticsearch applies the items of a bulk request in order,
+/// which the lock protocol's release order relies on (across shards, the items of one bulk
+/// request are applied by each shard on its own, in no order between them).
+pub fn lock_index_body_with(layout: &IndexLayout) -> Value {
+    json!({ "settings": layout.one_shard_settings(), "mappings": lock_index_mappings() })
 }
 
 /// Returns the mappings of the lock index.
@@ -150,5 +187,41 @@ mod tests {
         assert_eq!(lock_index_name(DEFAULT_TREE_INDEX), "fs-lock");
         assert_eq!(lock_index_body()["settings"]["number_of_shards"], 1);
         assert_eq!(tree_index_body()["mappings"], tree_index_mappings());
+    }
+
+    #[test]
+    fn the_default_layout_keeps_the_bodies_as_they_were() {
+        assert_eq!(
+            tree_index_body(),
+            json!({ "mappings": tree_index_mappings() })
+        );
+        for body in [lock_index_body(), journal_index_body(), jobs_index_body()] {
+            assert_eq!(body["settings"], json!({ "number_of_shards": 1 }));
+        }
+    }
+
+    #[test]
+    fn only_the_tree_index_takes_the_shards_and_every_index_the_replicas() {
+        let layout = IndexLayout::of(Some(3), Some(2)).unwrap();
+        let tree = tree_index_body_with(&layout);
+        assert_eq!(tree["settings"]["number_of_shards"], 3);
+        assert_eq!(tree["settings"]["number_of_replicas"], 2);
+        assert_eq!(tree["mappings"], tree_index_mappings());
+        for body in [
+            lock_index_body_with(&layout),
+            journal_index_body_with(&layout),
+            jobs_index_body_with(&layout),
+        ] {
+            assert_eq!(
+                body["settings"],
+                json!({ "number_of_shards": 1, "number_of_replicas": 2 })
+            );
+            assert!(body["mappings"]["properties"].is_object());
+        }
+        let replicas_only = tree_index_body_with(&IndexLayout::of(None, Some(0)).unwrap());
+        assert_eq!(
+            replicas_only["settings"],
+            json!({ "number_of_replicas": 0 })
+        );
     }
 }

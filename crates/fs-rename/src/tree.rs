@@ -2,7 +2,10 @@
 
 use std::sync::Arc;
 
-use fs_model::{journal_index_name, lock_index_name, tree_index_body, DocKind, FsDoc, FsPath};
+use fs_model::{
+    journal_index_name, lock_index_body_with, lock_index_name, tree_index_body_with, DocKind,
+    FsDoc, FsPath, IndexLayout,
+};
 use fs_store::{BulkOp, Scan, Scope, SearchRequest, SharedStore, StoredDoc, Version};
 
 use crate::error::{RenameError, Result};
@@ -46,15 +49,33 @@ impl Entry {
 pub struct FsTree {
     store: SharedStore,
     index: String,
+    layout: IndexLayout,
 }
 
 impl FsTree {
-    /// Returns the tree in `index` on `store`.
+    /// Returns the tree in `index` on `store`, whose indices, if [`FsTree::ensure_indices`]
+    /// creates them, get the server's default shards and replicas.
     pub fn new(store: SharedStore, index: impl Into<String>) -> FsTree {
         FsTree {
             store,
             index: index.into(),
+            layout: IndexLayout::default(),
         }
+    }
+
+    /// Returns this tree with the shards and replicas its indices get when
+    /// [`FsTree::ensure_indices`] creates them: the tree index takes both, the lock and
+    /// journal indices stay on one shard and take the replicas. An index that exists keeps its
+    /// own; the embedded store has neither. Default: [`IndexLayout::default`], the server's
+    /// defaults.
+    pub fn with_layout(mut self, layout: IndexLayout) -> FsTree {
+        self.layout = layout;
+        self
+    }
+
+    /// Returns the layout its indices get when they are created.
+    pub fn layout(&self) -> &IndexLayout {
+        &self.layout
     }
 
     /// Returns the store.
@@ -72,9 +93,10 @@ impl FsTree {
         lock_index_name(&self.index)
     }
 
-    /// Creates the tree index, the lock index and the journal index if they are missing. Asks
-    /// first whether all three exist, which on Elasticsearch is one request where creating
-    /// them is three: every process that starts a job does this.
+    /// Creates the tree index, the lock index and the journal index if they are missing, with
+    /// the tree's layout ([`FsTree::with_layout`]). Asks first whether all three exist, which
+    /// on Elasticsearch is one request where creating them is three: every process that starts
+    /// a job does this.
     ///
     /// # Errors
     /// [`RenameError::Store`] if the store refuses.
@@ -92,17 +114,17 @@ impl FsTree {
         }
         let context = format!("creating index `{}`", self.index);
         self.store
-            .create_index(&self.index, &tree_index_body())
+            .create_index(&self.index, &tree_index_body_with(&self.layout))
             .await
             .map_err(RenameError::store(context))?;
         let lock_index = self.lock_index();
         let context = format!("creating index `{lock_index}`");
         self.store
-            .create_index(&lock_index, &fs_model::lock_index_body())
+            .create_index(&lock_index, &lock_index_body_with(&self.layout))
             .await
             .map_err(RenameError::store(context))?;
         crate::journal::Journal::new(self.store.clone(), &self.index)
-            .ensure_index()
+            .ensure_index_with(&self.layout)
             .await
     }
 

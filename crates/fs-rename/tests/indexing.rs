@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use common::*;
@@ -425,6 +425,127 @@ async fn text_is_found_and_follows_renames_and_moves(env: Env) {
     assert_whole(&env).await;
 }
 
+/// `dirs` directories under `dir`, each with `files` small files holding text.
+fn wide_tree(dir: &Path, dirs: usize, files: usize) {
+    for d in 0..dirs {
+        let sub = dir.join(format!("d{d:02}"));
+        std::fs::create_dir_all(&sub).expect("mkdir");
+        for f in 0..files {
+            std::fs::write(sub.join(format!("f{f:03}")), format!("file {d} {f}")).expect("write");
+        }
+    }
+}
+
+/// The paths whose parent is not in `paths` (the target's own document aside).
+fn orphans(paths: &BTreeMap<String, String>) -> Vec<String> {
+    paths
+        .keys()
+        .filter(|path| path.as_str() != "/t" && path.as_str() != "/")
+        .filter(|path| {
+            let parent = path.rsplit_once('/').map_or("/", |(parent, _)| parent);
+            !paths.contains_key(parent)
+        })
+        .cloned()
+        .collect()
+}
+
+/// A first index (nothing in the store under the target) is streamed, the walk taken chunk
+/// by chunk and nothing of it kept (issue 49): a tree of more than one chunk of the walk,
+/// written in batches that do not line up with its chunks, comes out whole, texts included.
+async fn a_first_index_streamed_is_whole(env: Env) {
+    let work = tempfile::tempdir().expect("temp dir");
+    wide_tree(work.path(), 30, 80);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let progress: fs_rename::IndexProgressSink = Arc::new(move |_| {
+        counted.fetch_add(1, Ordering::Relaxed);
+    });
+    let options = IndexOptions {
+        batch_size: 300,
+        ..with_text()
+    };
+    let r = index_dir(&env.tree(), work.path(), &p("/t"), &options, Some(progress))
+        .await
+        .expect("index");
+    let entries = 30 * 80 + 30 + 1;
+    assert_eq!(
+        (r.files, r.dirs, r.created, r.texts, r.failed, r.stale),
+        (2_400, 31, entries, 2_400, 0, 0),
+        "{r:?}"
+    );
+    // One call a batch of 300: the walk's chunks of 1 000 are cut to the batch size.
+    assert_eq!(calls.load(Ordering::Relaxed), 2_431usize.div_ceil(300));
+    let paths = ids(&env).await;
+    for d in 0..30 {
+        for f in 0..80 {
+            let path = format!("/t/d{d:02}/f{f:03}");
+            assert!(paths.contains_key(&path), "{path} missing");
+        }
+    }
+    assert_eq!(
+        paths.keys().filter(|path| path.starts_with("/t")).count() as u64,
+        entries
+    );
+    assert!(orphans(&paths).is_empty(), "{:?}", orphans(&paths));
+    let id = paths.get("/t/d07/f042").expect("/t/d07/f042");
+    assert_eq!(text_of(&env, id).await.as_deref(), Some("file 7 42"));
+    assert_whole(&env).await;
+    // The next run is the general one (the store holds the tree): everything unchanged.
+    let again = index_dir(&env.tree(), work.path(), &p("/t"), &options, None)
+        .await
+        .expect("index");
+    assert_eq!(
+        (again.created, again.updated, again.unchanged, again.stale),
+        (0, 0, entries, 0),
+        "{again:?}"
+    );
+}
+
+/// A first index told to stop part of the way leaves a well-formed tree: each document's
+/// parent is there (parents are written first, as walked), and the next run writes the rest.
+async fn a_first_index_stopped_leaves_parents_first(env: Env) {
+    let work = tempfile::tempdir().expect("temp dir");
+    wide_tree(work.path(), 30, 80);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopper = Arc::clone(&stop);
+    // Told to stop after the third batch: the run ends before the fourth.
+    let progress: fs_rename::IndexProgressSink = Arc::new(move |progress| {
+        if progress.walked >= 3 * 250 {
+            stopper.store(true, Ordering::Relaxed);
+        }
+    });
+    let options = IndexOptions {
+        batch_size: 250,
+        stop: Some(stop),
+        ..IndexOptions::default()
+    };
+    let r = index_dir(&env.tree(), work.path(), &p("/t"), &options, Some(progress))
+        .await
+        .expect("index");
+    assert!(r.interrupted, "{r:?}");
+    assert_eq!((r.created, r.stale, r.failed), (750, 0, 0), "{r:?}");
+    let paths = ids(&env).await;
+    assert_eq!(
+        paths.keys().filter(|path| path.starts_with("/t")).count(),
+        750
+    );
+    assert!(orphans(&paths).is_empty(), "{:?}", orphans(&paths));
+    assert_whole(&env).await;
+    let rest = index(&env, work.path(), false).await;
+    assert_eq!(
+        (rest.created, rest.unchanged, rest.interrupted),
+        (2_431 - 750, 750, false),
+        "{rest:?}"
+    );
+    let paths = ids(&env).await;
+    assert_eq!(
+        paths.keys().filter(|path| path.starts_with("/t")).count(),
+        2_431
+    );
+    assert!(orphans(&paths).is_empty(), "{:?}", orphans(&paths));
+    assert_whole(&env).await;
+}
+
 on_every_backend!(
     an_index_made_before_identities_is_extended,
     text_is_found_and_follows_renames_and_moves,
@@ -436,4 +557,6 @@ on_every_backend!(
     many_directories_gone_are_pruned_in_a_few_requests,
     a_prune_cut_short_leaves_a_whole_tree,
     hard_links_are_not_taken_for_moves,
+    a_first_index_streamed_is_whole,
+    a_first_index_stopped_leaves_parents_first,
 );

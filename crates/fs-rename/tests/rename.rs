@@ -484,6 +484,63 @@ async fn fsck_finds_what_is_broken(env: Env) {
     );
 }
 
+/// Siblings whose names go on with a byte below `/` (`/a-b`, `/a.c`, `/a b`) sort between a
+/// directory and what it holds: the check, which remembers only what the scan can still
+/// reach, must still find `/a` the parent of `/a/x` after them, and a missing parent after
+/// them too. Problems past the first hundred are counted.
+async fn fsck_reads_siblings_that_sort_inside_a_directory(env: Env) {
+    tree_with(
+        &env,
+        &[
+            ("/a", true),
+            ("/a b", true),
+            ("/a b/y", false),
+            ("/a-b", true),
+            ("/a-b/c", true),
+            ("/a-b/c/d", false),
+            ("/a.c", false),
+            ("/a/x", true),
+            ("/a/x/z", false),
+            ("/a0", false),
+        ],
+    )
+    .await;
+    let clean = fsck(Arc::clone(&env.store), &env.index, &p("/"))
+        .await
+        .expect("fsck");
+    assert!(clean.is_clean(), "{clean}");
+    assert_eq!((clean.documents, clean.dirs, clean.files), (10, 5, 5));
+    let scoped = fsck(Arc::clone(&env.store), &env.index, &p("/a"))
+        .await
+        .expect("fsck of /a");
+    assert!(scoped.is_clean(), "{scoped}");
+    assert_eq!(scoped.documents, 3, "{scoped}");
+    for i in 0..120 {
+        let path = format!("/gone-{i:03}/f");
+        env.store
+            .create(
+                &env.index,
+                &format!("orphan-{i}"),
+                json!({
+                    "path": path, "parent": &path[..9], "name": "f", "depth": 2,
+                    "kind": "file", "size": 0, "modified": 0
+                }),
+            )
+            .await
+            .expect("put");
+    }
+    let report = fsck(Arc::clone(&env.store), &env.index, &p("/"))
+        .await
+        .expect("fsck");
+    assert_eq!(report.problem_count, 120, "{report}");
+    assert_eq!(report.problems.len(), 101, "{report}");
+    assert_eq!(report.problems[100], "... and 20 more");
+    assert!(
+        report.problems[0].contains("`/gone-000/f`: parent directory `/gone-000` does not exist"),
+        "{report}"
+    );
+}
+
 async fn fsck_reports_locks_without_failing(env: Env) {
     tree_with(&env, SMALL).await;
     let locks = fs_locks::LockClient::builder(Arc::clone(&env.store), env.lock_index()).build();
@@ -621,6 +678,7 @@ on_every_backend!(
     progress_is_reported_in_order,
     the_checks_first_page_and_the_rest_move_once_each,
     fsck_finds_what_is_broken,
+    fsck_reads_siblings_that_sort_inside_a_directory,
     fsck_reports_locks_without_failing,
 );
 

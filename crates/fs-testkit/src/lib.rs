@@ -19,6 +19,10 @@
 //! - [`rename_ended`]: waits for a rename job of `fsrename serve` to end.
 //! - [`Storm`]: a proxy of a test's own whose network faults come on after the set-up.
 //! - [`unique_name`]: index names no other test uses, so tests can share one server.
+//! - [`shards_of`] and [`docs_per_shard`]: an index's number of shards, as the server's
+//!   settings say, and how its documents are spread over them.
+//! - [`Backend::layout`]: the shards of a test's tree (`FSRENAME_TEST_ES_SHARDS` on a real
+//!   Elasticsearch, [`real_elastic_layout`]).
 //! - [`FaultyStore`]: injects transient failures, lost answers, failed bulk items, process
 //!   freezes and process death, from a seed.
 //! - [`FailingRelease`]: fails a job's lock release once it has closed its journal entry
@@ -51,6 +55,7 @@ pub use es_proxy::{
 };
 pub use failing_release::{FailingRelease, ReleaseFailure};
 pub use faulty::{faulty, FaultPlan, FaultyStore};
+use fs_model::IndexLayout;
 use fs_store::{ElasticConfig, ElasticStore, SharedStore, SqliteOptions, SqliteStore};
 pub use latency::LatencyStore;
 pub use real_cluster::RealCluster;
@@ -85,6 +90,43 @@ impl Backend {
             Backend::Osmem => Arc::new(osmem_store()),
             Backend::RealElastic => Arc::new(real_elastic_store()),
         }
+    }
+
+    /// Returns the shards and replicas a test's tree gets on this backend
+    /// (`FsTree::with_layout`): on a real Elasticsearch, `FSRENAME_TEST_ES_SHARDS` shards
+    /// ([`real_elastic_layout`]); elsewhere the server's defaults.
+    pub fn layout(self) -> IndexLayout {
+        match self {
+            Backend::RealElastic => real_elastic_layout(),
+            Backend::Embedded | Backend::Osmem => IndexLayout::default(),
+        }
+    }
+}
+
+/// The variable that gives the tree indices of the real-Elasticsearch tests a number of
+/// shards (1 to 1 024; unset: the server's default), to run the suite on a sharded tree.
+pub const REAL_ES_SHARDS_VAR: &str = "FSRENAME_TEST_ES_SHARDS";
+
+/// Returns the layout of the tree indices the real-Elasticsearch tests create: the shards of
+/// `FSRENAME_TEST_ES_SHARDS` if set. Replicas are left to the test's store (none for
+/// [`real_elastic_store`]; a cluster test sets its own).
+///
+/// # Panics
+/// If the variable is set to something other than a number of shards: the run asked for a
+/// layout it would not get.
+pub fn real_elastic_layout() -> IndexLayout {
+    match std::env::var(REAL_ES_SHARDS_VAR) {
+        Err(_) => IndexLayout::default(),
+        Ok(text) => text
+            .trim()
+            .parse::<u32>()
+            .map_err(|e| e.to_string())
+            .and_then(|shards| {
+                IndexLayout::default()
+                    .with_shards(shards)
+                    .map_err(|e| e.to_string())
+            })
+            .unwrap_or_else(|e| panic!("{REAL_ES_SHARDS_VAR}=`{text}`: {e}")),
     }
 }
 
@@ -168,6 +210,64 @@ pub async fn scroll_contexts_open(url: &str) -> u64 {
                 .unwrap_or(0)
         })
         .sum()
+}
+
+/// Returns the number of shards of `index` on the server at `url`, as its settings say
+/// (`GET /<index>/_settings`, `index.number_of_shards`).
+///
+/// # Panics
+/// If the server cannot be asked or its answer names no number of shards: the test that asks
+/// needs the answer.
+pub async fn shards_of(url: &str, index: &str) -> u64 {
+    let settings: serde_json::Value = reqwest::Client::new()
+        .get(format!("{}/{index}/_settings", url.trim_end_matches('/')))
+        .send()
+        .await
+        .expect("GET _settings")
+        .json()
+        .await
+        .expect("settings are JSON");
+    let shards = &settings[index]["settings"]["index"]["number_of_shards"];
+    // Elasticsearch gives index settings as strings ("3").
+    shards
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .or_else(|| shards.as_u64())
+        .unwrap_or_else(|| panic!("no number of shards in the settings of `{index}`: {settings}"))
+}
+
+/// Returns how many documents each primary shard of `index` on the server at `url` holds, by
+/// shard number (`GET _cat/shards/<index>`): what it has refreshed.
+///
+/// # Panics
+/// If the server cannot be asked or answers something else than a list of shards.
+pub async fn docs_per_shard(url: &str, index: &str) -> Vec<u64> {
+    let shards: serde_json::Value = reqwest::Client::new()
+        .get(format!(
+            "{}/_cat/shards/{index}?format=json&h=shard,prirep,docs",
+            url.trim_end_matches('/')
+        ))
+        .send()
+        .await
+        .expect("GET _cat/shards")
+        .json()
+        .await
+        .expect("the shards are JSON");
+    let number = |v: &serde_json::Value| -> u64 {
+        v.as_str()
+            .and_then(|s| s.parse().ok())
+            .or_else(|| v.as_u64())
+            .unwrap_or_else(|| panic!("not a number in the shards of `{index}`: {shards}"))
+    };
+    let mut primaries: Vec<(u64, u64)> = shards
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list of the shards of `{index}`: {shards}"))
+        .iter()
+        .filter(|shard| shard["prirep"] == "p")
+        .map(|shard| (number(&shard["shard"]), number(&shard["docs"])))
+        .collect();
+    primaries.sort_unstable();
+    primaries.into_iter().map(|(_, docs)| docs).collect()
 }
 
 /// Asserts that no scroll context or point in time opened on `indices` through the shared

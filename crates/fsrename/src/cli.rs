@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use fs_locks::LockProtocol;
-use fs_model::{FsPath, NameGlob};
+use fs_model::{FsPath, IndexLayout, NameGlob};
 use fs_rename::Strategy;
 
 use crate::store_location::StoreLocation;
@@ -70,13 +70,36 @@ pub struct Cli {
     )]
     pub rewrite: fs_rename::Rewrite,
 
-    /// On Elasticsearch: `number_of_replicas` of the indices fsrename creates (0 suits a
-    /// single node). Default: the server's default.
+    /// On Elasticsearch: `number_of_shards` of the tree index fsrename creates, 1 to 1024.
+    /// Default: the server's default (1).
+    ///
+    /// Applies when fsrename creates the indices, on the first run on a store: an index that
+    /// exists keeps the shards it was created with. The lock index stays on one shard (its bulk
+    /// requests are applied in order only within one shard), and so do the small journal and
+    /// jobs indices. The embedded store has no shards and ignores this.
     #[arg(
         long,
         global = true,
         help_heading = "Store options",
-        env = "FSRENAME_ES_REPLICAS"
+        env = "FSRENAME_ES_SHARDS",
+        value_name = "N",
+        value_parser = parse_shards
+    )]
+    pub shards: Option<u32>,
+
+    /// On Elasticsearch: `number_of_replicas` of the indices fsrename creates, 0 to 64 (0
+    /// suits a single node). Default: the server's default (1).
+    ///
+    /// Applies when fsrename creates the indices, on the first run on a store: an index that
+    /// exists keeps its replicas. Every index (tree, lock, journal, jobs) takes it. The
+    /// embedded store has no replicas and ignores this.
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Store options",
+        env = "FSRENAME_ES_REPLICAS",
+        value_name = "N",
+        value_parser = parse_replicas
     )]
     pub replicas: Option<u32>,
 
@@ -91,12 +114,13 @@ pub struct Cli {
 
 /// The global options that say where and how the tree is stored, which `demo` (on its own
 /// in-memory store) does not take: `(argument id, flag)`.
-const STORE_OPTIONS: [(&str, &str); 11] = [
+const STORE_OPTIONS: [(&str, &str); 12] = [
     ("store", "--store"),
     ("index", "--index"),
     ("lease", "--lease"),
     ("lock_protocol", "--lock-protocol"),
     ("rewrite", "--rewrite"),
+    ("shards", "--shards"),
     ("replicas", "--replicas"),
     ("ca_cert", "--ca-cert"),
     ("ca_fingerprint", "--ca-fingerprint"),
@@ -112,6 +136,15 @@ impl Cli {
             replicas: self.replicas,
             access: self.access.clone(),
         }
+    }
+
+    /// Returns the shards and replicas of the indices a verb creates (`--shards`,
+    /// `--replicas`).
+    ///
+    /// # Errors
+    /// A number out of range, named (the parser refuses those first).
+    pub fn layout(&self) -> anyhow::Result<IndexLayout> {
+        Ok(IndexLayout::of(self.shards, self.replicas)?)
     }
 
     /// Parses the command line as [`Parser::parse`] does (exiting with 2 and clap's message on
@@ -562,6 +595,34 @@ fn parse_lease(s: &str) -> Result<Duration, String> {
     Ok(lease)
 }
 
+/// A number of shards of the tree index: 1 to [`fs_model::MAX_SHARDS`].
+fn parse_shards(s: &str) -> Result<u32, String> {
+    let shards = s.parse::<u32>().map_err(|_| {
+        format!(
+            "`{s}` is not a number of shards (a whole number from 1 to {})",
+            fs_model::MAX_SHARDS
+        )
+    })?;
+    IndexLayout::default()
+        .with_shards(shards)
+        .map_err(|e| e.to_string())?;
+    Ok(shards)
+}
+
+/// A number of replicas: 0 to [`fs_model::MAX_REPLICAS`].
+fn parse_replicas(s: &str) -> Result<u32, String> {
+    let replicas = s.parse::<u32>().map_err(|_| {
+        format!(
+            "`{s}` is not a number of replicas (a whole number from 0 to {})",
+            fs_model::MAX_REPLICAS
+        )
+    })?;
+    IndexLayout::default()
+        .with_replicas(replicas)
+        .map_err(|e| e.to_string())?;
+    Ok(replicas)
+}
+
 /// A page size: at least 1.
 fn parse_page_size(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
@@ -649,7 +710,25 @@ fn parse_strategy(s: &str) -> Result<Strategy, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_listen;
+    use super::{parse_listen, parse_replicas, parse_shards};
+
+    #[test]
+    fn shards_and_replicas_out_of_range_are_named() {
+        assert_eq!(parse_shards("3"), Ok(3));
+        assert_eq!(parse_shards("1024"), Ok(1024));
+        for bad in ["0", "1025"] {
+            let e = parse_shards(bad).expect_err(bad);
+            assert!(
+                e.contains(&format!("`{bad}`")) && e.contains("1 to 1024"),
+                "{e}"
+            );
+        }
+        let e = parse_shards("-1").expect_err("negative");
+        assert!(e.contains("`-1`"), "{e}");
+        assert_eq!(parse_replicas("0"), Ok(0));
+        let e = parse_replicas("65").expect_err("65");
+        assert!(e.contains("`65`") && e.contains("0 to 64"), "{e}");
+    }
 
     #[test]
     fn listen_takes_a_host_alone_a_name_or_host_and_port() {

@@ -1,12 +1,14 @@
 //! Steps 2 and 3 of a run, under the tree lock on the target: what the store holds there
 //! read once, matched with the walk (by path, or by the path a move will give it), and what
-//! is not up to date written; and the second pass, when the moves left entries to do.
+//! is not up to date written; and the second pass, when the moves left entries to do. When
+//! the store holds nothing there, the walk is written as it comes instead, and not kept.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use fs_model::{FsDoc, FsPath};
 use fs_store::BulkOp;
+use tokio::sync::oneshot;
 
 use super::content::{self, Plan};
 use super::walk::{self, Walk, Walked};
@@ -16,11 +18,23 @@ use crate::ops::{to_source, under_write_lock};
 use crate::tree::{Entry, FsTree};
 
 /// The documents under `at` as the store has them now, in the order read (by path, on the
-/// stores that scan in that order), with where each path is among them.
-async fn existing_under(tree: &FsTree, at: &FsPath) -> Result<Existing> {
+/// stores that scan in that order), with where each path is among them. `held_tx` is told
+/// `true` as soon as a document is read; dropped unsent, it says the store holds nothing
+/// under `at` (or could not be read: the error comes back here).
+async fn existing_under(
+    tree: &FsTree,
+    at: &FsPath,
+    mut held_tx: Option<oneshot::Sender<bool>>,
+) -> Result<Existing> {
     tree.refresh().await?;
     let mut existing = Existing::default();
     tree.for_each_page(at, 1_000, |page| {
+        if !page.is_empty() {
+            if let Some(held_tx) = held_tx.take() {
+                // The receiver may have gone (the run ended): nobody to tell.
+                let _ = held_tx.send(true);
+            }
+        }
         for entry in page {
             existing
                 .slot
@@ -84,7 +98,8 @@ pub(super) struct Locked {
     /// Entries the moves will not bring up to date (new or changed inside what moves): a
     /// second pass is needed after them.
     pub deferred: bool,
-    /// Paths the store holds after the pass, outside what moves.
+    /// Paths the store holds after the pass, outside what moves (for the moves to know
+    /// which parents are there); empty after a streamed pass, which finds no moves.
     pub present: HashSet<FsPath>,
     /// Documents not on disk (at the path the moves will give them).
     pub stale: Vec<Entry>,
@@ -108,12 +123,110 @@ impl Locked {
 /// the walk at the path they will have, and left to the moves; entries new or changed in
 /// the moves' area are left to a second pass; everything else is created and updated here,
 /// with the text of the files that need it read (see `content.rs`).
+///
+/// When the store holds nothing under `at` (a first index), there is nothing to match, no
+/// move to find and nothing stale: the walk is then written as it comes, chunk by chunk,
+/// and neither it nor the paths written are kept (see [`streamed_index`]).
 async fn locked_index(
     pass: Pass<'_>,
     walk: &mut Walk,
     progress: Option<IndexProgressSink>,
     report: &mut IndexReport,
 ) -> Result<Locked> {
+    let Pass { tree, at, .. } = pass;
+    // The walk runs ahead only a few chunks: it is collected (while the store is read) once
+    // the store is known to hold something under `at`, where the moves are to be found in
+    // the whole walk; otherwise it waits, to be written as it comes.
+    let (held_tx, held_rx) = oneshot::channel();
+    let collected = async {
+        match held_rx.await {
+            Ok(true) => walk.entries().await.map(|_| ()),
+            _ => Ok(()),
+        }
+    };
+    let (existing, collected) = tokio::join!(existing_under(tree, at, Some(held_tx)), collected);
+    let existing = existing?;
+    collected?;
+    if existing.read.is_empty() && walk.streams() {
+        tracing::debug!(%at, "nothing held under the target: the walk is written as it comes");
+        let matching = Matching::new(existing, Vec::new(), at, false);
+        return streamed_index(pass, walk, matching, progress, report).await;
+    }
+    let walked = walk.entries().await?;
+    let planned = if pass.find_moves {
+        moves::find_moves((pass.dir, at), existing.read.iter().flatten(), walked)
+    } else {
+        Vec::new()
+    };
+    let mut matching = Matching::new(existing, planned, at, true);
+    let mut walked_so_far = 0u64;
+    for batch in walked.chunks(pass.options.batch_size.max(1)) {
+        if pass.options.stopping() {
+            return interrupted(tree, report).await;
+        }
+        walked_so_far += batch.len() as u64;
+        index_batch(pass, &mut matching, batch, report).await?;
+        tell(&progress, walked_so_far, report);
+    }
+    tree.refresh().await?;
+    Ok(matching.finish(tree, report))
+}
+
+/// [`locked_index`] of a target under which the store holds nothing: the walk taken chunk
+/// by chunk and written batch by batch as it comes (parents first, as walked), nothing of
+/// it kept; the walk runs a few chunks ahead. Memory stays that of a batch or two, whatever
+/// the size of the tree.
+async fn streamed_index(
+    pass: Pass<'_>,
+    walk: &mut Walk,
+    mut matching: Matching,
+    progress: Option<IndexProgressSink>,
+    report: &mut IndexReport,
+) -> Result<Locked> {
+    let batch_size = pass.options.batch_size.max(1);
+    let mut pending: Vec<Walked> = Vec::new();
+    let mut ended = false;
+    let mut walked_so_far = 0u64;
+    loop {
+        if pass.options.stopping() {
+            return interrupted(pass.tree, report).await;
+        }
+        // Whole batches, whatever the walk's chunks: `batch_size` says what one bulk
+        // request holds.
+        while !ended && pending.len() < batch_size {
+            match walk.next_chunk().await? {
+                Some(chunk) if pending.is_empty() => pending = chunk,
+                Some(chunk) => pending.extend(chunk),
+                None => ended = true,
+            }
+        }
+        if pending.is_empty() {
+            break;
+        }
+        let take = pending.len().min(batch_size);
+        walked_so_far += take as u64;
+        index_batch(pass, &mut matching, &pending[..take], report).await?;
+        pending.drain(..take);
+        tell(&progress, walked_so_far, report);
+    }
+    pass.tree.refresh().await?;
+    Ok(matching.finish(pass.tree, report))
+}
+
+/// What a pass told to stop leaves (see [`IndexOptions::stop`]), what it wrote made visible.
+async fn interrupted(tree: &FsTree, report: &mut IndexReport) -> Result<Locked> {
+    report.interrupted = true;
+    tree.refresh().await?;
+    Ok(Locked::nothing())
+}
+
+/// Matches one batch of the walk and writes what it calls for, in one bulk request.
+async fn index_batch(
+    pass: Pass<'_>,
+    matching: &mut Matching,
+    batch: &[Walked],
+    report: &mut IndexReport,
+) -> Result<()> {
     let Pass {
         tree,
         dir,
@@ -121,37 +234,21 @@ async fn locked_index(
         options,
         ..
     } = pass;
-    let (existing, walked) = tokio::join!(existing_under(tree, at), walk.entries());
-    let (existing, walked) = (existing?, walked?);
-    let planned = if pass.find_moves {
-        moves::find_moves((dir, at), existing.read.iter().flatten(), walked)
-    } else {
-        Vec::new()
-    };
-    let mut matching = Matching::new(existing, planned, at);
-    let batch_size = options.batch_size.max(1);
-    let mut walked_so_far = 0u64;
-    for batch in walked.chunks(batch_size) {
-        if options.stopping() {
-            report.interrupted = true;
-            tree.refresh().await?;
-            return Ok(Locked::nothing());
-        }
-        walked_so_far += batch.len() as u64;
-        let writes = matching.writes_for(batch, options.content, report);
-        // The files whose text is wanted are read together, off the runtime's threads,
-        // before the batch is written.
-        let texts = read_texts(dir, at, &writes, options.content).await?;
-        matching.write(tree, at, writes, texts, report).await?;
-        if let Some(sink) = &progress {
-            sink(IndexProgress {
-                walked: walked_so_far,
-                written: report.created + report.updated,
-            });
-        }
+    let writes = matching.writes_for(batch, options.content, report);
+    // The files whose text is wanted are read together, off the runtime's threads,
+    // before the batch is written.
+    let texts = read_texts(dir, at, &writes, options.content).await?;
+    matching.write(tree, at, writes, texts, report).await
+}
+
+/// Tells `progress`, if any, how far the pass is.
+fn tell(progress: &Option<IndexProgressSink>, walked: u64, report: &IndexReport) {
+    if let Some(sink) = progress {
+        sink(IndexProgress {
+            walked,
+            written: report.created + report.updated,
+        });
     }
-    tree.refresh().await?;
-    Ok(matching.finish(tree, report))
 }
 
 /// A write the walk calls for: the entry as read (none for a new one), the document as found
@@ -166,15 +263,23 @@ struct Matching {
     /// was read (at their old path), and whether the walk found them there.
     carried: HashMap<FsPath, (usize, bool)>,
     deferred: bool,
-    present: HashSet<FsPath>,
+    /// The paths up to date in the store, for the moves (see [`Locked::present`]); `None`
+    /// when not remembered: a streamed pass has no moves, and would hold every path.
+    present: Option<HashSet<FsPath>>,
     /// Where the walk could not read: what the store holds at and under these paths is
     /// unknown, and is not stale.
     unread: Vec<FsPath>,
 }
 
 impl Matching {
-    /// Sets the documents the moves `planned` carry apart from the rest of `existing`.
-    fn new(mut existing: Existing, planned: Vec<moves::Planned>, at: &FsPath) -> Matching {
+    /// Sets the documents the moves `planned` carry apart from the rest of `existing`;
+    /// `remember` says whether the paths written are kept, for the moves.
+    fn new(
+        mut existing: Existing,
+        planned: Vec<moves::Planned>,
+        at: &FsPath,
+        remember: bool,
+    ) -> Matching {
         let mut carried: HashMap<FsPath, (usize, bool)> = HashMap::new();
         if !planned.is_empty() {
             carried.reserve(existing.slot.len());
@@ -193,8 +298,15 @@ impl Matching {
             planned,
             carried,
             deferred: false,
-            present: HashSet::from([at.clone()]),
+            present: remember.then(|| HashSet::from([at.clone()])),
             unread: Vec::new(),
+        }
+    }
+
+    /// Notes that the store holds `path` up to date, if the paths are remembered.
+    fn note_present(&mut self, path: FsPath) {
+        if let Some(present) = &mut self.present {
+            present.insert(path);
         }
     }
 
@@ -256,7 +368,7 @@ impl Matching {
             let plan = content::plan(entry.as_ref().map(|e| &e.doc), doc, content);
             if plan == Plan::Unchanged {
                 report.unchanged += 1;
-                self.present.insert(doc.path.clone());
+                self.note_present(doc.path.clone());
                 continue;
             }
             writes.push((entry, doc.clone(), plan));
@@ -281,7 +393,7 @@ impl Matching {
                 // The file holds no text: its document stays as it is.
                 (Plan::Fill, _) if !had_text => {
                     report.unchanged += 1;
-                    self.present.insert(doc.path);
+                    self.note_present(doc.path);
                     continue;
                 }
                 (_, Some(entry)) => {
@@ -324,7 +436,7 @@ impl Matching {
                         report.updated += 1;
                     }
                     report.texts += u64::from(had_text);
-                    self.present.insert(path);
+                    self.note_present(path);
                 }
                 Err(e) => {
                     report.failed += 1;
@@ -373,7 +485,7 @@ impl Matching {
             moves: self.planned,
             known,
             deferred: self.deferred,
-            present: self.present,
+            present: self.present.unwrap_or_default(),
             stale,
         }
     }

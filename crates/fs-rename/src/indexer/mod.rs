@@ -3,8 +3,9 @@
 //! A run has four steps:
 //!
 //! 1. the walk (`walk.rs`: walkdir on the blocking pool, never following symbolic links),
-//!    which records each entry's identity on disk (device and inode), and goes on while
-//!    step 2 takes its lock and reads the store;
+//!    which records each entry's identity on disk (device and inode), and sends its entries
+//!    a thousand at a time through a channel a few chunks deep while step 2 takes its lock
+//!    and reads the store;
 //! 2. under the tree lock on the target (no rename can move it, or anything above it,
 //!    meanwhile), one read of what the store holds there: an identity found at a new path
 //!    whose old path is gone was moved on disk (`moves.rs`). Documents are matched by path,
@@ -23,6 +24,20 @@
 //! A directory moved, and nothing else changed, is thus one read of the target, made while
 //! the walk runs, and one rename that does not read the subtree again (on the embedded
 //! store: see `known_subtrees`).
+//!
+//! What a run remembers (issue 49). A first index (the store holds nothing under the
+//! target: nothing to match, no move to find, nothing stale) is streamed: each chunk of the
+//! walk is written as it comes, in batches, and neither the walk nor the paths written are
+//! kept; the walk runs at most a few chunks ahead. A 1 000 000-entry tree took 21 MB peak
+//! RSS on the embedded store, where it took 378 MB when the walk and the paths were kept.
+//! Any other run (the store holds something under the target) finds the moves before it
+//! writes anything, so it keeps, for each entry: the walk's entry (its document: 152 bytes,
+//! and its path, parent and name on the heap: about 250 bytes with the short names of that
+//! tree), the store's document as read (192 bytes, about 300 with its strings and id), the
+//! map from each stored path to it and the moves' maps of identities (about 100 bytes), and
+//! the set of paths up to date, which the moves consult for parents (about 60 bytes): a
+//! re-index of the same 1 000 000 entries, all unchanged, took 809 MB peak RSS, about 800
+//! bytes an entry (the parts are estimates, the total measured).
 //!
 //! `docs/indexing.md` describes what is and is not detected.
 

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
 use fs_model::{FsDoc, FsPath, Identity};
+use tokio::sync::mpsc;
 
 use super::Skipped;
 use crate::error::{RenameError, Result};
@@ -25,16 +26,39 @@ pub(super) enum Walked {
     },
 }
 
-/// The walk of a directory, started on the blocking pool and awaited where it is first
-/// needed: the index run takes its lock and reads the store meanwhile.
+/// Entries the walk sends at a time.
+const CHUNK: usize = 1_000;
+
+/// Chunks the walk may run ahead of its reader: enough to keep it going while a batch is
+/// written, few enough that a walk nobody takes from holds a few thousand entries, not the
+/// tree.
+const CHUNKS_AHEAD: usize = 4;
+
+/// The walk of a directory, started on the blocking pool and taken where it is first
+/// needed: the index run takes its lock and reads the store meanwhile. It is taken either
+/// whole ([`Walk::entries`], kept for as long as the walk lives: the moves are found before
+/// anything is written) or chunk by chunk ([`Walk::next_chunk`], nothing kept: a first index,
+/// where there are no moves to find). Dropped while it runs (a run interrupted or failed),
+/// it stops walking at its next full chunk.
 pub(super) struct Walk {
     root: PathBuf,
     state: WalkState,
 }
 
 enum WalkState {
-    Running(tokio::task::JoinHandle<Vec<Walked>>),
+    /// Going on: its chunks come through `chunks_rx`, and its task says how it ended.
+    /// `taken` holds the chunks collected so far; `streamed` says some were handed out
+    /// instead, so the walk can no longer be had whole.
+    Running {
+        chunks_rx: mpsc::Receiver<Vec<Walked>>,
+        task: tokio::task::JoinHandle<()>,
+        taken: Vec<Walked>,
+        streamed: bool,
+    },
+    /// Ended, and collected whole.
     Done(Vec<Walked>),
+    /// Ended, handed out chunk by chunk: nothing of it is kept.
+    Streamed,
     /// The walk's task failed (it panicked or was cancelled): the message.
     Failed(String),
 }
@@ -43,41 +67,147 @@ impl Walk {
     /// Starts walking `root`, to be indexed at `at`.
     pub(super) fn start(root: &Path, at: &FsPath) -> Walk {
         let (dir, at) = (root.to_owned(), at.clone());
+        let (chunks_tx, chunks_rx) = mpsc::channel(CHUNKS_AHEAD);
+        let task = tokio::task::spawn_blocking(move || {
+            let mut chunk = Vec::with_capacity(CHUNK);
+            let mut sent = true;
+            walk_with(&dir, &at, |item| {
+                chunk.push(item);
+                if chunk.len() >= CHUNK {
+                    let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK));
+                    // An error means the reader is gone (the run ended, or was
+                    // interrupted): nobody wants the rest.
+                    sent = chunks_tx.blocking_send(full).is_ok();
+                }
+                sent
+            });
+            if sent && !chunk.is_empty() {
+                // The reader may be gone by now: then nobody wants this last chunk either.
+                let _ = chunks_tx.blocking_send(chunk);
+            }
+        });
         Walk {
             root: root.to_owned(),
-            state: WalkState::Running(tokio::task::spawn_blocking(move || walk_all(&dir, &at))),
+            state: WalkState::Running {
+                chunks_rx,
+                task,
+                taken: Vec::new(),
+                streamed: false,
+            },
         }
     }
 
-    /// The walk's entries, once it has ended.
+    /// The walk's entries, all of them, once it has ended.
     ///
     /// # Errors
-    /// [`RenameError::Local`] if the walk's task failed.
+    /// [`RenameError::Local`] if the walk's task failed, or if the walk was taken chunk by
+    /// chunk ([`Walk::next_chunk`]), so that it is no longer whole.
     pub(super) async fn entries(&mut self) -> Result<&[Walked]> {
-        if let WalkState::Running(handle) = &mut self.state {
-            self.state = match handle.await {
-                Ok(walked) => WalkState::Done(walked),
+        if let WalkState::Running {
+            chunks_rx,
+            task,
+            taken,
+            streamed: false,
+        } = &mut self.state
+        {
+            while let Some(chunk) = chunks_rx.recv().await {
+                taken.extend(chunk);
+            }
+            // The handle is awaited in place, not moved out: a caller that gives up on this
+            // future meanwhile leaves the walk as it was, what was collected included.
+            let ended = task.await;
+            let taken = std::mem::take(taken);
+            self.state = match ended {
+                Ok(()) => WalkState::Done(taken),
                 Err(e) => WalkState::Failed(e.to_string()),
             };
         }
         let message = match &self.state {
             WalkState::Done(walked) => return Ok(walked),
             WalkState::Failed(message) => message.as_str(),
-            // Awaited to its end above.
-            WalkState::Running(_) => "it did not end",
+            WalkState::Streamed | WalkState::Running { .. } => {
+                "it was taken chunk by chunk, and is not kept"
+            }
         };
-        Err(RenameError::Local {
+        Err(self.failure(message))
+    }
+
+    /// The walk's next chunk of entries (parents before their entries, as in
+    /// [`Walk::entries`]), or `None` once it has ended; what is handed out is not kept.
+    ///
+    /// # Errors
+    /// [`RenameError::Local`] if the walk's task failed, or if the walk was collected whole
+    /// ([`Walk::entries`]) before.
+    pub(super) async fn next_chunk(&mut self) -> Result<Option<Vec<Walked>>> {
+        let ended = match &mut self.state {
+            WalkState::Running {
+                chunks_rx,
+                task,
+                taken,
+                streamed,
+            } => {
+                *streamed = true;
+                // Anything collected before comes first, in the order walked.
+                if !taken.is_empty() {
+                    return Ok(Some(std::mem::take(taken)));
+                }
+                if let Some(chunk) = chunks_rx.recv().await {
+                    return Ok(Some(chunk));
+                }
+                // The channel closes when the walk's task ends, however it ended.
+                task.await
+            }
+            WalkState::Streamed => return Ok(None),
+            WalkState::Failed(message) => {
+                let message = message.clone();
+                return Err(self.failure(&message));
+            }
+            WalkState::Done(_) => {
+                return Err(self.failure("it was collected whole, and is read from there"))
+            }
+        };
+        match ended {
+            Ok(()) => {
+                self.state = WalkState::Streamed;
+                Ok(None)
+            }
+            Err(e) => {
+                let message = e.to_string();
+                self.state = WalkState::Failed(message.clone());
+                Err(self.failure(&message))
+            }
+        }
+    }
+
+    /// Whether the walk can still be taken chunk by chunk: it was not collected whole (a
+    /// pass that found moves did, and a second pass reads it again from there).
+    pub(super) fn streams(&self) -> bool {
+        matches!(self.state, WalkState::Running { .. } | WalkState::Streamed)
+    }
+
+    fn failure(&self, message: &str) -> RenameError {
+        RenameError::Local {
             path: self.root.display().to_string(),
             message: format!("the walk failed: {message}"),
-        })
+        }
     }
 }
 
 /// Walks `root`, to be indexed at `at`, in full: parents come before their entries. Runs on
 /// the blocking pool. The whole walk is kept, because the moves are found before anything
-/// is written (see `moves.rs`): about 200 bytes an entry.
+/// is written (see `moves.rs`): about 250 bytes an entry.
 pub(super) fn walk_all(root: &Path, at: &FsPath) -> Vec<Walked> {
     let mut walked = Vec::new();
+    walk_with(root, at, |item| {
+        walked.push(item);
+        true
+    });
+    walked
+}
+
+/// Walks `root`, to be indexed at `at`, handing each entry to `each`, parents before their
+/// entries, until `each` returns false. Runs on the blocking pool.
+fn walk_with(root: &Path, at: &FsPath, mut each: impl FnMut(Walked) -> bool) {
     let mut entries = walkdir::WalkDir::new(root).follow_links(false).into_iter();
     while let Some(next) = entries.next() {
         let item = match next {
@@ -123,9 +253,10 @@ pub(super) fn walk_all(root: &Path, at: &FsPath) -> Vec<Walked> {
                 }
             }
         };
-        walked.push(item);
+        if !each(item) {
+            return;
+        }
     }
-    walked
 }
 
 /// The identity of the file `meta` describes: device and inode on Unix; none elsewhere (no
@@ -217,4 +348,67 @@ pub(super) fn local_path(root: &Path, at: &FsPath, path: &FsPath) -> Option<std:
         local.push(name);
     }
     Some(local)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(walked: &[Walked]) -> Vec<String> {
+        walked
+            .iter()
+            .map(|w| match w {
+                Walked::Doc(doc) => doc.path.to_string(),
+                _ => "(not a document)".to_owned(),
+            })
+            .collect()
+    }
+
+    /// A walk of a tree of several chunks, `dirs` directories of `files` files.
+    fn tree(dirs: usize, files: usize) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for d in 0..dirs {
+            let sub = dir.path().join(format!("d{d}"));
+            std::fs::create_dir(&sub).expect("mkdir");
+            for f in 0..files {
+                std::fs::write(sub.join(format!("f{f}")), b"").expect("write");
+            }
+        }
+        dir
+    }
+
+    #[tokio::test]
+    async fn a_walk_taken_chunk_by_chunk_is_the_walk_collected() {
+        let dir = tree(3, 900);
+        let at = FsPath::parse("/t").expect("path");
+        let whole = paths(&walk_all(dir.path(), &at));
+        let mut walk = Walk::start(dir.path(), &at);
+        assert!(walk.streams());
+        let mut streamed = Vec::new();
+        let mut chunks = 0;
+        while let Some(chunk) = walk.next_chunk().await.expect("chunk") {
+            assert!(chunk.len() <= CHUNK);
+            streamed.extend(paths(&chunk));
+            chunks += 1;
+        }
+        assert_eq!(streamed, whole);
+        assert_eq!(chunks, whole.len().div_ceil(CHUNK));
+        // Handed out, the walk is not kept: it cannot be had whole any more.
+        assert!(walk.next_chunk().await.expect("ended").is_none());
+        assert!(walk.entries().await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_walk_collected_whole_is_not_streamed() {
+        let dir = tree(2, 700);
+        let at = FsPath::parse("/t").expect("path");
+        let whole = paths(&walk_all(dir.path(), &at));
+        let mut walk = Walk::start(dir.path(), &at);
+        let collected = paths(walk.entries().await.expect("entries"));
+        assert_eq!(collected, whole);
+        // Asked again (a second pass), it is the same walk.
+        assert_eq!(paths(walk.entries().await.expect("entries")), whole);
+        assert!(!walk.streams());
+        assert!(walk.next_chunk().await.is_err());
+    }
 }

@@ -21,7 +21,7 @@
 
 use std::sync::Arc;
 
-use fs_model::{journal_index_body, journal_index_name};
+use fs_model::{journal_index_body_with, journal_index_name, IndexLayout};
 use fs_store::{Scan, Scope, SharedStore, StoreError, Version};
 use serde_json::Value;
 
@@ -54,13 +54,22 @@ impl Journal {
         &self.index
     }
 
-    /// Creates the journal index if it is missing.
+    /// Creates the journal index if it is missing, with the server's default replicas.
     ///
     /// # Errors
     /// [`RenameError::Store`].
     pub async fn ensure_index(&self) -> Result<()> {
+        self.ensure_index_with(&IndexLayout::default()).await
+    }
+
+    /// Creates the journal index if it is missing: on one shard whatever `layout` says (it is
+    /// small, and searched only by recovery), with `layout`'s replicas.
+    ///
+    /// # Errors
+    /// [`RenameError::Store`].
+    pub async fn ensure_index_with(&self, layout: &IndexLayout) -> Result<()> {
         self.store
-            .create_index(&self.index, &journal_index_body())
+            .create_index(&self.index, &journal_index_body_with(layout))
             .await
             .map(|_| ())
             .map_err(RenameError::store(format!(

@@ -80,8 +80,10 @@ impl Env {
         }
     }
 
+    /// The test's tree, with its backend's layout (on a real Elasticsearch, the shards of
+    /// `FSRENAME_TEST_ES_SHARDS`) for the indices it creates.
     pub fn tree(&self) -> FsTree {
-        FsTree::new(Arc::clone(&self.store), self.index.clone())
+        FsTree::new(Arc::clone(&self.store), self.index.clone()).with_layout(self.backend.layout())
     }
 
     pub fn lock_index(&self) -> String {

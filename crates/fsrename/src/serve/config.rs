@@ -42,6 +42,10 @@ pub struct ServeConfig {
     pub rewrite: fs_rename::Rewrite,
     /// How often recovery runs (it also runs at start); `None`: at start only. Default: 30 s.
     pub recover_every: Option<Duration>,
+    /// The shards and replicas of the indices the service creates (the tree index takes
+    /// both; the lock, journal and jobs indices one shard and the replicas). Default: the
+    /// server's defaults.
+    pub layout: fs_model::IndexLayout,
 }
 
 impl ServeConfig {
@@ -69,6 +73,7 @@ impl ServeConfig {
             protocol: LockProtocol::Auto,
             rewrite: fs_rename::Rewrite::Auto,
             recover_every: Some(Duration::from_secs(30)),
+            layout: fs_model::IndexLayout::default(),
         }
     }
 

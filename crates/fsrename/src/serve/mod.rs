@@ -69,7 +69,7 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<Server> {
         config.validate()?;
-        let tree = FsTree::new(Arc::clone(&store), config.index.clone());
+        let tree = FsTree::new(Arc::clone(&store), config.index.clone()).with_layout(config.layout);
         tree.ensure_indices().await.with_context(|| {
             format!("preparing index `{}` in {}", config.index, store.describe())
         })?;
@@ -94,13 +94,17 @@ impl Server {
             .map(|every| tokio::spawn(recover_every(recovery, every, stopped)));
         let instance = config.instance.clone();
         let jobs = Jobs::new(store, config);
-        jobs.records().ensure_index().await.with_context(|| {
-            format!(
-                "preparing the jobs index of `{}` in {}",
-                jobs.config().index,
-                jobs.store().describe()
-            )
-        })?;
+        let layout = jobs.config().layout;
+        jobs.records()
+            .ensure_index(&layout)
+            .await
+            .with_context(|| {
+                format!(
+                    "preparing the jobs index of `{}` in {}",
+                    jobs.config().index,
+                    jobs.store().describe()
+                )
+            })?;
         // Stopped after the last job ended: the heartbeat covers every job to its end.
         let (stop_beating, beating) = tokio::sync::watch::channel(false);
         let heart = tokio::spawn(adopt::run(jobs.clone(), addr, beating));

@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use fs_model::{jobs_index_body, jobs_index_name};
+use fs_model::{jobs_index_body_with, jobs_index_name, IndexLayout};
 use fs_store::{Scan, Scope, SharedStore, StoreError, Version};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -82,13 +82,14 @@ impl Records {
         }
     }
 
-    /// Creates the index if it does not exist.
+    /// Creates the index if it does not exist: on one shard whatever `layout` says (it is
+    /// small), with `layout`'s replicas.
     ///
     /// # Errors
     /// The store failed.
-    pub async fn ensure_index(&self) -> Result<(), RecordError> {
+    pub async fn ensure_index(&self, layout: &IndexLayout) -> Result<(), RecordError> {
         self.store
-            .create_index(&self.index, &jobs_index_body())
+            .create_index(&self.index, &jobs_index_body_with(layout))
             .await
             .map(|_| ())
             .map_err(self.failed(format!("creating the jobs index `{}`", self.index)))

@@ -263,7 +263,7 @@ async fn open_tree(cli: &Cli) -> anyhow::Result<FsTree> {
 /// in it.
 async fn open_existing_tree(cli: &Cli) -> anyhow::Result<FsTree> {
     let store = cli.store.open_existing(&cli.store_options())?;
-    let tree = FsTree::new(Arc::clone(&store), cli.index.clone());
+    let tree = FsTree::new(Arc::clone(&store), cli.index.clone()).with_layout(cli.layout()?);
     let journal = fs_model::journal_index_name(&cli.index);
     let all = [cli.index.as_str(), &tree.lock_index(), &journal];
     // The tree and its lock and journal indices, in one request (a verb's usual case costs
@@ -290,9 +290,10 @@ fn no_tree(cli: &Cli) -> String {
     )
 }
 
-/// The tree of `store`, its indices made if they are missing.
+/// The tree of `store`, its indices made if they are missing, with the shards and replicas
+/// of `--shards` and `--replicas`.
 async fn tree_of(cli: &Cli, store: fs_store::SharedStore) -> anyhow::Result<FsTree> {
-    let tree = FsTree::new(store, cli.index.clone());
+    let tree = FsTree::new(store, cli.index.clone()).with_layout(cli.layout()?);
     tree.ensure_indices()
         .await
         .with_context(|| format!("preparing index `{}` in {}", cli.index, cli.store))?;

@@ -43,6 +43,7 @@ pub async fn run(
     }
     config.protocol = cli.lock_protocol;
     config.rewrite = cli.rewrite;
+    config.layout = cli.layout()?;
     config.validate()?;
     let store = cli.store.open_for_service(&cli.store_options())?;
     let server = Server::start(config, store, shutdown).await?;

@@ -1,16 +1,23 @@
 //! `fsck`: checks that a tree is well-formed and that no lock is left behind.
+//!
+//! The tree is read once, in path order, and checked as it is read (`tree_check.rs`): what is
+//! remembered is the chain of directories the rest of the scan can still reach, not the tree,
+//! so the check takes the same memory at ten documents and at ten million.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
 use fs_locks::{LockClient, LockInfo, Observed};
-use fs_model::{DocKind, FsDoc, FsPath};
-use fs_store::{Scan, Scope, SharedStore, StoreError, StoredDoc};
+use fs_model::FsPath;
+use fs_store::{Scan, Scope, SharedStore, StoreError};
 use serde::Serialize;
 
 use crate::error::{RenameError, Result};
 use crate::tree::FsTree;
+
+mod tree_check;
+
+use tree_check::TreeCheck;
 
 const PAGE: usize = 1_000;
 
@@ -85,9 +92,6 @@ impl fmt::Display for FsckReport {
     }
 }
 
-/// Problems beyond this many are counted, not listed.
-const MAX_LISTED: usize = 100;
-
 /// Checks the documents at or under `scope`: every document parses and its `parent`, `name`
 /// and `depth` agree with its `path`; no two documents share a path; every document's parent
 /// exists and is a directory. Also counts the lock documents left in the lock index.
@@ -108,14 +112,14 @@ pub(crate) async fn fsck_ignoring(
 ) -> Result<FsckReport> {
     let tree = FsTree::new(Arc::clone(&store), index);
     tree.refresh().await?;
-    let mut check = TreeCheck::new(scope);
+    let mut check = TreeCheck::new(&tree, scope);
     let mut scan = Scan::new(
         Arc::clone(&store),
         index,
         Scope::Subtree(scope.clone()),
         PAGE,
     );
-    // Nothing in the loop stops the scan early: a failed page ends it, closed.
+    // A failed page ends the scan, closed; a check that cannot go on closes it here.
     let context = || format!("checking under `{scope}`");
     while let Some(hits) = scan
         .next_page()
@@ -123,11 +127,13 @@ pub(crate) async fn fsck_ignoring(
         .map_err(RenameError::store(context()))?
     {
         for hit in hits {
-            check.document(hit);
+            if let Err(e) = check.document(hit).await {
+                scan.close().await;
+                return Err(e);
+            }
         }
     }
     scan.close().await;
-    check.parents(&tree, scope).await?;
     let mut report = check.into_report();
     let (active, expired) = count_locks(&store, &tree.lock_index(), ignore).await?;
     report.locks_active = active;
@@ -137,126 +143,6 @@ pub(crate) async fn fsck_ignoring(
         .await?
         .len();
     Ok(report)
-}
-
-/// The tree half of a check under way: the documents counted, the problems found so far,
-/// and the kind of each path seen, for the parents' check once every page is read.
-struct TreeCheck {
-    report: FsckReport,
-    problems: Vec<String>,
-    kinds: HashMap<FsPath, DocKind>,
-}
-
-impl TreeCheck {
-    fn new(scope: &FsPath) -> TreeCheck {
-        TreeCheck {
-            report: FsckReport {
-                scope: scope.to_string(),
-                ..FsckReport::default()
-            },
-            problems: Vec::new(),
-            kinds: HashMap::new(),
-        }
-    }
-
-    /// Counts the document `hit`, and checks that it parses, that its fields agree with its
-    /// path, and that no document seen before has its path.
-    fn document(&mut self, hit: StoredDoc) {
-        let (report, problems) = (&mut self.report, &mut self.problems);
-        report.documents += 1;
-        let doc: FsDoc = match serde_json::from_value(hit.source) {
-            Ok(doc) => doc,
-            Err(e) => {
-                problems.push(format!(
-                    "document `{}` is not a valid tree document: {e}",
-                    hit.id
-                ));
-                return;
-            }
-        };
-        match doc.kind {
-            DocKind::Dir => report.dirs += 1,
-            DocKind::File => report.files += 1,
-        }
-        if !doc.is_consistent() {
-            problems.push(format!(
-                "`{}` (document `{}`): parent/name/depth ({:?}, {:?}, {}) disagree with the path",
-                doc.path,
-                hit.id,
-                doc.parent.as_ref().map(FsPath::as_str),
-                doc.name,
-                doc.depth
-            ));
-        }
-        if self.kinds.insert(doc.path.clone(), doc.kind).is_some() {
-            problems.push(format!(
-                "`{}` is stored twice (again as document `{}`)",
-                doc.path, hit.id
-            ));
-        }
-    }
-
-    /// Checks that the parent of every path seen is a directory: seen in the scan, or, for
-    /// the scope's own parent, read from `tree`.
-    async fn parents(&mut self, tree: &FsTree, scope: &FsPath) -> Result<()> {
-        let (kinds, problems) = (&self.kinds, &mut self.problems);
-        if kinds.get(&FsPath::root()) == Some(&DocKind::File) {
-            problems.push("the root `/` is stored as a file".to_owned());
-        }
-        let mut outside: HashMap<FsPath, Option<DocKind>> = HashMap::new();
-        let mut paths: Vec<&FsPath> = kinds.keys().collect();
-        paths.sort();
-        for path in paths {
-            let Some(parent) = path.parent() else {
-                continue;
-            };
-            let kind = if parent.is_root() {
-                Some(DocKind::Dir)
-            } else if let Some(kind) = kinds.get(&parent) {
-                Some(*kind)
-            } else if !parent.is_inside(scope) {
-                // Only the scope's own parent lies outside what was scanned.
-                match outside.get(&parent) {
-                    Some(kind) => *kind,
-                    None => {
-                        let kind = tree.kind_of(&parent).await?;
-                        outside.insert(parent.clone(), kind);
-                        kind
-                    }
-                }
-            } else {
-                None
-            };
-            match kind {
-                None => problems.push(format!(
-                    "`{path}`: parent directory `{parent}` does not exist"
-                )),
-                Some(DocKind::File) => {
-                    problems.push(format!("`{path}`: parent `{parent}` is a file"))
-                }
-                Some(DocKind::Dir) => {}
-            }
-        }
-        Ok(())
-    }
-
-    /// The report of the tree's check: the problems counted, and the first
-    /// [`MAX_LISTED`] listed.
-    fn into_report(self) -> FsckReport {
-        let TreeCheck {
-            mut report,
-            mut problems,
-            ..
-        } = self;
-        report.problem_count = problems.len() as u64;
-        if problems.len() > MAX_LISTED {
-            let more = problems.len() - MAX_LISTED;
-            problems.truncate(MAX_LISTED);
-            problems.push(format!("... and {more} more"));
-        }
-        report.problems = problems;
-        report
-    }
 }
 
 /// Counts lock documents with a running lease and with an expired one, but those held by
