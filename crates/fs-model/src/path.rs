@@ -130,6 +130,26 @@ impl FsPath {
         self.is_inside(other) || other.is_inside(self)
     }
 
+    /// Returns true if a path inside `self` can still come at or after `later` in path order,
+    /// `self` being at or before `later`: a scan in path order that has reached `later` may
+    /// still meet something under `self`. The root holds everything; another path's subtree
+    /// starts at `self/` and is passed once `later` no longer starts with `self` followed by
+    /// a byte at most `/` (`/a-b` sorts between `/a` and `/a/x`; `/b` after all of `/a`).
+    ///
+    /// ```
+    /// use fs_model::FsPath;
+    /// let p = |s| FsPath::parse(s).unwrap();
+    /// assert!(p("/a").may_hold_paths_after(&p("/a-b")));
+    /// assert!(!p("/a").may_hold_paths_after(&p("/b")));
+    /// ```
+    pub fn may_hold_paths_after(&self, later: &FsPath) -> bool {
+        if self.is_root() {
+            return true;
+        }
+        let (open, later) = (self.0.as_bytes(), later.0.as_bytes());
+        later.starts_with(open) && later.get(open.len()).is_some_and(|&b| b <= b'/')
+    }
+
     /// Returns the child path `self/name`.
     ///
     /// # Errors
@@ -292,6 +312,21 @@ mod tests {
 
     fn p(s: &str) -> FsPath {
         FsPath::parse(s).expect("valid test path")
+    }
+
+    #[test]
+    fn a_subtree_stays_open_until_a_scan_passes_it() {
+        let open = |a: &str, b: &str| p(a).may_hold_paths_after(&p(b));
+        assert!(open("/", "/z"));
+        assert!(open("/a", "/a/x"));
+        // `/a-b` sorts between `/a` and `/a/x`: `/a` may still hold what comes next.
+        assert!(open("/a", "/a-b"));
+        assert!(open("/a", "/a.c/d"));
+        assert!(open("/a", "/a b"));
+        assert!(!open("/a", "/a0"));
+        assert!(!open("/a", "/ab"));
+        assert!(!open("/a", "/b"));
+        assert!(!open("/a/f1", "/a/f2"));
     }
 
     #[test]

@@ -410,6 +410,8 @@ async fn a_copy_killed_half_way_is_finished_by_recovery(env: Env) {
 }
 
 async fn a_delete_killed_half_way_is_finished_by_recovery(env: Env) {
+    // The job dies in the middle of its scan: a delete reads as it deletes.
+    env.scans_die_open(1);
     sized_tree(&env, 25).await;
     let job = start_dying(&env, 3, |r| {
         tokio::spawn(async move {
@@ -423,7 +425,8 @@ async fn a_delete_killed_half_way_is_finished_by_recovery(env: Env) {
     assert_eq!(open.len(), 1, "the dying delete journaled itself");
     assert_eq!(open[0].0.kind, JobKind::Delete);
     assert_eq!(docs_by_id(&env).await.len(), 54 - 20, "two pages deleted");
-    // Deepest first: what is left of the half-done delete is still a well-formed tree.
+    // What lies under a document goes before it: what is left of the half-done delete is
+    // still a well-formed tree.
     let half = fsck(Arc::clone(&env.store), &env.index, &FsPath::root())
         .await
         .expect("fsck");

@@ -111,7 +111,7 @@ impl<'a> TreeCheck<'a> {
     /// come can be inside them.
     fn close_before(&mut self, path: &FsPath) {
         while let Some((top, _)) = self.open.last() {
-            if may_hold_later(top, path) {
+            if top.may_hold_paths_after(path) {
                 break;
             }
             self.open.pop();
@@ -189,39 +189,5 @@ impl<'a> TreeCheck<'a> {
             report.problems.push(format!("... and {more} more"));
         }
         report
-    }
-}
-
-/// Whether a document inside `open` can come at or after `path` in path order (`open` being
-/// at or before it): the root holds everything; another path's subtree starts at `open/` and
-/// is passed once `path` no longer starts with `open` followed by a byte at most `/` (`/a-b`
-/// sorts before `/a/x`, `/b` after all of `/a`).
-fn may_hold_later(open: &FsPath, path: &FsPath) -> bool {
-    if open.is_root() {
-        return true;
-    }
-    let (open, path) = (open.as_str().as_bytes(), path.as_str().as_bytes());
-    path.starts_with(open) && path.get(open.len()).is_some_and(|&b| b <= b'/')
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn p(s: &str) -> FsPath {
-        FsPath::parse(s).expect("path")
-    }
-
-    #[test]
-    fn a_subtree_stays_open_until_the_scan_passes_it() {
-        assert!(may_hold_later(&p("/"), &p("/z")));
-        assert!(may_hold_later(&p("/a"), &p("/a/x")));
-        // `/a-b` sorts between `/a` and `/a/x`: `/a` may still hold what comes next.
-        assert!(may_hold_later(&p("/a"), &p("/a-b")));
-        assert!(may_hold_later(&p("/a"), &p("/a.c/d")));
-        assert!(!may_hold_later(&p("/a"), &p("/a0")));
-        assert!(!may_hold_later(&p("/a"), &p("/ab")));
-        assert!(!may_hold_later(&p("/a"), &p("/b")));
-        assert!(!may_hold_later(&p("/a/f1"), &p("/a/f2")));
     }
 }

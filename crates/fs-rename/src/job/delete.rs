@@ -1,62 +1,92 @@
-//! The delete: every document at or under the path, deepest first, one depth per bulk
-//! request, each delete conditional on the version read.
+//! The delete: every document at or under the path, each after everything under it, in bulk
+//! requests that never hold a document and one of its ancestors, each delete conditional on
+//! the version read.
 //!
-//! Why one depth per request: a bulk request is not a transaction, and Elasticsearch applies
-//! its items shard by shard in any order, so a request holding a directory and its children
-//! could delete the directory first and then stop. Sending the children's depth, waiting for
-//! every answer, and only then sending their parents' means that whenever the job stops,
-//! every document still there has its parent still there: no orphan, and fsck stays clean
-//! while recovery finishes the delete.
+//! Why not everything in one request: a bulk request is not a transaction, and
+//! Elasticsearch applies its items shard by shard in any order, so a request holding a
+//! directory and its children could delete the directory first and then stop. Sending the
+//! children, waiting for every answer, and only then sending their parents means that
+//! whenever the job stops, every document still there has its parent still there: no
+//! orphan, and fsck stays clean while recovery finishes the delete.
 //!
-//! The subtree is read whole before the first delete (a page in path order lists parents
-//! before children, the wrong way round), which costs memory in proportion to its size: an
-//! id, a version and a document, a few hundred bytes each.
+//! The subtree is read once, in path order, and each document is held only until the scan
+//! has passed what lies under it (`delete_order.rs`): memory does not grow with the subtree.
+
+use std::sync::OnceLock;
 
 use fs_model::FsPath;
-use fs_store::{BulkOp, StoreError};
+use fs_store::{BulkOp, Scope, StoreError};
 
 use super::before_write::Hold;
+use super::delete_order::DeleteOrder;
 use super::Renamer;
 use crate::error::{RenameError, Result};
 use crate::report::{RenameEvent, RenameReport};
-use crate::tree::{Entry, FsTree};
+use crate::tree::{next_entries, Entry, FsTree};
 
 impl Renamer {
-    /// Deletes everything at or under `path`, deepest first.
+    /// Deletes everything at or under `path`, each document after everything under it;
+    /// `total` is the count the checks found (once known).
     pub(super) async fn delete_all(
         &self,
         hold: Hold<'_>,
         path: &FsPath,
+        total: &OnceLock<u64>,
         report: &mut RenameReport,
     ) -> Result<()> {
-        let mut entries: Vec<Entry> = Vec::new();
-        hold.tree
-            .for_each_page(path, self.config.page_size, |page| {
-                entries.extend(page);
-                Ok(())
-            })
-            .await?;
-        report.found = entries.len() as u64;
-        // Deepest first; within a depth in path order, which only makes runs repeatable.
-        entries.sort_by(|a, b| {
-            b.doc
-                .depth
-                .cmp(&a.doc.depth)
-                .then_with(|| a.doc.path.cmp(&b.doc.path))
-        });
-        for page in pages_by_depth(&entries, self.config.page_size) {
-            self.before_page(hold, page, path, (report.rewritten, report.found))
-                .await?;
-            self.delete_page(hold.tree, page, path, report).await?;
-            self.emit(RenameEvent::Progress {
-                done: report.rewritten,
-                total: report.found,
-            });
+        let page_size = self.config.page_size;
+        // Under locks nothing is added under the path; what is deleted is not read again (a
+        // point in time, or a scan past it).
+        let mut scan = self.subtree_scan(
+            hold.tree,
+            Scope::Subtree(path.clone()),
+            total.get(),
+            page_size,
+        );
+        let deleted = async {
+            let context = || format!("scanning under `{path}`");
+            let mut order = DeleteOrder::new(page_size);
+            while let Some(page) = next_entries(&mut scan, hold.tree.index(), context).await? {
+                let entries = page.collect::<Result<Vec<_>>>()?;
+                report.found += entries.len() as u64;
+                for entry in entries {
+                    for ready in order.add(entry) {
+                        self.delete_ready(hold, &ready, path, total, report).await?;
+                    }
+                }
+            }
+            for ready in order.finish() {
+                self.delete_ready(hold, &ready, path, total, report).await?;
+            }
+            Ok(())
         }
+        .await;
+        // However the delete ended, what the store keeps open for the scan is closed before
+        // the locks are released.
+        scan.close().await;
+        deleted
+    }
+
+    /// Deletes `page`, once the job may still write, and says how far it is.
+    async fn delete_ready(
+        &self,
+        hold: Hold<'_>,
+        page: &[Entry],
+        path: &FsPath,
+        total: &OnceLock<u64>,
+        report: &mut RenameReport,
+    ) -> Result<()> {
+        self.before_page(hold, page, path, (report.rewritten, report.found))
+            .await?;
+        self.delete_page(hold.tree, page, path, report).await?;
+        self.emit(RenameEvent::Progress {
+            done: report.rewritten,
+            total: total.get().copied().unwrap_or(0).max(report.found),
+        });
         Ok(())
     }
 
-    /// Deletes one page (documents of one depth) in one bulk request.
+    /// Deletes one page (no document in it under another) in one bulk request.
     async fn delete_page(
         &self,
         tree: &FsTree,
@@ -100,64 +130,5 @@ impl Renamer {
             });
         }
         Ok(())
-    }
-}
-
-/// Splits `entries` (sorted deepest first) into pages of at most `size` documents that never
-/// mix two depths.
-fn pages_by_depth(entries: &[Entry], size: usize) -> Vec<&[Entry]> {
-    let mut pages = Vec::new();
-    let mut rest = entries;
-    while let Some(first) = rest.first() {
-        let depth = first.doc.depth;
-        let same = rest
-            .iter()
-            .take(size.max(1))
-            .take_while(|e| e.doc.depth == depth)
-            .count();
-        let (page, tail) = rest.split_at(same);
-        pages.push(page);
-        rest = tail;
-    }
-    pages
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use fs_model::{DocKind, FsDoc};
-    use fs_store::Version;
-
-    fn entry(path: &str) -> Entry {
-        Entry {
-            id: path.to_owned(),
-            version: Version {
-                seq_no: 0,
-                primary_term: 1,
-            },
-            doc: FsDoc::new(FsPath::parse(path).expect("path"), DocKind::Dir, 0, 0),
-        }
-    }
-
-    #[test]
-    fn pages_never_mix_depths_and_keep_their_size() {
-        let entries: Vec<Entry> = ["/a/b/c", "/a/b/d", "/a/b/e", "/a/b", "/a/x", "/a"]
-            .into_iter()
-            .map(entry)
-            .collect();
-        let pages: Vec<Vec<&str>> = pages_by_depth(&entries, 2)
-            .into_iter()
-            .map(|p| p.iter().map(|e| e.doc.path.as_str()).collect())
-            .collect();
-        assert_eq!(
-            pages,
-            vec![
-                vec!["/a/b/c", "/a/b/d"],
-                vec!["/a/b/e"],
-                vec!["/a/b", "/a/x"],
-                vec!["/a"]
-            ]
-        );
-        assert!(pages_by_depth(&[], 10).is_empty());
     }
 }

@@ -14,9 +14,10 @@
 //!   bulk-creates copies whose ids derive from the journal id and the source's id, so a
 //!   create that finds its copy already there (sent before, by this job or the one it
 //!   recovers) counts as done;
-//! - a delete (`delete.rs`) reads the subtree and deletes it deepest first, one depth per bulk
-//!   request, each item conditional on the version read, so no directory is deleted before
-//!   everything under it is: a job that stops leaves no orphan.
+//! - a delete (`delete.rs`) reads the subtree once in path order and deletes each document
+//!   after everything under it (`delete_order.rs`), never a document and one of its ancestors
+//!   in one bulk request, each item conditional on the version read, so no directory is
+//!   deleted before everything under it is: a job that stops leaves no orphan.
 //!
 //! Between the checks and the first write the job writes a [journal entry](crate::journal)
 //! recording its kind and its locks, and it deletes the entry after the last write. Before the
@@ -53,6 +54,7 @@ mod bulk;
 mod chained;
 mod copy;
 mod delete;
+mod delete_order;
 mod document_locks;
 mod journaling;
 mod read_back;

@@ -475,7 +475,7 @@ impl Renamer {
                 }
             },
             Task::Copy { from, to } => self.copy_all(hold, (from, to), job_id, total, report).await,
-            Task::Delete { path, .. } => self.delete_all(hold, path, report).await,
+            Task::Delete { path, .. } => self.delete_all(hold, path, total, report).await,
         };
         report.phases.rewriting = started.elapsed();
         written.map_err(|e| {
