@@ -10,6 +10,9 @@
 //!
 //! [`Orphans`]: crate::Orphans
 
+use std::time::Duration;
+
+use fs_store::RetryPolicy;
 use serde_json::Value;
 
 use crate::client::LockClient;
@@ -17,47 +20,100 @@ use crate::error::{Blocker, LockError, Result};
 use crate::lock_doc::{lock_label, Observed};
 use crate::os_process::OsProcess;
 
+/// How long [`LockClient::end_gone_leases`] keeps reading and writing a lock document that
+/// keeps changing or whose requests keep failing in transit: ten tries over about five
+/// seconds, far below any lease and far above a network fault's burst.
+const END_GONE_LEASES: RetryPolicy =
+    RetryPolicy::new(Duration::from_millis(20), Duration::from_secs(1)).attempts(10);
+
+/// What one try at ending the gone holders' leases of a document found.
+enum Ending {
+    /// It ended this many.
+    Ended(usize),
+    /// No gone holder's lease runs (or the document is gone).
+    Nothing,
+    /// The document changed since it was read: read it again.
+    Changed,
+    /// A request failed in transit; its write, if it was one and it landed unseen, ended
+    /// `ended`.
+    InTransit { ended: usize, error: LockError },
+}
+
 impl LockClient {
     /// Ends the lease of every holder of the lock document `id` whose process is proven gone,
-    /// and whose lease has not ended yet; returns how many it ended. Nothing is ended if the
-    /// document changed since it was read (a holder renewed, someone left): it is read again
-    /// next time.
+    /// and whose lease has not ended yet; returns how many it ended. The write is conditional
+    /// on the version read: if the document changed in between (a holder renewed, someone
+    /// left), or the request failed in transit, it is read again and the ending tried again,
+    /// for at most [`END_GONE_LEASES`]. Giving up early is not harmless: a lease left running
+    /// keeps the dead job's locks, and recovery leaves its half-done change for the whole
+    /// lease.
     ///
     /// # Errors
     /// [`LockError::Store`](crate::LockError::Store) if the document cannot be read, or the
-    /// write fails otherwise than by a conflict.
+    /// write fails otherwise than by a conflict or a transient error, or these last past
+    /// [`END_GONE_LEASES`].
     pub async fn end_gone_leases(&self, id: &str) -> Result<usize> {
+        let mut backoff = END_GONE_LEASES.start();
+        // What a write whose fate is unknown would have ended: if a later read finds nothing
+        // left to end, that write (or another recoverer's) landed.
+        let mut unknown = 0;
+        loop {
+            let last = match self.try_end_gone_leases(id).await? {
+                Ending::Ended(n) => return Ok(n),
+                Ending::Nothing => return Ok(unknown),
+                Ending::Changed => None,
+                Ending::InTransit { ended, error } => {
+                    unknown = unknown.max(ended);
+                    Some(error)
+                }
+            };
+            if !backoff.wait().await {
+                return last.map_or(Ok(0), Err);
+            }
+        }
+    }
+
+    /// One read and, if a gone holder's lease still runs, one conditional write.
+    ///
+    /// # Errors
+    /// Those no retry mends; a transient one is [`Ending::InTransit`].
+    async fn try_end_gone_leases(&self, id: &str) -> Result<Ending> {
         let mut calls = self.calls();
-        let Some(doc) = calls.get(id).await? else {
-            return Ok(0);
+        let doc = match calls.get(id).await {
+            Ok(Some(doc)) => doc,
+            Ok(None) => return Ok(Ending::Nothing),
+            Err(error) if error.is_retryable() => return Ok(Ending::InTransit { ended: 0, error }),
+            Err(e) => return Err(e),
         };
         let cutoff = calls.now - self.max_clock_skew_ms() - 1;
         let (source, ended) = ended_leases(&doc.source, cutoff, OsProcess::is_gone);
         if ended == 0 {
-            return Ok(0);
+            return Ok(Ending::Nothing);
         }
         let label = lock_label(id, &doc.source);
         let context = format!("ending the lease of a gone holder of the lock on `{label}`");
         match calls.index(id, source, Some(doc.version), context).await {
             Ok(_) => {
                 tracing::info!(lock = %label, holders = ended, "ended the lease of holders whose process is gone");
-                Ok(ended)
+                Ok(Ending::Ended(ended))
             }
-            Err(LockError::Store { cause, .. }) if cause.is_conflict() => Ok(0),
+            Err(LockError::Store { cause, .. }) if cause.is_conflict() => Ok(Ending::Changed),
+            Err(error) if error.is_retryable() => Ok(Ending::InTransit { ended, error }),
             Err(e) => Err(e),
         }
     }
 
     /// Ends the leases of the gone holders of each lock document in `ids` (see
     /// [`LockClient::end_gone_leases`]); returns how many it ended in all. A document that
-    /// cannot be read or written is skipped, with a log line: its lease ends it anyway.
+    /// cannot be read or written after the retries is skipped, with a warning: its lease ends
+    /// it anyway, and recovery waits for that.
     pub async fn end_gone_leases_of(&self, ids: &[String]) -> usize {
         let mut ended = 0;
         for id in ids {
             match self.end_gone_leases(id).await {
                 Ok(n) => ended += n,
                 Err(e) => {
-                    tracing::debug!(lock = %id, error = %e, "could not end the leases of gone holders; their lease ends them")
+                    tracing::warn!(lock = %id, error = %e, "could not end the leases of gone holders; their lease ends them")
                 }
             }
         }

@@ -668,8 +668,57 @@ async fn a_holder_proven_gone_loses_its_lease_at_once(env: Env) {
     guard.release().await.expect("release");
 }
 
+/// A gone holder's lease is ended even when the requests that end it fail in transit: a
+/// crash test under network faults (`crash.rs`, fault seed 18190615197988031288) lost the one
+/// write that ended a killed `mv`'s lease on `/dst`, and `recover` then left the half-done
+/// rename for the whole ten-minute lease, exiting 0. Each seed here strikes three calls in
+/// five: reads failing, writes failing unsent, writes landing with their answer lost.
+async fn a_gone_holders_lease_ends_through_failing_requests(env: Env) {
+    let long = Duration::from_secs(600);
+    for seed in 0..8 {
+        let path = format!("/g/{seed}");
+        let mut child = std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .expect("start a child process");
+        let its = fs_locks::OsProcess::running(child.id()).expect("the child, on Linux");
+        let dead = client_builder(&env, "dead")
+            .os_process(Some(its))
+            .lease(long)
+            .renew_every(long)
+            .build();
+        let _held = dead.lock_tree(&p(&path)).await.expect("lock");
+        child.kill().expect("kill the child");
+        child.wait().expect("reap the child");
+        let before = fs_locks::LeaseClock::new().now_ms();
+
+        let plan = fs_testkit::FaultPlan {
+            transient: 0.3,
+            lost_reply: 0.3,
+            ..fs_testkit::FaultPlan::default()
+        };
+        let flaky: fs_store::SharedStore =
+            fs_testkit::faulty(std::sync::Arc::clone(&env.store), plan, seed);
+        let ender = fs_locks::LockClient::builder(flaky, env.locks.clone())
+            .protocol(env.protocol)
+            .holder("recover")
+            .build();
+        let ended = ender
+            .end_gone_leases(&path)
+            .await
+            .expect("ended in the end");
+        let doc = lock_doc(&env, &path).await.expect("expired is not free");
+        assert!(
+            doc["expires_at"].as_i64().expect("expiry") < before,
+            "seed {seed}: the lease still runs after ending {ended}: {doc}"
+        );
+        assert!(ended <= 1, "seed {seed}: one holder, {ended} ended");
+    }
+}
+
 on_every_backend!(
     a_holder_proven_gone_loses_its_lease_at_once,
+    a_gone_holders_lease_ends_through_failing_requests,
     the_protocol_follows_the_store,
     shared_and_shared_are_compatible,
     exclusive_is_refused_under_a_shared_lock,

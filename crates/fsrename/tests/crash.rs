@@ -398,7 +398,10 @@ async fn round(place: Place, job: Job, kill: Kill, delay: Duration) -> Left {
     }
 
     place.storm();
-    let out = fsrename(&place, &["recover"]).output().expect("recover");
+    let out = fsrename(&place, &["recover"])
+        .stdout(Stdio::piped())
+        .output()
+        .expect("recover");
     place.lull();
     assert!(
         out.status.success(),
@@ -408,7 +411,9 @@ async fn round(place: Place, job: Job, kill: Kill, delay: Duration) -> Left {
     let done = job.done(&paths(&place).await, n);
     assert!(
         done == 0 || done == n,
-        "{job:?}: after {left:?} and recover: {done} of {n} done (a half-done job)"
+        "{job:?}: after {left:?} and recover: {done} of {n} done (a half-done job): {} {}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
     );
     if done == 0 {
         assert!(
