@@ -546,6 +546,38 @@ async fn a_first_index_stopped_leaves_parents_first(env: Env) {
     assert_whole(&env).await;
 }
 
+/// A directory moved away and made again, with one of its files moved back into it: the
+/// file is up to date at its path (same identity, size and time) and the merge of the walk
+/// with the store forgets it, but the rename of the directory carries its document away. A
+/// second pass puts it back, in the same run.
+async fn a_file_moved_back_into_a_directory_made_again(env: Env) {
+    let work = tempfile::tempdir().expect("temp dir");
+    make_tree(work.path());
+    index(&env, work.path(), true).await;
+    std::fs::rename(work.path().join("a"), work.path().join("c")).expect("mv a c");
+    std::fs::create_dir(work.path().join("a")).expect("mkdir a");
+    std::fs::rename(work.path().join("c/x"), work.path().join("a/x")).expect("mv c/x a/x");
+    let r = index(&env, work.path(), true).await;
+    assert_eq!(r.moves, 1, "{r:?}");
+    let after = ids(&env).await;
+    let paths: Vec<&str> = after.keys().map(String::as_str).collect();
+    assert_eq!(
+        paths,
+        [
+            "/t",
+            "/t/a",
+            "/t/a/x",
+            "/t/b",
+            "/t/c",
+            "/t/c/sub",
+            "/t/c/sub/z",
+            "/t/c/y"
+        ],
+        "{r:?}"
+    );
+    assert_whole(&env).await;
+}
+
 on_every_backend!(
     an_index_made_before_identities_is_extended,
     text_is_found_and_follows_renames_and_moves,
@@ -557,6 +589,7 @@ on_every_backend!(
     many_directories_gone_are_pruned_in_a_few_requests,
     a_prune_cut_short_leaves_a_whole_tree,
     hard_links_are_not_taken_for_moves,
+    a_file_moved_back_into_a_directory_made_again,
     a_first_index_streamed_is_whole,
     a_first_index_stopped_leaves_parents_first,
 );

@@ -8,48 +8,19 @@ use std::path::{Path, PathBuf};
 
 use fs_model::{FsDoc, FsPath};
 use fs_store::BulkOp;
-use tokio::sync::oneshot;
 
 use super::content::{self, Plan};
+use super::merge::{merge, MergeOptions, Merged};
 use super::walk::{self, Walk, Walked};
 use super::{local, moves, IndexOptions, IndexProgress, IndexProgressSink, IndexReport, Skipped};
 use crate::error::{RenameError, Result};
 use crate::ops::{to_source, under_write_lock};
 use crate::tree::{Entry, FsTree};
 
-/// The documents under `at` as the store has them now, in the order read (by path, on the
-/// stores that scan in that order), with where each path is among them. `held_tx` is told
-/// `true` as soon as a document is read; dropped unsent, it says the store holds nothing
-/// under `at` (or could not be read: the error comes back here).
-async fn existing_under(
-    tree: &FsTree,
-    at: &FsPath,
-    mut held_tx: Option<oneshot::Sender<bool>>,
-) -> Result<Existing> {
-    tree.refresh().await?;
-    let mut existing = Existing::default();
-    tree.for_each_page(at, 1_000, |page| {
-        if !page.is_empty() {
-            if let Some(held_tx) = held_tx.take() {
-                // The receiver may have gone (the run ended): nobody to tell.
-                let _ = held_tx.send(true);
-            }
-        }
-        for entry in page {
-            existing
-                .slot
-                .insert(entry.doc.path.clone(), existing.read.len());
-            existing.read.push(Some(entry));
-        }
-        Ok(())
-    })
-    .await?;
-    Ok(existing)
-}
-
-/// What [`existing_under`] read: the entries, each taken out when it is written or found
-/// stale; `slot` holds each path not yet matched (the moves' documents are matched by the
-/// path they will have, in `locked_index`).
+/// What the store holds under the target and the walk did not find up to date (the merge's
+/// residue): the entries, each taken out when it is written or found stale; `slot` holds
+/// each path not yet matched (the moves' documents are matched by the path they will have,
+/// in `locked_index`).
 #[derive(Default)]
 struct Existing {
     read: Vec<Option<Entry>>,
@@ -57,6 +28,18 @@ struct Existing {
 }
 
 impl Existing {
+    fn new(entries: Vec<Entry>) -> Existing {
+        let slot = entries
+            .iter()
+            .enumerate()
+            .map(|(i, entry)| (entry.doc.path.clone(), i))
+            .collect();
+        Existing {
+            read: entries.into_iter().map(Some).collect(),
+            slot,
+        }
+    }
+
     /// Takes out the entry at `path`, if it is there and not matched yet.
     fn take(&mut self, path: &FsPath) -> Option<Entry> {
         let i = self.slot.remove(path)?;
@@ -118,11 +101,13 @@ impl Locked {
     }
 }
 
-/// Steps 2 and 3, under the tree lock on `at`: reads what the store holds under `at` and,
-/// with `find_moves`, finds the moves in it. Documents the moves will carry are matched with
-/// the walk at the path they will have, and left to the moves; entries new or changed in
-/// the moves' area are left to a second pass; everything else is created and updated here,
-/// with the text of the files that need it read (see `content.rs`).
+/// Steps 2 and 3, under the tree lock on `at`: reads what the store holds under `at`,
+/// merged with the walk (`merge.rs`): what is up to date is counted and forgotten, and the
+/// rest, the residue, is matched here. With `find_moves`, the moves are found in the
+/// residue. Documents the moves will carry are matched with the walk at the path they will
+/// have, and left to the moves; entries new or changed in the moves' area are left to a
+/// second pass; everything else is created and updated here, with the text of the files that
+/// need it read (see `content.rs`).
 ///
 /// When the store holds nothing under `at` (a first index), there is nothing to match, no
 /// move to find and nothing stale: the walk is then written as it comes, chunk by chunk,
@@ -133,40 +118,48 @@ async fn locked_index(
     progress: Option<IndexProgressSink>,
     report: &mut IndexReport,
 ) -> Result<Locked> {
-    let Pass { tree, at, .. } = pass;
-    // The walk runs ahead only a few chunks: it is collected (while the store is read) once
-    // the store is known to hold something under `at`, where the moves are to be found in
-    // the whole walk; otherwise it waits, to be written as it comes.
-    let (held_tx, held_rx) = oneshot::channel();
-    let collected = async {
-        match held_rx.await {
-            Ok(true) => walk.entries().await.map(|_| ()),
-            _ => Ok(()),
-        }
+    let Pass {
+        tree, at, options, ..
+    } = pass;
+    let merged = {
+        let stopping = || options.stopping();
+        let mut told = |walked: u64, report: &IndexReport| tell(&progress, walked, report);
+        let how = MergeOptions {
+            content: options.content,
+            stopping: &stopping,
+            tell: &mut told,
+        };
+        merge(tree, at, walk, how, report).await?
     };
-    let (existing, collected) = tokio::join!(existing_under(tree, at, Some(held_tx)), collected);
-    let existing = existing?;
-    collected?;
-    if existing.read.is_empty() && walk.streams() {
-        tracing::debug!(%at, "nothing held under the target: the walk is written as it comes");
-        let matching = Matching::new(existing, Vec::new(), at, false);
-        return streamed_index(pass, walk, matching, progress, report).await;
-    }
-    let walked = walk.entries().await?;
+    let residue = match merged {
+        Merged::Nothing => {
+            tracing::debug!(%at, "nothing held under the target: the walk is written as it comes");
+            let matching = Matching::new(Existing::default(), Vec::new(), at, false);
+            return streamed_index(pass, walk, matching, progress, report).await;
+        }
+        Merged::Stopped => return interrupted(tree, report).await,
+        Merged::Residue(residue) => residue,
+    };
+    let existing = Existing::new(residue.stored);
+    let walked = residue.walked;
     let planned = if pass.find_moves {
-        moves::find_moves((pass.dir, at), existing.read.iter().flatten(), walked)
+        moves::find_moves((pass.dir, at), existing.read.iter().flatten(), &walked)
     } else {
         Vec::new()
     };
+    // What the merge forgot may lie inside a move's source: a directory made again where
+    // one moved away, with a file moved back into it. The rename carries that file's
+    // document away. It does not go unnoticed: the directory at the source's path is then
+    // another file than the store's, so it is in the residue, inside the move's area, and
+    // defers the pass; the second pass puts back what the rename carried away (see
+    // `a_file_moved_back_into_a_directory_made_again` in `tests/indexing.rs`).
     let mut matching = Matching::new(existing, planned, at, true);
-    let mut walked_so_far = 0u64;
-    for batch in walked.chunks(pass.options.batch_size.max(1)) {
-        if pass.options.stopping() {
+    for batch in walked.chunks(options.batch_size.max(1)) {
+        if options.stopping() {
             return interrupted(tree, report).await;
         }
-        walked_so_far += batch.len() as u64;
         index_batch(pass, &mut matching, batch, report).await?;
-        tell(&progress, walked_so_far, report);
+        tell(&progress, residue.seen, report);
     }
     tree.refresh().await?;
     Ok(matching.finish(tree, report))
@@ -328,7 +321,7 @@ impl Matching {
         let mut writes: Vec<Write> = Vec::new();
         for item in batch {
             let doc = match item {
-                Walked::Doc(doc) => doc,
+                Walked::Doc(doc, _) => doc,
                 Walked::Symlink(s) => {
                     report.symlinks += 1;
                     report.skip(s.clone());
@@ -556,12 +549,11 @@ fn placed(doc: FsDoc, path: FsPath) -> FsDoc {
 pub(super) const REFUSED: &str = "the store refused it";
 
 /// The pass after the moves, when they left entries to bring up to date: the whole target
-/// read again under its tree lock, and what is not up to date written. Returns what is
+/// walked and read again under its tree lock, and what is not up to date written. Returns what is
 /// stale. Its counts are added to `report` (what the first pass wrote, this one finds
 /// unchanged).
 pub(super) async fn second_pass(
     tree: &FsTree,
-    walk: &mut Walk,
     (dir, at): (&Path, &FsPath),
     options: &IndexOptions,
     report: &mut IndexReport,
@@ -574,7 +566,10 @@ pub(super) async fn second_pass(
         options,
         find_moves: false,
     };
-    let locked = locked_pass(pass, walk, None, &mut again).await?;
+    // The first pass took the walk as it came, and kept only what differed: the disk is
+    // walked again, as it is after the moves.
+    let mut walk = Walk::start(dir, at);
+    let locked = locked_pass(pass, &mut walk, None, &mut again).await?;
     let first_wrote = report.created + report.updated;
     report.created += again.created;
     report.updated += again.updated;

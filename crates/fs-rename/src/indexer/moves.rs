@@ -101,10 +101,13 @@ pub(super) fn find_moves<'e>(
 ) -> Vec<Planned> {
     let mut on_disk: HashMap<Identity, usize> = HashMap::with_capacity(walked.len());
     for item in walked {
-        if let Walked::Doc(FsDoc {
-            identity: Some(identity),
-            ..
-        }) = item
+        if let Walked::Doc(
+            FsDoc {
+                identity: Some(identity),
+                ..
+            },
+            _,
+        ) = item
         {
             *on_disk.entry(*identity).or_default() += 1;
         }
@@ -120,7 +123,9 @@ pub(super) fn find_moves<'e>(
     }
     let mut planned: Vec<Planned> = Vec::new();
     for item in walked {
-        let Walked::Doc(found) = item else { continue };
+        let Walked::Doc(found, _) = item else {
+            continue;
+        };
         let Some(identity) = found.identity else {
             continue;
         };

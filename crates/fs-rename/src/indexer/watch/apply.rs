@@ -374,7 +374,10 @@ impl Applier<'_> {
         for file in files {
             if let (Some(path), Ok(meta)) = (self.store_path(file), file.symlink_metadata()) {
                 if meta.is_file() {
-                    walked.push(super::super::walk::Walked::Doc(describe_one(&path, &meta)));
+                    walked.push(super::super::walk::Walked::Doc(
+                        describe_one(&path, &meta),
+                        super::super::walk::links_of(&meta),
+                    ));
                 }
             }
         }
@@ -417,7 +420,7 @@ impl Applier<'_> {
         let found: HashMap<Identity, &FsDoc> = walked
             .iter()
             .filter_map(|w| match w {
-                super::super::walk::Walked::Doc(doc) => doc.identity.map(|i| (i, doc)),
+                super::super::walk::Walked::Doc(doc, _) => doc.identity.map(|i| (i, doc)),
                 _ => None,
             })
             .collect();
