@@ -14,6 +14,10 @@
 //! `cargo run --release -p fs-bench -- --watch-costs [--backends embedded,osmem,es=URL]` (what
 //! the directory watcher costs: catch-up and requests per change after each tool's workload,
 //! idle CPU and memory; section 7 of `docs/benchmarks.md`)
+//! `cargo build --release -p fsrename && cargo run --release -p fs-bench -- --scale
+//! [--scale-sizes 100000,1000000] [--backends embedded,es=URL] [--scale-shards 1,3]` (each
+//! operation at scale against a user's own tool, with fsrename's peak memory; section 8 of
+//! `docs/benchmarks.md`)
 
 // Library code returns its errors; tests may unwrap (clippy.toml allows it in tests).
 #![deny(clippy::unwrap_used, clippy::expect_used)]
@@ -28,6 +32,7 @@ mod phases;
 mod plot;
 mod reindex;
 mod report;
+mod scale;
 mod watch_costs;
 
 use anyhow::Context as _;
@@ -147,6 +152,32 @@ struct Args {
     /// run. Default: 4m.
     #[arg(long, default_value = "4m", value_parser = humantime::parse_duration, requires = "watch_costs")]
     watch_timeout: std::time::Duration,
+    /// Runs only this: each operation at scale (issue 49). On each store of --backends
+    /// (`embedded`, the default, and `es=URL`), for each size, the release `fsrename` binary
+    /// (build it first: `cargo build --release -p fsrename`) indexes a tree of directories of
+    /// 1 000 empty files, indexes it again, checks it, lists it, renames it there and back and
+    /// removes it, each as a child process timed with its peak RSS; beside each, a user's own
+    /// tool on the same documents (raw `_bulk`, one plain read, `_update_by_query`). Prints
+    /// the section and puts it in `benchmarks.md` under --out.
+    #[arg(long)]
+    scale: bool,
+    /// With --scale: the sizes, in documents. Default: 100 000 and 1 000 000 (10 000 with
+    /// --quick).
+    #[arg(long, value_name = "N,..", value_delimiter = ',', requires = "scale")]
+    scale_sizes: Vec<usize>,
+    /// With --scale: the shard counts of the tree index on Elasticsearch. Default: 1 and 3.
+    #[arg(long, value_name = "N,..", value_delimiter = ',', requires = "scale",
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    scale_shards: Vec<u32>,
+    /// With --scale: where the trees on disk (kept for the next run: a million files take
+    /// minutes to make) and the embedded databases go.
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "target/scale",
+        requires = "scale"
+    )]
+    scale_dir: std::path::PathBuf,
 }
 
 #[tokio::main]
@@ -183,6 +214,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.watch_costs {
         return watch_costs(&args).await;
+    }
+    if args.scale {
+        return scale(&args).await;
     }
     if let Some(k) = args.profile_concurrency {
         let secs = if args.quick { 0.5 } else { 5.0 };
@@ -287,6 +321,39 @@ async fn watch_costs(args: &Args) -> anyhow::Result<()> {
     println!("{section}");
     if args.out != "-" {
         let md = watch_costs::write_into(std::path::Path::new(&args.out), &section)?;
+        eprintln!("wrote {}", md.display());
+    }
+    Ok(())
+}
+
+/// `--scale`: measures, prints the section, and puts it in `benchmarks.md` under --out.
+async fn scale(args: &Args) -> anyhow::Result<()> {
+    let plan = scale::Plan {
+        sizes: if !args.scale_sizes.is_empty() {
+            args.scale_sizes.clone()
+        } else if args.quick {
+            vec![10_000]
+        } else {
+            vec![100_000, 1_000_000]
+        },
+        stores: if args.backends.is_empty() {
+            vec!["embedded".into()]
+        } else {
+            args.backends.clone()
+        },
+        shards: if args.scale_shards.is_empty() {
+            vec![1, 3]
+        } else {
+            args.scale_shards.clone()
+        },
+        dir: args.scale_dir.clone(),
+    };
+    let rows = scale::run(&plan).await?;
+    let stamp = watch_costs::stamp().await;
+    let section = scale::render(&rows, &command_line(), &stamp, &report::machine());
+    println!("{section}");
+    if args.out != "-" {
+        let md = scale::write_into(std::path::Path::new(&args.out), &section)?;
         eprintln!("wrote {}", md.display());
     }
     Ok(())

@@ -85,4 +85,74 @@ impl Peer {
         );
         Ok(answer["updated"].as_u64().unwrap_or(0))
     }
+
+    /// Reads every document of `index` once, as a user's own export would: a scroll sorted
+    /// by `_doc` (the cheapest order: no sort to compute), pages of `page`; returns how many
+    /// it read. The peer of `fsck`, which reads the same documents in path order.
+    pub async fn read_all(&self, index: &str, page: usize) -> anyhow::Result<u64> {
+        let mut answer = self
+            .post_json(
+                &format!("{}/{index}/_search?scroll=1m", self.url),
+                &json!({ "size": page, "sort": ["_doc"], "query": { "match_all": {} } }),
+            )
+            .await?;
+        let mut read = 0u64;
+        loop {
+            let hits = answer["hits"]["hits"].as_array().map_or(0, Vec::len);
+            if hits == 0 {
+                break;
+            }
+            read += hits as u64;
+            let id = answer["_scroll_id"].as_str().unwrap_or_default().to_owned();
+            answer = self
+                .post_json(
+                    &format!("{}/_search/scroll", self.url),
+                    &json!({ "scroll": "1m", "scroll_id": id }),
+                )
+                .await?;
+        }
+        if let Some(id) = answer["_scroll_id"].as_str() {
+            // Left open, it would expire in a minute anyway.
+            let _ = self
+                .http
+                .delete(format!("{}/_search/scroll", self.url))
+                .json(&json!({ "scroll_id": id }))
+                .send()
+                .await;
+        }
+        Ok(read)
+    }
+
+    /// Deletes the indices `names` (comma-separated; those missing are ignored).
+    pub async fn delete_indices(&self, names: &str) -> anyhow::Result<()> {
+        let answer = self
+            .http
+            .delete(format!("{}/{names}?ignore_unavailable=true", self.url))
+            .send()
+            .await
+            .with_context(|| format!("deleting {names} on {}", self.url))?;
+        anyhow::ensure!(
+            answer.status().is_success(),
+            "deleting {names} failed: {}",
+            answer.status()
+        );
+        Ok(())
+    }
+
+    async fn post_json(&self, url: &str, body: &Value) -> anyhow::Result<Value> {
+        let answer = self
+            .http
+            .post(url)
+            .json(body)
+            .send()
+            .await
+            .with_context(|| format!("POST {url}"))?;
+        let status = answer.status();
+        let value: Value = answer
+            .json()
+            .await
+            .with_context(|| format!("the answer of POST {url}"))?;
+        anyhow::ensure!(status.is_success(), "POST {url} failed ({status}): {value}");
+        Ok(value)
+    }
 }

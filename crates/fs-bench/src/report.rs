@@ -461,22 +461,69 @@ fn service(s: &mut String, results: &[BackendResults], plan: &Plan) {
 pub const WATCH_COSTS_START: &str = "<!-- watch-costs:start -->";
 /// Where it ends.
 pub const WATCH_COSTS_END: &str = "<!-- watch-costs:end -->";
+/// Where the scale section (`--scale`) begins; carried over as the watcher's is.
+pub const SCALE_START: &str = "<!-- scale:start -->";
+/// Where it ends.
+pub const SCALE_END: &str = "<!-- scale:end -->";
 
-/// The byte range of the watcher's section of `doc`, markers included, if it has one.
-pub fn watch_costs_span(doc: &str) -> Option<(usize, usize)> {
-    let start = doc.find(WATCH_COSTS_START)?;
-    let end = start + doc[start..].find(WATCH_COSTS_END)? + WATCH_COSTS_END.len();
-    Some((start, end))
+/// The sections other commands than a full run write, each between its markers.
+const SECTIONS: [(&str, &str); 2] = [
+    (WATCH_COSTS_START, WATCH_COSTS_END),
+    (SCALE_START, SCALE_END),
+];
+
+/// The byte range of the section of `doc` between `start` and `end`, markers included, if it
+/// has one.
+pub fn section_span(doc: &str, start: &str, end: &str) -> Option<(usize, usize)> {
+    let from = doc.find(start)?;
+    let to = from + doc[from..].find(end)? + end.len();
+    Some((from, to))
 }
 
-/// `new` (a full run's report) with the watcher's section of `old` (the file it replaces)
-/// after it, where `old` has one and `new` has none.
+/// `new` (a full run's report) with the watcher's and the scale sections of `old` (the file
+/// it replaces) after it, where `old` has them and `new` has not.
 pub fn carry_over(new: &str, old: &str) -> String {
-    match watch_costs_span(old) {
-        Some((start, end)) if watch_costs_span(new).is_none() => {
-            format!("{}\n\n{}\n", new.trim_end(), &old[start..end])
+    let mut out = new.to_owned();
+    for (start, end) in SECTIONS {
+        if let Some((from, to)) = section_span(old, start, end) {
+            if section_span(&out, start, end).is_none() {
+                out = format!("{}\n\n{}\n", out.trim_end(), &old[from..to]);
+            }
         }
-        _ => new.to_owned(),
+    }
+    out
+}
+
+/// Puts `section` in place of the section between `markers` of `dir/benchmarks.md`, or at
+/// its end if it has none (or there is no file yet); returns the file's path.
+///
+/// # Errors
+/// If the file cannot be read or written.
+pub fn write_section(
+    dir: &std::path::Path,
+    markers: (&str, &str),
+    section: &str,
+) -> anyhow::Result<std::path::PathBuf> {
+    use anyhow::Context as _;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let md = dir.join("benchmarks.md");
+    let old = match std::fs::read_to_string(&md) {
+        Ok(old) => old,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", md.display())),
+    };
+    std::fs::write(&md, splice(&old, markers, section))
+        .with_context(|| format!("writing {}", md.display()))?;
+    Ok(md)
+}
+
+/// `doc` with its section between `start` and `end` replaced by `section`, or `section`
+/// appended.
+pub fn splice(doc: &str, (start, end): (&str, &str), section: &str) -> String {
+    match section_span(doc, start, end) {
+        Some((from, to)) => format!("{}{section}{}", &doc[..from], &doc[to..]),
+        None if doc.is_empty() => format!("{section}\n"),
+        None => format!("{}\n\n{section}\n", doc.trim_end()),
     }
 }
 
@@ -498,5 +545,12 @@ mod tests {
         assert_eq!(carry_over(new, ""), new);
         // An end marker missing: no section.
         assert_eq!(carry_over(new, &format!("x\n{WATCH_COSTS_START}\n")), new);
+        // Both sections, in their order.
+        let scale = format!("{SCALE_START}\n## 8. Scale\n{SCALE_END}");
+        let old = format!("# Benchmarks\n\n{section}\n\n{scale}\n");
+        assert_eq!(
+            carry_over(new, &old),
+            format!("# Benchmarks\n\nnew figures\n\n{section}\n\n{scale}\n")
+        );
     }
 }

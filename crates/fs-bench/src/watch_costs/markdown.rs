@@ -4,8 +4,6 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::Context as _;
-
 use super::workloads::{thousands, Workload};
 use super::{BackendCosts, Outcome, WatchCosts};
 use crate::report::{WATCH_COSTS_END, WATCH_COSTS_START};
@@ -175,25 +173,11 @@ pub async fn stamp() -> String {
 /// # Errors
 /// If the file cannot be read or written.
 pub fn write_into(dir: &Path, section: &str) -> anyhow::Result<std::path::PathBuf> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let md = dir.join("benchmarks.md");
-    let old = match std::fs::read_to_string(&md) {
-        Ok(old) => old,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", md.display())),
-    };
-    std::fs::write(&md, splice(&old, section))
-        .with_context(|| format!("writing {}", md.display()))?;
-    Ok(md)
-}
-
-/// `doc` with its watcher's section replaced by `section`, or `section` appended.
-fn splice(doc: &str, section: &str) -> String {
-    match crate::report::watch_costs_span(doc) {
-        Some((start, end)) => format!("{}{section}{}", &doc[..start], &doc[end..]),
-        None if doc.is_empty() => format!("{section}\n"),
-        None => format!("{}\n\n{section}\n", doc.trim_end()),
-    }
+    let markers = (
+        crate::report::WATCH_COSTS_START,
+        crate::report::WATCH_COSTS_END,
+    );
+    crate::report::write_section(dir, markers, section)
 }
 
 #[cfg(test)]
@@ -204,6 +188,9 @@ mod tests {
     fn a_section_is_replaced_in_place_or_appended() {
         let section = format!("{WATCH_COSTS_START}\nnew\n{WATCH_COSTS_END}");
         let old = format!("# B\n\ntext\n\n{WATCH_COSTS_START}\nold\n{WATCH_COSTS_END}\n\nafter\n");
+        let splice = |doc: &str, section: &str| {
+            crate::report::splice(doc, (WATCH_COSTS_START, WATCH_COSTS_END), section)
+        };
         assert_eq!(
             splice(&old, &section),
             format!("# B\n\ntext\n\n{section}\n\nafter\n")

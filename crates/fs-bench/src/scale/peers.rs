@@ -1,0 +1,221 @@
+//! Where a scale run goes (`Place`: an embedded database file, or indices on a server), and
+//! the peers of fsrename's operations there: what a user's own tool does with the same
+//! documents, with no lock, no check and no journal.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use fs_model::{FsPath, IndexLayout};
+use fs_rename::FsTree;
+use fs_store::{Scan, Scope, SharedStore};
+
+use super::tree::Shape;
+use crate::peer::Peer;
+
+/// The store of one run, and the tree index fsrename's commands use there.
+pub struct Place {
+    store: Store,
+    /// The tree index of the commands (their locks and journal beside it).
+    index: String,
+    /// The index the raw bulk peer writes, beside it.
+    peer_index: String,
+    shards: Option<u32>,
+}
+
+enum Store {
+    Embedded { file: PathBuf },
+    Es { url: String },
+}
+
+impl std::fmt::Display for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.label())
+    }
+}
+
+impl Place {
+    /// `embedded` (a database file in `dir`) or `es=URL`, for a tree of `docs` documents.
+    ///
+    /// # Errors
+    /// If `store` is neither.
+    pub fn new(store: &str, dir: &Path, docs: usize, shards: Option<u32>) -> anyhow::Result<Place> {
+        let store = match store {
+            "embedded" => Store::Embedded {
+                file: dir.join(format!("scale-{docs}.db")),
+            },
+            other => match other.strip_prefix("es=") {
+                Some(url) => Store::Es {
+                    url: url.trim_end_matches('/').to_owned(),
+                },
+                None => anyhow::bail!("--scale runs on `embedded` or `es=URL`, not `{other}`"),
+            },
+        };
+        let index = format!("scale-{docs}-s{}", shards.unwrap_or(1));
+        Ok(Place {
+            store,
+            peer_index: format!("{index}-peer"),
+            index,
+            shards,
+        })
+    }
+
+    /// How the report names it.
+    pub fn label(&self) -> String {
+        match (&self.store, self.shards) {
+            (Store::Embedded { .. }, _) => "embedded".to_owned(),
+            (Store::Es { .. }, Some(n)) => format!("Elasticsearch, {n} shard(s)"),
+            (Store::Es { .. }, None) => "Elasticsearch".to_owned(),
+        }
+    }
+
+    /// The store options of a command.
+    pub fn args(&self) -> Vec<String> {
+        let store = match &self.store {
+            Store::Embedded { file } => format!("file:{}", file.display()),
+            Store::Es { url } => url.clone(),
+        };
+        let mut args = vec![
+            "--store".to_owned(),
+            store,
+            "--index".to_owned(),
+            self.index.clone(),
+        ];
+        if let Some(n) = self.shards {
+            args.extend([
+                "--shards".to_owned(),
+                n.to_string(),
+                "--replicas".to_owned(),
+                "0".to_owned(),
+            ]);
+        }
+        args
+    }
+
+    /// Removes what earlier runs left: the database file, or the indices.
+    ///
+    /// # Errors
+    /// If they cannot be removed.
+    pub async fn clean(&self) -> anyhow::Result<()> {
+        match &self.store {
+            Store::Embedded { file } => {
+                for suffix in ["", "-wal", "-shm"] {
+                    let path = PathBuf::from(format!("{}{suffix}", file.display()));
+                    match std::fs::remove_file(&path) {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                            return Err(e).with_context(|| format!("removing {}", path.display()));
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(())
+            }
+            Store::Es { url } => {
+                let mut names = Vec::new();
+                for index in [&self.index, &self.peer_index] {
+                    names.extend([
+                        index.clone(),
+                        format!("{index}-lock"),
+                        fs_model::journal_index_name(index),
+                        fs_model::jobs_index_name(index),
+                    ]);
+                }
+                Peer::new(url).delete_indices(&names.join(",")).await
+            }
+        }
+    }
+
+    /// A client of the store, for the peers.
+    fn client(&self) -> anyhow::Result<SharedStore> {
+        Ok(match &self.store {
+            Store::Embedded { file } => Arc::new(fs_store::SqliteStore::open(file)?),
+            Store::Es { url } => {
+                let config = fs_store::ElasticConfig::new(url)?.with_env()?;
+                Arc::new(fs_store::ElasticStore::connect(config)?)
+            }
+        })
+    }
+}
+
+/// The same documents as a first index writes, written by bulk requests of 1 000 documents
+/// into an index of their own (the same mapping and shards), one after another, as a
+/// user's own loader would: no walk, no lock. Returns the seconds it took.
+///
+/// # Errors
+/// Store failures.
+pub async fn raw_bulk(place: &Place, shape: &Shape) -> anyhow::Result<f64> {
+    let layout = IndexLayout::of(place.shards, place.shards.map(|_| 0))?;
+    let tree = FsTree::new(place.client()?, place.peer_index.clone()).with_layout(layout);
+    tree.ensure_indices().await?;
+    let root = FsPath::parse("/t")?;
+    let started = Instant::now();
+    tree.insert_all(vec![fs_model::FsDoc::dir(root.clone(), 0)])
+        .await?;
+    for d in 0..shape.dirs {
+        tree.insert_all(shape.dir_docs(&root, d)?).await?;
+    }
+    tree.refresh().await?;
+    let seconds = started.elapsed().as_secs_f64();
+    if let Store::Embedded { .. } = place.store {
+        // The embedded file holds both: the peer's copy goes, so that fsck reads one tree.
+        drop_index(&tree).await?;
+    }
+    Ok(seconds)
+}
+
+async fn drop_index(tree: &FsTree) -> anyhow::Result<()> {
+    let index = tree.index();
+    for name in [
+        index.to_owned(),
+        tree.lock_index(),
+        fs_model::journal_index_name(index),
+    ] {
+        tree.store()
+            .delete_index(&name)
+            .await
+            .with_context(|| format!("deleting `{name}`"))?;
+    }
+    Ok(())
+}
+
+/// One read of every document of the tree index, in no particular order: a scroll by
+/// `_doc` on Elasticsearch, the store's scan of the whole index on the embedded store.
+/// Returns the seconds it took.
+///
+/// # Errors
+/// Store failures.
+pub async fn plain_read(place: &Place) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    match &place.store {
+        Store::Es { url } => {
+            Peer::new(url).read_all(&place.index, 1_000).await?;
+        }
+        Store::Embedded { .. } => {
+            let mut scan = Scan::new(place.client()?, &place.index, Scope::All, 1_000);
+            while scan.next_page().await?.is_some() {}
+            scan.close().await;
+        }
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// The rename of `/t` to `/t2` and back as one `_update_by_query` each with `slices=auto`
+/// (Elasticsearch only); returns the seconds of one, the median of the two.
+///
+/// # Errors
+/// If the server refuses it.
+pub async fn update_by_query(place: &Place) -> anyhow::Result<Option<f64>> {
+    let Store::Es { url } = &place.store else {
+        return Ok(None);
+    };
+    let peer = Peer::new(url);
+    let (t, t2) = (FsPath::parse("/t")?, FsPath::parse("/t2")?);
+    let started = Instant::now();
+    peer.rename(&place.index, &t, &t2).await?;
+    let there = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    peer.rename(&place.index, &t2, &t).await?;
+    let back = started.elapsed().as_secs_f64();
+    Ok(Some((there + back) / 2.0))
+}
