@@ -178,6 +178,12 @@ struct Args {
         requires = "scale"
     )]
     scale_dir: std::path::PathBuf,
+    /// With --scale: only these operations (each with its peer), in their order: `index`
+    /// (the first and the second), `fsck`, `ls`, `mv` (there and back), `rm`. Default: all.
+    /// The tree is removed after a store's run whatever the steps.
+    #[arg(long, value_name = "STEP,..", value_delimiter = ',', requires = "scale",
+          value_parser = clap::builder::PossibleValuesParser::new(scale::STEPS))]
+    scale_steps: Vec<String>,
 }
 
 #[tokio::main]
@@ -347,6 +353,11 @@ async fn scale(args: &Args) -> anyhow::Result<()> {
             args.scale_shards.clone()
         },
         dir: args.scale_dir.clone(),
+        steps: if args.scale_steps.is_empty() {
+            scale::STEPS.iter().map(|s| (*s).to_owned()).collect()
+        } else {
+            args.scale_steps.clone()
+        },
     };
     let rows = scale::run(&plan).await?;
     let stamp = watch_costs::stamp().await;

@@ -11,7 +11,7 @@ use std::future::Future;
 
 use fs_locks::{LockClient, LockGuard, LockProtocol, Orphans};
 use fs_model::{DocKind, FsDoc, FsPath};
-use fs_store::{BulkOp, Scan, Scope, SharedStore};
+use fs_store::{BulkOp, Scan, Scope, SharedStore, READ_PAGE};
 use serde_json::Value;
 
 use crate::error::{RenameError, Result};
@@ -322,7 +322,7 @@ where
     } else {
         Scope::Children(dir.clone())
     };
-    scan_entries(store, index, dir, scope, 1_000, |entry| {
+    scan_entries(store, index, dir, scope, READ_PAGE, |entry| {
         if !(recursive && entry.doc.path == *dir) {
             // A reader that goes away (`ls | head`) stops the listing here.
             each(&entry)?;

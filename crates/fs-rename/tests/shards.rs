@@ -15,7 +15,7 @@ use common::*;
 use fs_model::{FsPath, IndexLayout};
 use fs_rename::{fsck, FsTree, Renamer, Rewrite};
 use fs_store::{Scan, Scope};
-use fs_testkit::{Backend, EsProxyOptions};
+use fs_testkit::{Backend, EsProxyOptions, NetFaults, ProxyStats};
 
 const SHARDS: u32 = 3;
 
@@ -87,6 +87,30 @@ async fn assert_ids_kept(env: &Env, before: &BTreeMap<String, String>, from: &st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_job_works_on_a_tree_of_three_shards() {
+    every_job_on_three_shards(None).await;
+}
+
+/// A real cluster answers a search or a count without the part of a shard whose node it lost
+/// (HTTP 200, `_shards.failed` 1): a page taken as whole would skip documents, and a rename
+/// would leave them behind. Every job asks again, and does all its work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_works_through_answers_missing_a_shard() {
+    let seed = NetFaults::seed_from_env();
+    let faults = NetFaults {
+        partial_shards: 0.2,
+        ..NetFaults::none(seed)
+    };
+    let stats = every_job_on_three_shards(Some(faults)).await;
+    assert!(
+        stats.partial_answers > 0,
+        "no answer was left partial: {stats:?}"
+    );
+}
+
+/// Indexes a tree of three shards, then scans, renames (by the client and by the server),
+/// copies and removes in it, with `faults` from the first scan on; returns what the proxy
+/// counted.
+async fn every_job_on_three_shards(faults: Option<NetFaults>) -> ProxyStats {
     let proxy = fs_testkit::start_es_proxy(EsProxyOptions {
         update_by_query: true,
         ..EsProxyOptions::default()
@@ -130,6 +154,9 @@ async fn every_job_works_on_a_tree_of_three_shards() {
         expected.len() as u64,
         "{spread:?}"
     );
+    if let Some(faults) = faults {
+        proxy.set_faults(faults);
+    }
     let scanned: Vec<String> = Scan::new(
         Arc::clone(&env.store),
         &env.index,
@@ -205,6 +232,7 @@ async fn every_job_works_on_a_tree_of_three_shards() {
 
     let open = proxy.open_contexts();
     assert!(open.is_empty(), "search contexts left open: {open:?}");
+    proxy.stats()
 }
 
 /// The embedded store has no shards: a layout is accepted and changes nothing.

@@ -23,8 +23,8 @@
 //! - [`ElasticStore`]: the same trait on Elasticsearch 7.x/8.x or OpenSearch over HTTP, through
 //!   the official client; [`ElasticConfig`] says where and how.
 //! - [`Scan`]: reads a paged search page by page and closes what the store keeps open for it
-//!   (a point in time or a scroll) on every way out; [`Scan::pipeline`] works on several
-//!   pages at once while it reads the next.
+//!   (a point in time or a scroll) on every way out, [`READ_PAGE`] a page for a read of a whole
+//!   subtree; [`Scan::pipeline`] works on several pages at once while it reads the next.
 //! - [`CountingStore`]: a layer that counts the round trips made through it.
 //!
 //! ```
@@ -70,7 +70,7 @@ pub use error::{Result, StoreError};
 pub use index_name::validate_index_name;
 pub use layer::{Call, StoreLayer};
 pub use retry::{Backoff, Jitter, RetryPolicy};
-pub use scan::Scan;
+pub use scan::{Scan, READ_PAGE};
 pub use scripted::{
     plan_update, unknown_script, PlannedWrite, ScriptedUpdate, ScriptedUpdates, StoredLockScripts,
     UpdateItemResult, UpdateOutcome, UpdateResult,

@@ -1,8 +1,12 @@
 //! The scale section of `docs/benchmarks.md` (`--scale`), between its own markers, so that a
-//! full run carries it over.
+//! full run carries it over. A run measures some stores and sizes; the tables of the others,
+//! measured by an earlier run, stay (each table says when and by what it was measured), so
+//! that a ten-million-document run of one store need not be repeated to measure another.
 
 use std::fmt::Write as _;
 use std::path::Path;
+
+use anyhow::Context as _;
 
 use super::Row;
 use crate::report::{SCALE_END, SCALE_START};
@@ -36,6 +40,7 @@ pub fn render(rows: &[Row], command: &str, stamp: &str, machine: &str) -> String
     }
     for (store, shards, docs) in groups {
         let _ = writeln!(s, "**{store}, {docs} documents**\n");
+        let _ = writeln!(s, "Measured {stamp}: `{command}`.\n");
         let _ = writeln!(
             s,
             "| operation | s | documents/s | peak RSS MiB | peer | peer s | ratio |\n| --- | --- | --- | --- | --- | --- | --- |"
@@ -69,12 +74,74 @@ pub fn render(rows: &[Row], command: &str, stamp: &str, machine: &str) -> String
     s
 }
 
-/// Puts `section` in place of the scale section of `dir/benchmarks.md` (or at its end).
+/// Puts `section` in place of the scale section of `dir/benchmarks.md` (or at its end), with
+/// the tables of the section there before that `section` has not measured again.
 ///
 /// # Errors
 /// If the file cannot be read or written.
 pub fn write_into(dir: &Path, section: &str) -> anyhow::Result<std::path::PathBuf> {
-    crate::report::write_section(dir, (SCALE_START, SCALE_END), section)
+    let old = match std::fs::read_to_string(dir.join("benchmarks.md")) {
+        Ok(old) => old,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+    };
+    let merged = match crate::report::section_span(&old, SCALE_START, SCALE_END) {
+        Some((from, to)) => merge(section, &old[from..to]),
+        None => section.to_owned(),
+    };
+    crate::report::write_section(dir, (SCALE_START, SCALE_END), &merged)
+}
+
+/// `new` with the tables of `old` (an earlier section) whose store and size it lacks, every
+/// table in order of store, then size.
+fn merge(new: &str, old: &str) -> String {
+    let (head, mut tables) = split(new);
+    let (_, earlier) = split(old);
+    for table in earlier {
+        if !tables.iter().any(|t| t.0 == table.0) {
+            tables.push(table);
+        }
+    }
+    tables.sort_by(|a, b| (&a.0 .0, a.0 .1).cmp(&(&b.0 .0, b.0 .1)));
+    let mut s = head.to_owned();
+    for (_, text) in tables {
+        s.push_str(text);
+    }
+    s.push_str(SCALE_END);
+    s
+}
+
+/// A table's key: the store's label and the documents, read from its `**store, N
+/// documents**` heading.
+type Key = (String, usize);
+
+/// A section's text before its first table, and its tables (heading to the next heading or
+/// the end marker), each with its key.
+fn split(section: &str) -> (&str, Vec<(Key, &str)>) {
+    let body = section.strip_suffix(SCALE_END).unwrap_or(section);
+    let starts: Vec<usize> = body
+        .match_indices("\n**")
+        .map(|(i, _)| i + 1)
+        .filter(|&i| key(&body[i..]).is_some())
+        .collect();
+    let head = &body[..starts.first().copied().unwrap_or(body.len())];
+    let tables = starts
+        .iter()
+        .enumerate()
+        .filter_map(|(n, &from)| {
+            let to = starts.get(n + 1).copied().unwrap_or(body.len());
+            key(&body[from..]).map(|k| (k, &body[from..to]))
+        })
+        .collect();
+    (head, tables)
+}
+
+/// The key of a table whose heading starts `text`.
+fn key(text: &str) -> Option<Key> {
+    let heading = text.strip_prefix("**")?.split("**").next()?;
+    let (store, docs) = heading.rsplit_once(", ")?;
+    let docs = docs.strip_suffix(" documents")?.parse().ok()?;
+    Some((store.to_owned(), docs))
 }
 
 #[cfg(test)]
@@ -112,5 +179,69 @@ mod tests {
             section.contains("| fsck | 2.0 | 500 | 20.0 | one plain read | 4.0 | 0.50 × |"),
             "{section}"
         );
+    }
+
+    #[test]
+    fn a_run_keeps_the_tables_it_did_not_measure_again() {
+        let row = |store: &str, docs, seconds| Row {
+            store: store.to_owned(),
+            shards: None,
+            docs,
+            step: "fsck",
+            seconds,
+            peak_kb: None,
+            peer: None,
+        };
+        let earlier = render(
+            &[
+                row("embedded", 10_000_000, 9.0),
+                row("embedded", 1_000, 1.0),
+            ],
+            "bench --scale --scale-sizes 1000,10000000",
+            "yesterday",
+            "2 cores",
+        );
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        std::fs::write(
+            dir.path().join("benchmarks.md"),
+            format!("# B\n\n{earlier}\n"),
+        )
+        .expect("the old file");
+        let now = render(
+            &[
+                row("embedded", 1_000, 2.0),
+                row("Elasticsearch, 3 shard(s)", 1_000, 3.0),
+            ],
+            "bench --scale --scale-sizes 1000",
+            "today",
+            "2 cores",
+        );
+        let md = write_into(dir.path(), &now).expect("written");
+        let text = std::fs::read_to_string(md).expect("read back");
+        let section = &text[text.find(SCALE_START).expect("start")..];
+        assert_eq!(section.matches("| operation |").count(), 3, "{section}");
+        assert!(
+            section.contains("| fsck | 9.0 |"),
+            "the 10 M table kept: {section}"
+        );
+        assert!(
+            section.contains("| fsck | 2.0 |"),
+            "the 1 000 table new: {section}"
+        );
+        assert!(
+            !section.contains("| fsck | 1.0 |"),
+            "the old 1 000 table gone: {section}"
+        );
+        let order: Vec<usize> = [
+            "**Elasticsearch, 3 shard(s), 1000",
+            "**embedded, 1000 ",
+            "**embedded, 10000000",
+        ]
+        .iter()
+        .map(|h| section.find(h).expect(h))
+        .collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{section}");
+        assert!(section.contains("Measured yesterday: `bench --scale --scale-sizes 1000,10000000`"));
+        assert!(text.starts_with("# B\n\n") && text.trim_end().ends_with(SCALE_END));
     }
 }

@@ -33,7 +33,12 @@ pub struct Plan {
     pub shards: Vec<u32>,
     /// Where the trees on disk and the embedded databases go.
     pub dir: PathBuf,
+    /// The operations to measure, of [`STEPS`].
+    pub steps: Vec<String>,
 }
+
+/// The operations `--scale` can measure, in the order it measures them.
+pub const STEPS: [&str; 5] = ["index", "fsck", "ls", "mv", "rm"];
 
 /// One operation measured, with its peer where it has one.
 #[derive(Debug, Clone)]
@@ -69,7 +74,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Vec<Row>> {
             for shards in layouts {
                 let place = peers::Place::new(store, &plan.dir, docs, shards)?;
                 eprintln!("scale: {} documents on {place}", shape.docs());
-                let measured = measure(&binary, &place, &disk, &shape).await?;
+                let measured = measure(&binary, &place, &disk, &shape, &plan.steps).await?;
                 for (step, m, peer) in measured {
                     eprintln!(
                         "  {step:<28} {:>8.1} s {:>8.1} MiB{}",
@@ -96,13 +101,14 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Vec<Row>> {
 
 type Step = (&'static str, child::Measured, Option<(&'static str, f64)>);
 
-/// The operations on one store, each after the one before (the tree is indexed, checked,
-/// renamed there and back, and removed), with their peers.
+/// The operations on one store among `steps`, each after the one before (the tree is indexed,
+/// checked, listed, renamed there and back, and removed), with their peers.
 async fn measure(
     binary: &std::path::Path,
     place: &peers::Place,
     disk: &std::path::Path,
     shape: &tree::Shape,
+    steps: &[String],
 ) -> anyhow::Result<Vec<Step>> {
     place.clean().await?;
     let run = |args: &[&str]| {
@@ -110,34 +116,48 @@ async fn measure(
         all.extend(args.iter().map(|a| (*a).to_owned()));
         child::run(binary, &all)
     };
+    let wanted = |step: &str| steps.iter().any(|s| s == step);
     let disk = disk.to_string_lossy().into_owned();
-    let mut steps = Vec::new();
-    let bulk = peers::raw_bulk(place, shape).await?;
-    steps.push((
-        "index (first)",
-        run(&["index", &disk, "--as", "/t"])?,
-        Some(("raw _bulk", bulk)),
-    ));
-    steps.push((
-        "index again (unchanged)",
-        run(&["index", &disk, "--as", "/t"])?,
-        None,
-    ));
-    let read = peers::plain_read(place).await?;
-    steps.push(("fsck", run(&["fsck"])?, Some(("one plain read", read))));
-    steps.push(("ls -R", run(&["ls", "-R", "/t"])?, None));
-    let by_query = peers::update_by_query(place).await?;
-    let mv = run(&["mv", "/t", "/t2"])?;
-    steps.push((
-        "mv",
-        mv,
-        by_query.map(|s| ("_update_by_query slices=auto", s)),
-    ));
-    steps.push((
-        "mv --rewrite client",
-        run(&["mv", "--rewrite", "client", "/t2", "/t"])?,
-        None,
-    ));
-    steps.push(("rm -r", run(&["rm", "-r", "/t"])?, None));
-    Ok(steps)
+    let mut out = Vec::new();
+    if wanted("index") {
+        let bulk = peers::raw_bulk(place, shape).await?;
+        out.push((
+            "index (first)",
+            run(&["index", &disk, "--as", "/t"])?,
+            Some(("raw _bulk", bulk)),
+        ));
+        out.push((
+            "index again (unchanged)",
+            run(&["index", &disk, "--as", "/t"])?,
+            None,
+        ));
+    } else {
+        // What the other steps work on, unmeasured.
+        run(&["index", &disk, "--as", "/t"])?;
+    }
+    if wanted("fsck") {
+        let read = peers::plain_read(place).await?;
+        out.push(("fsck", run(&["fsck"])?, Some(("one plain read", read))));
+    }
+    if wanted("ls") {
+        out.push(("ls -R", run(&["ls", "-R", "/t"])?, None));
+    }
+    if wanted("mv") {
+        let by_query = peers::update_by_query(place).await?;
+        let mv = run(&["mv", "/t", "/t2"])?;
+        out.push((
+            "mv",
+            mv,
+            by_query.map(|s| ("_update_by_query slices=auto", s)),
+        ));
+        out.push((
+            "mv --rewrite client",
+            run(&["mv", "--rewrite", "client", "/t2", "/t"])?,
+            None,
+        ));
+    }
+    if wanted("rm") {
+        out.push(("rm -r", run(&["rm", "-r", "/t"])?, None));
+    }
+    Ok(out)
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use fs_locks::{LockClient, LockInfo, Observed};
 use fs_model::FsPath;
-use fs_store::{Scan, Scope, SharedStore, StoreError};
+use fs_store::{Scan, Scope, SharedStore, StoreError, READ_PAGE};
 use serde::Serialize;
 
 use crate::error::{RenameError, Result};
@@ -18,8 +18,6 @@ use crate::tree::FsTree;
 mod tree_check;
 
 use tree_check::TreeCheck;
-
-const PAGE: usize = 1_000;
 
 /// What `fsck` found.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -117,7 +115,7 @@ pub(crate) async fn fsck_ignoring(
         Arc::clone(&store),
         index,
         Scope::Subtree(scope.clone()),
-        PAGE,
+        READ_PAGE,
     );
     // A failed page ends the scan, closed; a check that cannot go on closes it here.
     let context = || format!("checking under `{scope}`");

@@ -19,16 +19,13 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use fs_model::FsPath;
-use fs_store::{Scan, Scope};
+use fs_store::{Scan, Scope, READ_PAGE};
 
 use super::content::{self, Plan};
 use super::walk::{Links, Walk, Walked};
 use super::IndexReport;
 use crate::error::Result;
 use crate::tree::{next_entries, Entry, FsTree};
-
-/// Documents a page of the scan holds.
-const PAGE: usize = 1_000;
 
 /// What [`merge`] leaves for the locked pass.
 pub(super) enum Merged {
@@ -79,7 +76,7 @@ pub(super) async fn merge(
 ) -> Result<Merged> {
     tree.refresh().await?;
     let scope = Scope::Subtree(at.clone());
-    let mut scan = Scan::new(Arc::clone(tree.store()), tree.index(), scope, PAGE);
+    let mut scan = Scan::new(Arc::clone(tree.store()), tree.index(), scope, READ_PAGE);
     let merged = merge_scanned(tree, at, &mut scan, walk, options, report).await;
     scan.close().await;
     merged
@@ -294,7 +291,11 @@ mod tests {
         assert_eq!(unchanged.forgotten, 14);
         assert_eq!((report.dirs, report.files, report.unchanged), (7, 7, 14));
 
-        // One file changed, one new, one gone: only they are kept.
+        // One file changed, one new, one gone: only they are kept. The kernel stamps a
+        // modification with a clock that moves a tick at a time (up to 10 ms), and the first
+        // index can take less: without the pause a directory changed now may keep the time
+        // it had when it was made, and look unchanged.
+        std::thread::sleep(std::time::Duration::from_millis(50));
         std::fs::write(work.path().join("a/g"), b"longer than before").expect("write");
         std::fs::write(work.path().join("a-b/new"), b"new").expect("write");
         std::fs::remove_file(work.path().join("b/i")).expect("rm");

@@ -62,6 +62,11 @@ pub struct NetFaults {
     /// Continuations of a scroll or a point in time answered 404 `search_context_missing`,
     /// their context gone: it lived on a node that died.
     pub lost_contexts: f64,
+    /// Searches and counts of an index of several shards answered 200 without one shard's
+    /// part: `_shards.failed` 1, some hits (or some of the count) missing, as when the node
+    /// holding a shard's only live copy is lost between the query and the answer
+    /// ([`partial`](super::partial)).
+    pub partial_shards: f64,
 }
 
 impl NetFaults {
@@ -80,6 +85,7 @@ impl NetFaults {
             failover_replay: 0.0,
             lagging_reads: 0,
             lost_contexts: 0.0,
+            partial_shards: 0.0,
         }
     }
 
@@ -208,6 +214,13 @@ impl Schedule {
         let mut state = self.lock();
         let (faults, rng) = &mut *state;
         faults.lost_contexts > 0.0 && rng.random::<f64>() < faults.lost_contexts
+    }
+
+    /// Whether the next search or count of several shards leaves one out.
+    pub(crate) fn fail_shard(&self) -> bool {
+        let mut state = self.lock();
+        let (faults, rng) = &mut *state;
+        faults.partial_shards > 0.0 && rng.random::<f64>() < faults.partial_shards
     }
 
     /// Whether the next bulk item is rejected with 429.

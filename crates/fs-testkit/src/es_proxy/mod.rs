@@ -25,6 +25,10 @@
 //!   request carried out twice with the second answer given (its own writes answered 409),
 //!   reads by id served by a copy that lags, and paged searches whose context died with its
 //!   node ([`NetFaults::failover`]).
+//! - **Partial answers** ([`partial`], off unless asked for): a search or count of an index of
+//!   several shards answered 200 with one shard's part missing and `_shards.failed` 1, as a
+//!   real cluster answers when a shard's node is lost mid-search
+//!   ([`NetFaults::partial_shards`]).
 //!
 //! - **Renames by query** ([`by_query`], off unless asked for): `_update_by_query` with
 //!   fsrename's rename script, run as a task, and the tasks API that follows, cancels and lists
@@ -39,6 +43,7 @@ mod contexts;
 mod failover;
 mod faults;
 mod nrt;
+mod partial;
 mod scripted;
 mod update_run;
 mod upstream;
@@ -151,6 +156,8 @@ pub struct ProxyStats {
     pub lagging_reads: u64,
     /// Faults: continuations of paged searches whose context was lost.
     pub contexts_lost: u64,
+    /// Faults: searches and counts answered without one shard's part.
+    pub partial_answers: u64,
 }
 
 #[derive(Default)]
@@ -174,6 +181,7 @@ struct Counters {
     replayed: AtomicU64,
     lagging_reads: AtomicU64,
     contexts_lost: AtomicU64,
+    partial_answers: AtomicU64,
 }
 
 impl Counters {
@@ -403,6 +411,7 @@ impl Proxy {
             replayed: get(&c.replayed),
             lagging_reads: get(&c.lagging_reads),
             contexts_lost: get(&c.contexts_lost),
+            partial_answers: get(&c.partial_answers),
         }
     }
 
@@ -512,6 +521,7 @@ async fn handle(
     // A request runs to its end even when its client goes away (a killed process): a server
     // applies what it received, and a write the server behind applied must be noted for the
     // next refresh, or search would never see it.
+    let searching = partial::is_search(&request);
     let shared = Arc::clone(&proxy);
     let handled = tokio::spawn(async move {
         let seg: Vec<&str> = request.segments.iter().map(String::as_str).collect();
@@ -531,6 +541,7 @@ async fn handle(
         };
     }
     match handled {
+        Ok(Ok(response)) if searching => partial::strike(&proxy, response).await,
         Ok(Ok(response)) => response,
         Ok(Err(e)) => answer(
             StatusCode::BAD_GATEWAY,
