@@ -2,7 +2,9 @@
 //! proxy's nodes share one osmem): its nodes' URLs (`FSRENAME_TEST_ES_CLUSTER`, comma
 //! separated, loopback), and the commands that kill a node and start it again
 //! (`FSRENAME_TEST_ES_KILL`, `FSRENAME_TEST_ES_START`, each run by `sh -c` with the node's
-//! URL as its one argument, `$1`; the start command of a node that runs must do nothing).
+//! URL as its one argument, `$1`; the start command of a node that runs must do nothing),
+//! and, for the tests that pause a node, the commands that pause it and let it go on
+//! (`FSRENAME_TEST_ES_PAUSE`, `FSRENAME_TEST_ES_RESUME`: SIGSTOP and SIGCONT of its JVM).
 //! `docs/elasticsearch.md` says how to run them.
 
 use std::time::{Duration, Instant};
@@ -15,6 +17,11 @@ pub const CLUSTER_VAR: &str = "FSRENAME_TEST_ES_CLUSTER";
 pub const KILL_VAR: &str = "FSRENAME_TEST_ES_KILL";
 /// The variable holding the command that starts a node again (`$1`: its URL).
 pub const START_VAR: &str = "FSRENAME_TEST_ES_START";
+/// The variable holding the command that pauses a node (`$1`: its URL), for the tests that
+/// pause one.
+pub const PAUSE_VAR: &str = "FSRENAME_TEST_ES_PAUSE";
+/// The variable holding the command that lets a paused node go on (`$1`: its URL).
+pub const RESUME_VAR: &str = "FSRENAME_TEST_ES_RESUME";
 
 /// A real cluster, as the environment describes it.
 #[derive(Debug, Clone)]
@@ -23,6 +30,8 @@ pub struct RealCluster {
     pub nodes: Vec<String>,
     kill: String,
     start: String,
+    pause: Option<String>,
+    resume: Option<String>,
     http: reqwest::Client,
 }
 
@@ -33,8 +42,9 @@ impl RealCluster {
     /// If a variable is missing: such a test was asked for explicitly, and should say why it
     /// cannot run rather than pass.
     pub fn from_env() -> RealCluster {
+        let optional = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let var = |name: &str| {
-            std::env::var(name).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| {
+            optional(name).unwrap_or_else(|| {
                 panic!("{name} is not set: a real cluster's node-loss test needs {CLUSTER_VAR}, {KILL_VAR} and {START_VAR} (docs/elasticsearch.md)")
             })
         };
@@ -51,6 +61,8 @@ impl RealCluster {
             nodes,
             kill: var(KILL_VAR),
             start: var(START_VAR),
+            pause: optional(PAUSE_VAR),
+            resume: optional(RESUME_VAR),
             http: reqwest::Client::builder()
                 .no_proxy()
                 .timeout(Duration::from_secs(10))
@@ -132,6 +144,29 @@ impl RealCluster {
     /// Starts the node at `url` again (blocking); a node that runs already stays as it is.
     pub fn start(&self, url: &str) {
         self.run(&self.start, url);
+    }
+
+    /// Pauses the node at `url` (blocking).
+    ///
+    /// # Panics
+    /// If `FSRENAME_TEST_ES_PAUSE` or `FSRENAME_TEST_ES_RESUME` is not set: a test that pauses
+    /// a node must be able to let it go on.
+    pub fn pause(&self, url: &str) {
+        let (pause, _) = self.pause_commands();
+        self.run(pause, url);
+    }
+
+    /// Lets the paused node at `url` go on (blocking).
+    pub fn resume(&self, url: &str) {
+        let (_, resume) = self.pause_commands();
+        self.run(resume, url);
+    }
+
+    fn pause_commands(&self) -> (&str, &str) {
+        match (&self.pause, &self.resume) {
+            (Some(pause), Some(resume)) => (pause, resume),
+            _ => panic!("a test that pauses a node needs {PAUSE_VAR} and {RESUME_VAR} (docs/elasticsearch.md)"),
+        }
     }
 
     /// Waits until the cluster has all its nodes and is green, up to `patience`.

@@ -80,16 +80,20 @@ pub fn render(rows: &[Row], command: &str, stamp: &str, machine: &str) -> String
 /// # Errors
 /// If the file cannot be read or written.
 pub fn write_into(dir: &Path, section: &str) -> anyhow::Result<std::path::PathBuf> {
-    let old = match std::fs::read_to_string(dir.join("benchmarks.md")) {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let md = dir.join("benchmarks.md");
+    let old = match std::fs::read_to_string(&md) {
         Ok(old) => old,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", md.display())),
     };
     let merged = match crate::report::section_span(&old, SCALE_START, SCALE_END) {
         Some((from, to)) => merge(section, &old[from..to]),
         None => section.to_owned(),
     };
-    crate::report::write_section(dir, (SCALE_START, SCALE_END), &merged)
+    let doc = crate::report::splice(&old, (SCALE_START, SCALE_END), &merged);
+    std::fs::write(&md, doc).with_context(|| format!("writing {}", md.display()))?;
+    Ok(md)
 }
 
 /// `new` with the tables of `old` (an earlier section) whose store and size it lacks, every
@@ -102,7 +106,7 @@ fn merge(new: &str, old: &str) -> String {
             tables.push(table);
         }
     }
-    tables.sort_by(|a, b| (&a.0 .0, a.0 .1).cmp(&(&b.0 .0, b.0 .1)));
+    tables.sort_by(|a, b| a.0.cmp(&b.0));
     let mut s = head.to_owned();
     for (_, text) in tables {
         s.push_str(text);

@@ -328,6 +328,229 @@ pub async fn search_subtree_from(store: SharedStore) {
     );
 }
 
+/// A range of a subtree (`[start, end)`, inside the subtree) and the directories of a
+/// subtree, each in path order, counted as searched.
+pub async fn search_subtree_range_and_dirs(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-subtree-range").await;
+    let dirs = [
+        "/clinton",
+        "/clinton/projects",
+        "/clinton/projects/elasticsearch",
+        "/clinton/projects/kibana",
+        "/clinton-x",
+        "/gormley",
+    ];
+    let kinds: Vec<(String, &str)> = TREE
+        .iter()
+        .map(|p| (p.to_string(), if dirs.contains(p) { "dir" } else { "file" }))
+        .collect();
+    put_kinds(&*store, &index, &kinds).await;
+    let path = |p: &str| FsPath::parse(p).expect("path");
+    let range = |root: &str, start: &str, end: &str| Scope::SubtreeRange {
+        root: path(root),
+        start: path(start),
+        end: path(end),
+    };
+    let cases = [
+        (
+            range("/clinton", "/clinton", "/clinton/projects/elasticsearch"),
+            vec!["/clinton", "/clinton/a.txt", "/clinton/projects"],
+        ),
+        (
+            range(
+                "/clinton",
+                "/clinton/projects/elasticsearch",
+                "/clinton/projects/kibana",
+            ),
+            vec![
+                "/clinton/projects/elasticsearch",
+                "/clinton/projects/elasticsearch/README.txt",
+            ],
+        ),
+        // The end past the subtree: the rest of it, nothing of its neighbours.
+        (
+            range("/clinton", "/clinton/projects/kibana", "/zzz"),
+            vec!["/clinton/projects/kibana"],
+        ),
+        (range("/clinton", "/clinton/b", "/clinton/c"), vec![]),
+        (
+            range("/", "/clinton0", "/gormley/b.txt"),
+            vec!["/clinton0", "/clintonx", "/gormley"],
+        ),
+    ];
+    for (scope, expected) in cases {
+        assert_reads(&*store, &index, scope, &expected).await;
+    }
+    let clinton_dirs = Scope::SubtreeDirs(path("/clinton"));
+    let expected = [
+        "/clinton",
+        "/clinton/projects",
+        "/clinton/projects/elasticsearch",
+        "/clinton/projects/kibana",
+    ];
+    assert_reads(&*store, &index, clinton_dirs, &expected).await;
+    let every_dir = Scope::SubtreeDirs(FsPath::root());
+    assert_eq!(
+        search_all(&*store, &index, every_dir, 100).await.len(),
+        dirs.len()
+    );
+}
+
+/// Checks that `scope` reads `expected` in path order, in pages of 1, 2 and 100, and counts as
+/// many.
+async fn assert_reads(store: &dyn DocStore, index: &str, scope: Scope, expected: &[&str]) {
+    assert!(scope.sorted_by_path());
+    for size in [1, 2, 100] {
+        assert_eq!(
+            search_all(store, index, scope.clone(), size).await,
+            expected,
+            "{scope:?}, pages of {size}"
+        );
+    }
+    let count = store.count(index, &scope).await.expect("count");
+    assert_eq!(count, expected.len() as u64, "{scope:?}");
+}
+
+/// A tree of `dirs` directories under `/t` of `files` files each, with neighbours that sort
+/// around it (`/s`, `/t-x`, `/t0`); the index, refreshed.
+async fn tree_of_dirs(store: &dyn DocStore, prefix: &str, dirs: usize, files: usize) -> String {
+    let index = fresh_index(store, prefix).await;
+    let mut docs = vec![("/t".to_owned(), "dir")];
+    for d in 0..dirs {
+        docs.push((format!("/t/d{d:02}"), "dir"));
+        docs.extend((0..files).map(|f| (format!("/t/d{d:02}/f{f:02}"), "file")));
+    }
+    docs.extend(
+        [
+            ("/s", "file"),
+            ("/t-x", "dir"),
+            ("/t-x/in", "file"),
+            ("/t0", "file"),
+        ]
+        .map(|(p, k)| (p.to_owned(), k)),
+    );
+    put_kinds(store, &index, &docs).await;
+    index
+}
+
+/// Writes a document a `(path, kind)`, ids `d0`, `d1`, ... in order; refreshes.
+async fn put_kinds(store: &dyn DocStore, index: &str, docs: &[(String, &str)]) {
+    let ops = docs
+        .iter()
+        .enumerate()
+        .map(|(i, (p, kind))| BulkOp::Create {
+            id: format!("d{i}"),
+            source: json!({ "path": p, "kind": kind }),
+        })
+        .collect();
+    let results = store.bulk(index, ops).await.expect("bulk");
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    store.refresh(index).await.expect("refresh");
+}
+
+/// Reads every page of `scan`: (id, path) in order, and the size of the largest page.
+async fn read_scan(mut scan: Scan) -> (Vec<(String, String)>, usize) {
+    let (mut read, mut largest) = (Vec::new(), 0);
+    while let Some(page) = scan.next_page().await.expect("page") {
+        largest = largest.max(page.len());
+        read.extend(page.into_iter().map(|d| {
+            let path = d.source["path"].as_str().unwrap_or("<none>").to_owned();
+            (d.id, path)
+        }));
+    }
+    assert!(!scan.is_open(), "a scan read to its end is closed");
+    (read, largest)
+}
+
+/// A subtree read in parts (`Scan::in_parts`) gives what a read of the whole subtree gives:
+/// every document once, in path order, pages no larger than asked, nothing left open; the
+/// parts (on a store that splits) start at directories, and a subtree of one part, a
+/// directory of files, and a missing one read the same.
+pub async fn a_read_in_parts_is_the_whole_read(store: SharedStore) {
+    let index = tree_of_dirs(&*store, "conf-in-parts", 30, 4).await;
+    let path = |p: &str| FsPath::parse(p).expect("path");
+    for (root, page) in [
+        ("/t", 3),
+        ("/t", 7),
+        ("/", 5),
+        ("/t/d07", 2),
+        ("/t/nope", 3),
+    ] {
+        let whole = Scan::new(
+            SharedStore::clone(&store),
+            &index,
+            Scope::Subtree(path(root)),
+            page,
+        );
+        let parts = Scan::in_parts(SharedStore::clone(&store), &index, path(root), page);
+        let (expected, _) = read_scan(whole).await;
+        let (read, largest) = read_scan(parts).await;
+        assert_eq!(read, expected, "{root} in pages of {page}");
+        assert!(largest <= page, "{root}: a page of {largest}, not {page}");
+    }
+    // 30 × 5 + 1 documents under `/t`.
+    let (all, _) = read_scan(Scan::in_parts(
+        SharedStore::clone(&store),
+        &index,
+        path("/t"),
+        4,
+    ))
+    .await;
+    assert_eq!(all.len(), 151);
+}
+
+/// On a store whose cursors carry a snapshot from part to part, a read in parts is one
+/// snapshot: a document written (and refreshed) into a later part after the first page is not
+/// read, nor is one deleted then missed. On any other ("pages are not a snapshot"), each
+/// document that stays is read once all the same.
+pub async fn a_read_in_parts_is_one_snapshot(store: SharedStore) {
+    let snapshot = match store.capabilities().held_cursors {
+        Some(cursors) => cursors.holds_across_queries().await,
+        None => false,
+    };
+    let index = tree_of_dirs(&*store, "conf-in-parts-snapshot", 30, 4).await;
+    let mut scan = Scan::in_parts(
+        SharedStore::clone(&store),
+        &index,
+        FsPath::parse("/t").expect("path"),
+        3,
+    );
+    let first = scan.next_page().await.expect("page").unwrap_or_default();
+    assert_eq!(first.len(), 3);
+    store
+        .create(
+            &index,
+            "late",
+            json!({ "path": "/t/d25/late", "kind": "file" }),
+        )
+        .await
+        .expect("create");
+    // `/t/d29/f03`, the last document of `/t`: in the last part.
+    store.delete(&index, "d150", None).await.expect("delete");
+    store.refresh(&index).await.expect("refresh");
+    let (rest, _) = read_scan(scan).await;
+    let mut ids: Vec<&str> = first
+        .iter()
+        .map(|d| d.id.as_str())
+        .chain(rest.iter().map(|(id, _)| id.as_str()))
+        .collect();
+    if snapshot {
+        assert!(
+            !ids.contains(&"late"),
+            "a document written after the read began"
+        );
+        assert!(
+            ids.contains(&"d150"),
+            "a document deleted after the read began"
+        );
+    }
+    ids.retain(|id| !["late", "d150"].contains(id));
+    ids.sort_unstable();
+    let mut expected: Vec<String> = (0..150).map(|i| format!("d{i}")).collect();
+    expected.sort_unstable();
+    assert_eq!(ids, expected, "every document that stayed, once");
+}
+
 /// Scopes in turn: the documents of the first scope before those only later ones hold, each
 /// scope in path order, every document once, in one page with no next; a cursor is refused;
 /// count agrees with `AnyOf`.

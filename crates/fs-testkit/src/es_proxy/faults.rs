@@ -216,6 +216,11 @@ impl Schedule {
         faults.lost_contexts > 0.0 && rng.random::<f64>() < faults.lost_contexts
     }
 
+    /// Whether searches and counts may leave a shard out at all.
+    pub(crate) fn partial_enabled(&self) -> bool {
+        self.lock().0.partial_shards > 0.0
+    }
+
     /// Whether the next search or count of several shards leaves one out.
     pub(crate) fn fail_shard(&self) -> bool {
         let mut state = self.lock();

@@ -521,7 +521,9 @@ async fn handle(
     // A request runs to its end even when its client goes away (a killed process): a server
     // applies what it received, and a write the server behind applied must be noted for the
     // next refresh, or search would never see it.
-    let searching = partial::is_search(&request);
+    // Only when partial answers are asked for: otherwise every search answer would be read
+    // and parsed for nothing.
+    let searching = proxy.faults.partial_enabled() && partial::is_search(&request);
     let shared = Arc::clone(&proxy);
     let handled = tokio::spawn(async move {
         let seg: Vec<&str> = request.segments.iter().map(String::as_str).collect();
