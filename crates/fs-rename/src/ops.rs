@@ -342,11 +342,7 @@ async fn scan_entries(
     page: usize,
     mut each: impl FnMut(Entry) -> Result<ControlFlow<()>>,
 ) -> Result<()> {
-    // A whole subtree is read in parts (one point in time): far less sorting for the server.
-    let mut scan = match scope {
-        Scope::Subtree(root) => Scan::in_parts(Arc::clone(store), index, root, page),
-        scope => Scan::new(Arc::clone(store), index, scope, page),
-    };
+    let mut scan = Scan::new(Arc::clone(store), index, scope, page);
     let read = async {
         let context = || format!("listing `{dir}`");
         while let Some(page) = next_entries(&mut scan, index, context).await? {

@@ -182,8 +182,8 @@ async fn real_cluster_a_million_documents_ride_out_kills_and_pauses() {
     let (before, inside) = read_tree(&store, &env.index, "/big").await;
     assert_eq!(inside, documents, "the tree");
     assert_eq!(before.len(), documents + 1, "the tree, and /warmed");
-    println!("| run | fault | node | at | during the rename | took | found | rewritten | retries | resent by the store | own writes recognised | restarts |");
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| run | fault | node | at | during the rename | took | locking, checking, rewriting, releasing | found | rewritten | retries | resent by the store | own writes recognised | restarts |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
 
     let mut window = Duration::from_secs(60);
     let mut name = "/big".to_owned();
@@ -236,8 +236,12 @@ async fn real_cluster_a_million_documents_ride_out_kills_and_pauses() {
             "run {run}: by-query tasks left"
         );
         println!(
-            "| {run} | {fault:?} | {node} | {at:.1?} | {} | {took:.1?} | {} | {} | {} | {} | {} | {} |",
+            "| {run} | {fault:?} | {node} | {at:.1?} | {} | {took:.1?} | {:.1?}, {:.1?}, {:.1?}, {:.1?} | {} | {} | {} | {} | {} | {} |",
             if at < took { "yes" } else { "no" },
+            report.phases.locking,
+            report.phases.checking,
+            report.phases.rewriting,
+            report.phases.releasing,
             report.found,
             report.rewritten,
             report.retries,

@@ -108,14 +108,6 @@ pub trait HeldCursors: Send + Sync {
     /// # Errors
     /// A cursor this store did not make; transient and backend failures.
     async fn close_cursor(&self, index: &str, cursor: Cursor) -> Result<()>;
-
-    /// Whether a held cursor pages on under another query of the same order (a point in time
-    /// does; a scroll is bound to its first query): what a read in parts needs to read all
-    /// its parts in one snapshot ([`Scan::in_parts`](crate::Scan::in_parts)). Without it, a
-    /// read in parts is read in one part. Default: no.
-    async fn holds_across_queries(&self) -> bool {
-        false
-    }
 }
 
 /// Search by name pattern and words of the content.

@@ -385,13 +385,6 @@ impl<L: StoreLayer> HeldCursors for L {
         let next = self.on_close_cursor(index, cursor);
         self.around(Call::CloseCursor, next).await
     }
-
-    async fn holds_across_queries(&self) -> bool {
-        match self.inner().capabilities().held_cursors {
-            Some(inner) => inner.holds_across_queries().await,
-            None => false,
-        }
-    }
 }
 
 #[async_trait]

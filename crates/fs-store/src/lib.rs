@@ -24,8 +24,7 @@
 //!   the official client; [`ElasticConfig`] says where and how.
 //! - [`Scan`]: reads a paged search page by page and closes what the store keeps open for it
 //!   (a point in time or a scroll) on every way out, [`READ_PAGE`] a page for a read of a whole
-//!   subtree, [`Scan::in_parts`] such a read in parts of about [`PART_PAGES`] pages, for a
-//!   server whose sorted pages cost the whole match; [`Scan::pipeline`] works on several pages at once while it reads the next.
+//!   subtree; [`Scan::pipeline`] works on several pages at once while it reads the next.
 //! - [`CountingStore`]: a layer that counts the round trips made through it.
 //!
 //! ```
@@ -57,7 +56,6 @@ mod layer;
 mod pipeline;
 mod retry;
 mod scan;
-mod scan_parts;
 mod scripted;
 mod server_rename;
 mod sqlite;
@@ -73,7 +71,6 @@ pub use index_name::validate_index_name;
 pub use layer::{Call, StoreLayer};
 pub use retry::{Backoff, Jitter, RetryPolicy};
 pub use scan::{Scan, READ_PAGE};
-pub use scan_parts::PART_PAGES;
 pub use scripted::{
     plan_update, unknown_script, PlannedWrite, ScriptedUpdate, ScriptedUpdates, StoredLockScripts,
     UpdateItemResult, UpdateOutcome, UpdateResult,

@@ -10,7 +10,6 @@ use serde_json::Value;
 
 use crate::error::{Result, StoreError};
 use crate::retry::{Backoff, Jitter, RetryPolicy};
-use crate::scan_parts::Parts;
 use crate::store::SharedStore;
 use crate::types::{Cursor, Scope, SearchRequest, StoredDoc};
 
@@ -68,8 +67,6 @@ pub struct Scan {
     /// The pauses before fresh starts from `reached` after continuations that failed in a
     /// row: begun again by each page read.
     restarts: Backoff,
-    /// For a read in parts ([`Scan::in_parts`]): the parts still to read.
-    parts: Option<Parts>,
 }
 
 /// How many failed continuations in a row a scan starts again after; the next failure is
@@ -82,37 +79,6 @@ const RESTARTS: RetryPolicy =
     RetryPolicy::new(Duration::from_millis(100), Duration::from_millis(1_600))
         .jitter(Jitter::Equal)
         .attempts(MAX_RESTARTS);
-
-/// Plans `parts` from the store: the count of the subtree's documents and of its directories,
-/// then (if it is worth splitting) its directories in path order. Only on a store whose held
-/// cursors page on under another query: there the parts share one point in time.
-async fn plan(store: &SharedStore, index: &str, parts: &mut Parts) -> Result<()> {
-    match store.capabilities().held_cursors {
-        Some(cursors) if cursors.holds_across_queries().await => {}
-        _ => return Ok(()),
-    }
-    let root = parts.root().clone();
-    let docs = store.count(index, &Scope::Subtree(root.clone())).await?;
-    if !parts.worth_splitting(docs) {
-        return Ok(());
-    }
-    let dirs = store
-        .count(index, &Scope::SubtreeDirs(root.clone()))
-        .await?;
-    if !parts.begin(docs, dirs) {
-        return Ok(());
-    }
-    let scope = Scope::SubtreeDirs(root);
-    let mut scan = Scan::new(SharedStore::clone(store), index, scope, READ_PAGE);
-    while let Some(page) = scan.next_page().await? {
-        for doc in page {
-            if let Some(path) = doc.source.get("path").and_then(Value::as_str) {
-                parts.offer(path);
-            }
-        }
-    }
-    Ok(())
-}
 
 /// The last path a scan returned, and the ids it returned at that path: a fresh start from
 /// that path (inclusive) leaves those out.
@@ -145,24 +111,6 @@ impl Scan {
         Scan::with_request(store, index, SearchRequest::single_page(scope, size))
     }
 
-    /// Starts a scan of `root`'s subtree in path order, `page_size` documents a page, that a
-    /// store whose sorted pages cost the whole match (Elasticsearch) reads in parts of a few
-    /// pages each, from one point in time: the same pages as [`Scan::new`] with
-    /// [`Scope::Subtree`], at a fraction of the server's work for a large subtree
-    /// (`scan_parts.rs`). Where to split is found at the first page: a count and a read of
-    /// the subtree's directories.
-    pub fn in_parts(
-        store: SharedStore,
-        index: impl Into<String>,
-        root: FsPath,
-        page_size: usize,
-    ) -> Scan {
-        let request = SearchRequest::first(Scope::Subtree(root.clone()), page_size);
-        let mut scan = Scan::with_request(store, index, request);
-        scan.parts = Some(Parts::new(root, page_size));
-        scan
-    }
-
     fn with_request(store: SharedStore, index: impl Into<String>, request: SearchRequest) -> Scan {
         Scan {
             store,
@@ -172,46 +120,6 @@ impl Scan {
             done: false,
             reached: None,
             restarts: RESTARTS.start(),
-            parts: None,
-        }
-    }
-
-    /// Plans a read in parts, at its first page: from then on the request reads the first
-    /// part, or, for a subtree read in one part, the whole as [`Scan::new`] would. A failure
-    /// ends the scan.
-    async fn plan_parts(&mut self) -> Result<()> {
-        let Some(mut parts) = self.parts.take() else {
-            return Ok(());
-        };
-        if !parts.is_planned() {
-            // Boxed: the directories are read by a scan, whose first page comes here.
-            if let Err(e) = Box::pin(plan(&self.store, &self.index, &mut parts)).await {
-                self.done = true;
-                return Err(e);
-            }
-            if let Some(first) = parts.first() {
-                self.request.scope = first;
-                self.request.parts_follow = parts.follow();
-            }
-        }
-        self.parts = Some(parts);
-        Ok(())
-    }
-
-    /// At the end of a part of a read in parts, moves the request on to the next part (the
-    /// cursor stays: the next part is read after it, in the same point in time); false
-    /// after the last part, or for a scan not read in parts.
-    fn next_part(&mut self) -> bool {
-        let Some(parts) = &mut self.parts else {
-            return false;
-        };
-        match parts.next() {
-            Some(scope) => {
-                self.request.scope = scope;
-                self.request.parts_follow = parts.follow();
-                true
-            }
-            None => false,
         }
     }
 
@@ -234,9 +142,6 @@ impl Scan {
     /// failures, [`StoreError::IndexNotFound`](crate::StoreError::IndexNotFound). After an
     /// error the scan is over.
     pub async fn next_page(&mut self) -> Result<Option<Vec<StoredDoc>>> {
-        if !self.done && self.open.is_none() && self.reached.is_none() {
-            self.plan_parts().await?;
-        }
         loop {
             if self.done {
                 return Ok(None);
@@ -249,15 +154,8 @@ impl Scan {
             match self.store.search(&self.index, request).await {
                 Ok(page) => {
                     self.restarts = RESTARTS.start();
-                    let part_read = page.next.is_none() || page.docs.len() < self.request.size;
                     self.open = page.next;
-                    if part_read && self.next_part() {
-                        // The next part is read on with the same cursor (or a fresh search,
-                        // from a store that closed it).
-                    } else if self.open.is_none()
-                        || page.docs.is_empty()
-                        || self.request.single_page
-                    {
+                    if self.open.is_none() || page.docs.is_empty() || self.request.single_page {
                         self.close().await;
                     }
                     let docs = self.leave_out_returned(page.docs);
@@ -280,9 +178,7 @@ impl Scan {
                     tracing::debug!(index = %self.index, error = %e, restarts = self.restarts.attempt(),
                         "a paged search lost its context; starting again where it had got to");
                     tokio::time::sleep(pause).await;
-                    let parts_follow = self.request.parts_follow;
                     self.request = SearchRequest::first(scope, self.request.size);
-                    self.request.parts_follow = parts_follow;
                     self.done = false;
                 }
             }

@@ -115,20 +115,6 @@ pub enum Scope {
         /// The first path read (it need not exist).
         start: FsPath,
     },
-    /// The documents of `Subtree(root)` whose path sorts at or after `start` and before `end`:
-    /// one part of a subtree read in parts ([`Scan::in_parts`](crate::Scan::in_parts)), whose
-    /// pages each cost the server the part's documents, not the whole subtree's.
-    SubtreeRange {
-        /// The subtree.
-        root: FsPath,
-        /// The first path of the part (it need not exist).
-        start: FsPath,
-        /// The first path after the part (it need not exist).
-        end: FsPath,
-    },
-    /// The directories of `Subtree(root)` (documents whose `kind` is `dir`): few beside the
-    /// files, read to find where to split a large subtree into parts.
-    SubtreeDirs(FsPath),
     /// Documents whose `parent` field equals the path: the entries of one directory.
     Children(FsPath),
     /// The documents of `Children(dir)` whose path sorts at or after `start`: a directory's
@@ -166,11 +152,6 @@ impl Scope {
                 root: root.clone(),
                 start: start.clone(),
             }),
-            Scope::SubtreeRange { root, end, .. } => Some(Scope::SubtreeRange {
-                root: root.clone(),
-                start: start.clone(),
-                end: end.clone(),
-            }),
             Scope::Children(dir) | Scope::ChildrenFrom { dir, .. } => Some(Scope::ChildrenFrom {
                 dir: dir.clone(),
                 start: start.clone(),
@@ -188,8 +169,6 @@ impl Scope {
             Scope::Exact(_)
             | Scope::Subtree(_)
             | Scope::SubtreeFrom { .. }
-            | Scope::SubtreeRange { .. }
-            | Scope::SubtreeDirs(_)
             | Scope::Children(_)
             | Scope::ChildrenFrom { .. } => true,
         }
@@ -213,12 +192,6 @@ pub struct SearchRequest {
     /// documents), so the store need not keep anything open to page further. The page then
     /// has no cursor.
     pub single_page: bool,
-    /// The caller reads on after the last page of this scope, with the same cursor, in the
-    /// next part of a read in parts ([`Scan::in_parts`](crate::Scan::in_parts)): a store that
-    /// holds a point in time keeps it open after a short page, so that every part is read
-    /// from one snapshot. Stores that hold nothing, or cannot change the query of a held
-    /// search (a scroll), end as usual.
-    pub parts_follow: bool,
 }
 
 impl SearchRequest {
@@ -245,7 +218,6 @@ impl SearchRequest {
             size,
             after: None,
             single_page: false,
-            parts_follow: false,
         }
     }
 
@@ -257,7 +229,6 @@ impl SearchRequest {
             size,
             after: None,
             single_page: true,
-            parts_follow: false,
         }
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use fs_locks::{LockClient, LockInfo, Observed};
 use fs_model::FsPath;
-use fs_store::{Scan, SharedStore, StoreError, READ_PAGE};
+use fs_store::{Scan, Scope, SharedStore, StoreError, READ_PAGE};
 use serde::Serialize;
 
 use crate::error::{RenameError, Result};
@@ -111,9 +111,12 @@ pub(crate) async fn fsck_ignoring(
     let tree = FsTree::new(Arc::clone(&store), index);
     tree.refresh().await?;
     let mut check = TreeCheck::new(&tree, scope);
-    // In parts, from one point in time: on Elasticsearch a whole-tree read in path order costs
-    // the server far less sorting so (`fs_store::Scan::in_parts`).
-    let mut scan = Scan::in_parts(Arc::clone(&store), index, scope.clone(), READ_PAGE);
+    let mut scan = Scan::new(
+        Arc::clone(&store),
+        index,
+        Scope::Subtree(scope.clone()),
+        READ_PAGE,
+    );
     // A failed page ends the scan, closed; a check that cannot go on closes it here.
     let context = || format!("checking under `{scope}`");
     while let Some(hits) = scan

@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use fs_model::FsPath;
-use fs_store::{Scan, READ_PAGE};
+use fs_store::{Scan, Scope, READ_PAGE};
 
 use super::content::{self, Plan};
 use super::walk::{Links, Walk, Walked};
@@ -75,12 +75,8 @@ pub(super) async fn merge(
     report: &mut IndexReport,
 ) -> Result<Merged> {
     tree.refresh().await?;
-    let mut scan = Scan::in_parts(
-        Arc::clone(tree.store()),
-        tree.index(),
-        at.clone(),
-        READ_PAGE,
-    );
+    let scope = Scope::Subtree(at.clone());
+    let mut scan = Scan::new(Arc::clone(tree.store()), tree.index(), scope, READ_PAGE);
     let merged = merge_scanned(tree, at, &mut scan, walk, options, report).await;
     scan.close().await;
     merged

@@ -320,7 +320,6 @@ pub async fn sources_must_be_objects(store: SharedStore) {
     let cursor = crate::Cursor(json!({"not": "ours"}));
     let request = SearchRequest {
         single_page: false,
-        parts_follow: false,
         scope: Scope::All,
         size: 5,
         after: Some(cursor),

@@ -180,10 +180,6 @@ impl HeldCursors for ElasticStore {
         let cursor = PageCursor::from_cursor(&format!("closing a search of `{index}`"), &cursor)?;
         self.close_context(index, &cursor).await
     }
-
-    async fn holds_across_queries(&self) -> bool {
-        matches!(self.paging().await, Ok(paging) if paging != Paging::Scroll)
-    }
 }
 
 #[async_trait]

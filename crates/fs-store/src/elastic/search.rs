@@ -41,11 +41,8 @@ impl ElasticStore {
                 return self.first_scroll_page(&context, index, &request).await
             }
             None => {
-                // A read in parts is large, and its parts share one point in time.
-                if !request.parts_follow {
-                    if let Some(page) = self.whole_in_one(&context, index, &request).await? {
-                        return Ok(page);
-                    }
+                if let Some(page) = self.whole_in_one(&context, index, &request).await? {
+                    return Ok(page);
                 }
                 self.open_pit(index).await?
             }
@@ -169,7 +166,7 @@ impl ElasticStore {
         match answer["_scroll_id"].as_str() {
             Some(id) => {
                 let cursor = self.opened(index, Context::Scroll { id: id.to_owned() });
-                self.finish_page(context, index, &answer, request, cursor)
+                self.finish_page(context, index, &answer, request.size, cursor)
                     .await
             }
             // Nothing was opened, so there is nothing to page on with.
@@ -230,25 +227,21 @@ impl ElasticStore {
                 answer
             }
         };
-        self.finish_page(context, index, &answer, request, next)
+        self.finish_page(context, index, &answer, request.size, next)
             .await
     }
 
     /// Turns a search answer into a page whose context is `cursor` (with the latest id the
     /// server gave). A full page returns the cursor for the next; a short or empty one is the
     /// last, and closes the context before returning, as does an answer that cannot be read.
-    /// A short page of a point in time whose request says that parts follow keeps it open,
-    /// with the same position (the next part's query starts after it).
     async fn finish_page(
         &self,
         context: &str,
         index: &str,
         answer: &Value,
-        request: &SearchRequest,
+        size: usize,
         mut cursor: PageCursor,
     ) -> Result<Page> {
-        let size = request.size;
-        let hold = request.parts_follow && matches!(cursor.context, Context::Pit { .. });
         let docs = match docs_of(context, answer) {
             Ok(docs) => docs,
             Err(e) => {
@@ -256,11 +249,11 @@ impl ElasticStore {
                 return Err(e);
             }
         };
-        if (docs.len() < size && !hold) || size == 0 {
+        if docs.len() < size || size == 0 {
             self.close_quietly(index, &cursor).await;
             return Ok(Page { docs, next: None });
         }
-        if let (Context::Pit { .. }, false) = (&cursor.context, docs.is_empty()) {
+        if let Context::Pit { .. } = cursor.context {
             let last = answer["hits"]["hits"].as_array().and_then(|h| h.last());
             match last.and_then(|hit| hit.get("sort")) {
                 Some(sort) => cursor.after = Some(sort.clone()),
@@ -298,14 +291,6 @@ pub(super) fn scope_query(scope: &Scope) -> Value {
             "minimum_should_match": 1
         } }),
         Scope::SubtreeFrom { root, start } => subtree_from_query(root, start),
-        Scope::SubtreeRange { root, start, end } => json!({ "bool": { "filter": [
-            subtree_from_query(root, start),
-            { "range": { "path": { "lt": end.as_str() } } }
-        ] } }),
-        Scope::SubtreeDirs(root) => json!({ "bool": { "filter": [
-            scope_query(&Scope::Subtree(root.clone())),
-            { "term": { "kind": "dir" } }
-        ] } }),
         Scope::Children(p) => json!({ "term": { "parent": p.as_str() } }),
         Scope::ChildrenFrom { dir, start } => json!({ "bool": { "filter": [
             { "term": { "parent": dir.as_str() } },

@@ -36,21 +36,6 @@ pub(super) fn scope_filter(scope: &Scope, binds: &mut Vec<SqlValue>) -> String {
             binds.push(SqlValue::Text(start.as_str().to_owned()));
             format!("{subtree} AND path >= ?{}", binds.len())
         }
-        Scope::SubtreeRange { root, start, end } => {
-            let from = scope_filter(
-                &Scope::SubtreeFrom {
-                    root: root.clone(),
-                    start: start.clone(),
-                },
-                binds,
-            );
-            binds.push(SqlValue::Text(end.as_str().to_owned()));
-            format!("{from} AND path < ?{}", binds.len())
-        }
-        Scope::SubtreeDirs(root) => {
-            let subtree = scope_filter(&Scope::Subtree(root.clone()), binds);
-            format!("{subtree} AND json_extract(source, '$.kind') = 'dir'")
-        }
         Scope::Children(p) => {
             binds.push(SqlValue::Text(p.as_str().to_owned()));
             format!(" AND parent = ?{}", binds.len())
