@@ -876,12 +876,17 @@ async fn two_hundred_open_pages_do_not_add_to_the_store_load() {
         let service = Service::start_on(Backend::Embedded, store, |c| c.queue = 1_000).await;
         service.build(200, 1, 1).await;
         let mut pages = Vec::new();
+        let heard_some = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         for _ in 0..streams {
             let mut page = EventStream::open(&service).await;
             page.next().await.expect("the first snapshot");
+            let heard_some = Arc::clone(&heard_some);
             pages.push(tokio::spawn(async move {
                 let mut events = 0;
                 while page.next().await.is_some() {
+                    if events == 0 {
+                        heard_some.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
                     events += 1;
                 }
                 events
@@ -891,6 +896,14 @@ async fn two_hundred_open_pages_do_not_add_to_the_store_load() {
         let ids: Vec<String> = submit_renames(&service).await;
         for id in &ids {
             assert_eq!(service.finished(id).await["state"], "done");
+        }
+        // The feed samples every 250 ms: renames quicker than that end before the sample
+        // that reports them. Stopping now would close the pages first.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while heard_some.load(std::sync::atomic::Ordering::SeqCst) < streams
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let requests = counting.round_trips() - before;
         service.stop().await;
