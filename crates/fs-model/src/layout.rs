@@ -107,9 +107,23 @@ impl IndexLayout {
         self.replicas
     }
 
-    /// Returns the index settings of the tree index: the shards and replicas that are set.
+    /// Returns the index settings of the tree index: the shards and replicas that are set, and
+    /// the segments sorted by `path`.
+    ///
+    /// Sorted segments are why a read in path order costs about what a plain read costs:
+    /// `fsck`, `ls -R`, a client-side rename and the indexer read whole subtrees in path order,
+    /// and a page of such a read on unsorted segments makes each shard sort every document
+    /// the query matches. On segments sorted by the same field, Elasticsearch skips to the
+    /// first document after the last page and stops once the page is full. Measured on 7.10,
+    /// one shard, 1 000 000 documents: `fsck` 13.9–14.4 s unsorted, 8.3–9.1 s sorted;
+    /// `mv --rewrite client` 64.8 s against 45.8 s; the first `index` 36.3 s against 37.0 s,
+    /// the server-side `mv` 38.9 s against 43.0 s (`docs/scale.md`). An index sort is fixed
+    /// when the index is created: a tree index made before keeps its unsorted segments, and
+    /// works as before.
     pub(crate) fn tree_settings(&self) -> Value {
-        self.settings(self.shards)
+        let mut settings = self.settings(self.shards);
+        settings["sort"] = json!({ "field": "path", "order": "asc" });
+        settings
     }
 
     /// Returns the index settings of an index that stays on one shard (the lock, journal and
@@ -156,7 +170,11 @@ mod tests {
 
     #[test]
     fn settings_carry_what_is_set() {
-        assert_eq!(IndexLayout::default().tree_settings(), json!({}));
+        let sorted = json!({ "field": "path", "order": "asc" });
+        assert_eq!(
+            IndexLayout::default().tree_settings(),
+            json!({ "sort": sorted })
+        );
         assert_eq!(
             IndexLayout::default().one_shard_settings(),
             json!({ "number_of_shards": 1 })
@@ -164,7 +182,7 @@ mod tests {
         let layout = IndexLayout::of(Some(5), Some(2)).unwrap();
         assert_eq!(
             layout.tree_settings(),
-            json!({ "number_of_shards": 5, "number_of_replicas": 2 })
+            json!({ "number_of_shards": 5, "number_of_replicas": 2, "sort": sorted })
         );
         assert_eq!(
             layout.one_shard_settings(),

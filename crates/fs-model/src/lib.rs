@@ -6,7 +6,8 @@
 //!   its path.
 //! - [`FindQuery`] and [`NameGlob`]: a search of the tree by name pattern and by the words of
 //!   the content, with one meaning on every store.
-//! - [`tree_index_body`] and [`lock_index_body`]: how the two indices are created;
+//! - [`tree_index_body`] and [`lock_index_body`]: how the two indices are created (the tree
+//!   index with its segments sorted by path, which keeps reads in path order cheap);
 //!   [`IndexLayout`]: with how many shards and replicas ([`tree_index_body_with`]).
 //! - [`tree_lock_id`]: where the lock for a path lives in the lock index.
 //! - [`entropy`]: where ids and jitter come from; seedable per thread for replays.

@@ -113,19 +113,17 @@ pub fn tree_index_mappings() -> Value {
 }
 
 /// Returns the create-index body of the tree index with the default layout: its mappings,
-/// the server's default settings ([`tree_index_body_with`]).
+/// segments sorted by path, the server's default shards and replicas
+/// ([`tree_index_body_with`]).
 pub fn tree_index_body() -> Value {
     tree_index_body_with(&IndexLayout::default())
 }
 
-/// Returns the create-index body of the tree index: its mappings, and the layout's shards and
-/// replicas (those it leaves unset are the server's default).
+/// Returns the create-index body of the tree index: its mappings, its segments sorted by path
+/// (`index.sort`, which makes a read in path order cheap: `docs/scale.md`), and the layout's shards and replicas (those it leaves unset are the
+/// server's default).
 pub fn tree_index_body_with(layout: &IndexLayout) -> Value {
-    let settings = layout.tree_settings();
-    if settings.as_object().is_some_and(|s| s.is_empty()) {
-        return json!({ "mappings": tree_index_mappings() });
-    }
-    json!({ "settings": settings, "mappings": tree_index_mappings() })
+    json!({ "settings": layout.tree_settings(), "mappings": tree_index_mappings() })
 }
 
 /// Returns the create-index body of the lock index with the default layout
@@ -190,10 +188,13 @@ mod tests {
     }
 
     #[test]
-    fn the_default_layout_keeps_the_bodies_as_they_were() {
+    fn the_default_layout_leaves_shards_and_replicas_to_the_server() {
         assert_eq!(
             tree_index_body(),
-            json!({ "mappings": tree_index_mappings() })
+            json!({
+                "settings": { "sort": { "field": "path", "order": "asc" } },
+                "mappings": tree_index_mappings()
+            })
         );
         for body in [lock_index_body(), journal_index_body(), jobs_index_body()] {
             assert_eq!(body["settings"], json!({ "number_of_shards": 1 }));
@@ -219,9 +220,7 @@ mod tests {
             assert!(body["mappings"]["properties"].is_object());
         }
         let replicas_only = tree_index_body_with(&IndexLayout::of(None, Some(0)).unwrap());
-        assert_eq!(
-            replicas_only["settings"],
-            json!({ "number_of_replicas": 0 })
-        );
+        assert_eq!(replicas_only["settings"]["number_of_replicas"], 0);
+        assert!(replicas_only["settings"].get("number_of_shards").is_none());
     }
 }

@@ -94,9 +94,9 @@ impl FsTree {
     }
 
     /// Creates the tree index, the lock index and the journal index if they are missing, with
-    /// the tree's layout ([`FsTree::with_layout`]). Asks first whether all three exist, which
-    /// on Elasticsearch is one request where creating them is three: every process that starts
-    /// a job does this.
+    /// the tree's layout ([`FsTree::with_layout`]), the three at once. Asks first whether all
+    /// three exist, which on Elasticsearch is one request where creating them is three: every
+    /// process that starts a job does this.
     ///
     /// # Errors
     /// [`RenameError::Store`] if the store refuses.
@@ -112,20 +112,25 @@ impl FsTree {
         {
             return Ok(());
         }
-        let context = format!("creating index `{}`", self.index);
-        self.store
-            .create_index(&self.index, &tree_index_body_with(&self.layout))
-            .await
-            .map_err(RenameError::store(context))?;
-        let lock_index = self.lock_index();
-        let context = format!("creating index `{lock_index}`");
-        self.store
-            .create_index(&lock_index, &lock_index_body_with(&self.layout))
-            .await
-            .map_err(RenameError::store(context))?;
-        crate::journal::Journal::new(self.store.clone(), &self.index)
-            .ensure_index_with(&self.layout)
-            .await
+        // Created together: on Elasticsearch each creation waits for its shards to start
+        // (a few hundred milliseconds), a fixed cost of every first run.
+        let tree = async {
+            let context = format!("creating index `{}`", self.index);
+            self.store
+                .create_index(&self.index, &tree_index_body_with(&self.layout))
+                .await
+                .map_err(RenameError::store(context))
+        };
+        let lock = async {
+            let context = format!("creating index `{lock_index}`");
+            self.store
+                .create_index(&lock_index, &lock_index_body_with(&self.layout))
+                .await
+                .map_err(RenameError::store(context))
+        };
+        let journal = crate::journal::Journal::new(self.store.clone(), &self.index);
+        futures::try_join!(tree, lock, journal.ensure_index_with(&self.layout))?;
+        Ok(())
     }
 
     /// Makes every write so far visible to [`FsTree::find`] and scans.

@@ -342,12 +342,6 @@ async fn real_cluster_a_rename_rides_out_the_loss_of_any_node() {
     use std::time::Duration;
 
     let cluster = Arc::new(fs_testkit::RealCluster::from_env());
-    let number = |name: &str, default: usize| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
     let files = number("FSRENAME_TEST_ES_FILES", 20_000);
     let runs = number("FSRENAME_TEST_ES_RUNS", 1);
     let seed = fs_testkit::NetFaults::seed_from_env();

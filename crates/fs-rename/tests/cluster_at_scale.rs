@@ -42,13 +42,6 @@ impl Fault {
     }
 }
 
-fn number(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// Every document's id, sorted, and how many documents lie in `under` (itself or below).
 async fn read_tree(store: &SharedStore, index: &str, under: &str) -> (Vec<String>, usize) {
     store.refresh(index).await.expect("refresh");
@@ -98,6 +91,8 @@ async fn real_cluster_a_million_documents_ride_out_kills_and_pauses() {
     use rand::{Rng, SeedableRng};
 
     let cluster = Arc::new(RealCluster::from_env());
+    // Half the runs pause a node: without the commands for it, fail now, not after indexing.
+    cluster.require_pause();
     let files = number("FSRENAME_TEST_ES_FILES", 1_000_000);
     let runs = number("FSRENAME_TEST_ES_RUNS", 5);
     let shards = number("FSRENAME_TEST_ES_SHARDS", 3) as u32;

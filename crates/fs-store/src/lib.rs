@@ -24,7 +24,9 @@
 //!   the official client; [`ElasticConfig`] says where and how.
 //! - [`Scan`]: reads a paged search page by page and closes what the store keeps open for it
 //!   (a point in time or a scroll) on every way out, [`READ_PAGE`] a page for a read of a whole
-//!   subtree; [`Scan::pipeline`] works on several pages at once while it reads the next.
+//!   subtree; [`Scan::pipeline`] works on several pages at once while it reads the next;
+//!   [`Scan::read_ahead`] ([`ReadAhead`]) reads the next page while its caller works on the
+//!   last, in order.
 //! - [`CountingStore`]: a layer that counts the round trips made through it.
 //!
 //! ```
@@ -54,6 +56,7 @@ mod error;
 mod index_name;
 mod layer;
 mod pipeline;
+mod read_ahead;
 mod retry;
 mod scan;
 mod scripted;
@@ -69,6 +72,7 @@ pub use elastic::{redact as redact_url, Auth, ElasticConfig, ElasticStore, Pagin
 pub use error::{Result, StoreError};
 pub use index_name::validate_index_name;
 pub use layer::{Call, StoreLayer};
+pub use read_ahead::ReadAhead;
 pub use retry::{Backoff, Jitter, RetryPolicy};
 pub use scan::{Scan, READ_PAGE};
 pub use scripted::{

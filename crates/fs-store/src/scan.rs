@@ -266,6 +266,12 @@ impl Scan {
         self.open.is_some()
     }
 
+    /// Returns true if the store keeps something open on a server for a scan of several pages
+    /// (a point in time or a scroll on Elasticsearch): its pages come from that server.
+    pub(crate) fn holds_a_cursor_on_a_server(&self) -> bool {
+        self.store.capabilities().held_cursors.is_some()
+    }
+
     /// Ends the scan: closes what the store keeps open for it, and waits for that. Does
     /// nothing the second time, or if nothing is open. A failure to close is logged (at
     /// debug): the server drops the context when its keep-alive runs out.
@@ -306,7 +312,7 @@ impl Drop for Scan {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use async_trait::async_trait;
@@ -321,16 +327,16 @@ mod tests {
     /// A store that counts the cursors it hands out and those closed, as a server counts its
     /// contexts, over the embedded store; its search can be made to fail.
     #[derive(Debug)]
-    struct Contexts {
+    pub(crate) struct Contexts {
         inner: SqliteStore,
         opened: AtomicUsize,
         closed: AtomicUsize,
         fail_search_at: Option<usize>,
-        searches: AtomicUsize,
+        pub(crate) searches: AtomicUsize,
     }
 
     impl Contexts {
-        fn open(&self) -> usize {
+        pub(crate) fn open(&self) -> usize {
             self.opened.load(Ordering::SeqCst) - self.closed.load(Ordering::SeqCst)
         }
     }
@@ -373,7 +379,7 @@ mod tests {
         }
     }
 
-    async fn store(docs: usize, fail_search_at: Option<usize>) -> Arc<Contexts> {
+    pub(crate) async fn store(docs: usize, fail_search_at: Option<usize>) -> Arc<Contexts> {
         let inner = SqliteStore::in_memory().expect("store");
         inner.create_index("s", &json!({})).await.expect("index");
         for i in 0..docs {

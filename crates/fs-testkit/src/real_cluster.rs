@@ -162,6 +162,15 @@ impl RealCluster {
         self.run(resume, url);
     }
 
+    /// Checks that the commands which pause a node and let it go on are set, so that a test
+    /// that pauses nodes fails before its set-up rather than at its first pause.
+    ///
+    /// # Panics
+    /// As [`RealCluster::pause`].
+    pub fn require_pause(&self) {
+        self.pause_commands();
+    }
+
     fn pause_commands(&self) -> (&str, &str) {
         match (&self.pause, &self.resume) {
             (Some(pause), Some(resume)) => (pause, resume),

@@ -83,9 +83,14 @@ fn p(s: &str) -> FsPath {
     FsPath::parse(s).expect("path")
 }
 
-/// `/src` with `n` documents in all, in ten directories.
+/// `/src` with `n` documents in all, in ten directories; on a real server in a tree index of
+/// `FSRENAME_TEST_ES_SHARDS` shards, whose rename the server runs sliced, a slice a shard.
 async fn build(place: &Place, index: &str) {
-    let tree = FsTree::new(Arc::clone(&place.store), index);
+    let layout = match place.proxy {
+        Some(_) => fs_model::IndexLayout::default(),
+        None => fs_testkit::real_elastic_layout(),
+    };
+    let tree = FsTree::new(Arc::clone(&place.store), index).with_layout(layout);
     tree.ensure_indices().await.expect("indices");
     let mut docs = vec![FsDoc::new(p("/src"), DocKind::Dir, 0, 0)];
     for d in 0..10 {
@@ -136,13 +141,26 @@ fn run(mut cmd: Command, what: &str) {
     );
 }
 
-/// How long an uninterrupted `mv` takes.
+/// How long an uninterrupted `mv` takes; prints the most by-query tasks seen at once while
+/// it ran (on several shards: the parent task and its slices).
 async fn calibrate(place: &Place) -> Duration {
     let index = fs_testkit::unique_name("crash-srv");
     build(place, &index).await;
     let started = Instant::now();
-    run(place.mv(&index), "an uninterrupted mv");
+    // Its messages go to the test's output: a pipe nobody reads while it runs could fill.
+    let mut mv = place.mv(&index);
+    let mut child = mv.stderr(Stdio::inherit()).spawn().expect("start mv");
+    let mut most = 0;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for mv") {
+            break status;
+        }
+        most = most.max(place.running_tasks().await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let took = started.elapsed();
+    assert!(status.success(), "an uninterrupted mv: {status}");
+    println!("by-query tasks seen at once during an uninterrupted mv: {most}");
     assert_eq!(place.running_tasks().await, 0);
     took
 }

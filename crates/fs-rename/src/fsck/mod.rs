@@ -111,27 +111,32 @@ pub(crate) async fn fsck_ignoring(
     let tree = FsTree::new(Arc::clone(&store), index);
     tree.refresh().await?;
     let mut check = TreeCheck::new(&tree, scope);
-    let mut scan = Scan::new(
+    // Read a page ahead: the server finds the next page while this one is checked (at 1 M
+    // documents on Elasticsearch the two took about as long as each other).
+    let mut pages = Scan::new(
         Arc::clone(&store),
         index,
         Scope::Subtree(scope.clone()),
         READ_PAGE,
-    );
-    // A failed page ends the scan, closed; a check that cannot go on closes it here.
+    )
+    .read_ahead();
     let context = || format!("checking under `{scope}`");
-    while let Some(hits) = scan
-        .next_page()
-        .await
-        .map_err(RenameError::store(context()))?
-    {
-        for hit in hits {
-            if let Err(e) = check.document(hit).await {
-                scan.close().await;
-                return Err(e);
+    let checked = async {
+        while let Some(hits) = pages
+            .next_page()
+            .await
+            .map_err(RenameError::store(context()))?
+        {
+            for hit in hits {
+                check.document(hit).await?;
             }
         }
+        Ok::<_, RenameError>(())
     }
-    scan.close().await;
+    .await;
+    // A failed page ended the scan, closed; a check that cannot go on closes it here.
+    pages.close().await;
+    checked?;
     let mut report = check.into_report();
     let (active, expired) = count_locks(&store, &tree.lock_index(), ignore).await?;
     report.locks_active = active;

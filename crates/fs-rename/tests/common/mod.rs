@@ -360,6 +360,15 @@ pub async fn wait_until_dead(store: &FaultyStore) {
     panic!("the job never reached the point where it dies");
 }
 
+/// The number in the variable `name` (a size or a count a gated test reads), or `default` if
+/// it is not set or is not a number.
+pub fn number(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// The seed of a randomised test: `FSRENAME_TEST_SEED` if set (to replay a run), else a
 /// fresh one; printed either way.
 pub fn seed() -> u64 {

@@ -18,7 +18,7 @@ impl Find for ElasticStore {
         let context = format!("searching `{index}` by name and content");
         let body = find_body(query, size);
         let answer = self.search_body(&context, index, &body, None).await?;
-        docs_of(&context, &answer)
+        docs_of(&context, answer)
     }
 }
 

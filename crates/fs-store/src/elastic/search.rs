@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use super::config::Paging;
 use super::cursor::{Context, PageCursor};
 use super::request::Retry;
-use super::response::{doc_of, shorten};
+use super::response::{doc_from, shorten};
 use super::ElasticStore;
 use crate::error::{Result, StoreError};
 use crate::types::{Page, Scope, SearchRequest, StoredDoc};
@@ -121,7 +121,7 @@ impl ElasticStore {
         let body = json!({ "size": request.size, "query": scope_query(&request.scope), "sort": sort,
                            "seq_no_primary_term": true, "track_total_hits": false });
         let answer = self.search_body(context, index, &body, None).await?;
-        let docs = docs_of(context, &answer)?;
+        let docs = docs_of(context, answer)?;
         Ok(Page { docs, next: None })
     }
 
@@ -166,12 +166,12 @@ impl ElasticStore {
         match answer["_scroll_id"].as_str() {
             Some(id) => {
                 let cursor = self.opened(index, Context::Scroll { id: id.to_owned() });
-                self.finish_page(context, index, &answer, request.size, cursor)
+                self.finish_page(context, index, answer, request.size, cursor)
                     .await
             }
             // Nothing was opened, so there is nothing to page on with.
             None => Ok(Page {
-                docs: docs_of(context, &answer)?,
+                docs: docs_of(context, answer)?,
                 next: None,
             }),
         }
@@ -227,7 +227,7 @@ impl ElasticStore {
                 answer
             }
         };
-        self.finish_page(context, index, &answer, request.size, next)
+        self.finish_page(context, index, answer, request.size, next)
             .await
     }
 
@@ -238,10 +238,18 @@ impl ElasticStore {
         &self,
         context: &str,
         index: &str,
-        answer: &Value,
+        answer: Value,
         size: usize,
         mut cursor: PageCursor,
     ) -> Result<Page> {
+        // The last hit's sort values, before the hits are taken out of the answer.
+        let last_sort = answer["hits"]["hits"]
+            .as_array()
+            .and_then(|h| h.last())
+            .and_then(|hit| hit.get("sort"))
+            .cloned();
+        let unsorted = (last_sort.is_none() && matches!(cursor.context, Context::Pit { .. }))
+            .then(|| shorten(&answer));
         let docs = match docs_of(context, answer) {
             Ok(docs) => docs,
             Err(e) => {
@@ -254,15 +262,17 @@ impl ElasticStore {
             return Ok(Page { docs, next: None });
         }
         if let Context::Pit { .. } = cursor.context {
-            let last = answer["hits"]["hits"].as_array().and_then(|h| h.last());
-            match last.and_then(|hit| hit.get("sort")) {
-                Some(sort) => cursor.after = Some(sort.clone()),
+            match last_sort {
+                Some(sort) => cursor.after = Some(sort),
                 None => {
                     // Without the last hit's sort values the next page would start over.
                     self.close_quietly(index, &cursor).await;
                     return Err(StoreError::Backend {
                         context: context.to_owned(),
-                        message: format!("a hit without sort values in {}", shorten(answer)),
+                        message: format!(
+                            "a hit without sort values in {}",
+                            unsorted.unwrap_or_default()
+                        ),
                     });
                 }
             }
@@ -357,15 +367,48 @@ fn scope_sort(scope: &Scope, paging: Paging) -> Value {
     Value::Array(sort)
 }
 
-/// Reads the documents of a search answer.
-pub(super) fn docs_of(context: &str, answer: &Value) -> Result<Vec<StoredDoc>> {
-    answer["hits"]["hits"]
-        .as_array()
-        .ok_or_else(|| StoreError::Backend {
+/// Reads the documents of a search answer, taking them out of it: a page of 5 000 hits
+/// parsed is several megabytes, and copying each `_source` would hold it twice.
+pub(super) fn docs_of(context: &str, mut answer: Value) -> Result<Vec<StoredDoc>> {
+    // `pointer_mut`, not `answer["hits"]["hits"]`, whose mutable form panics on an answer
+    // that is not an object.
+    match answer.pointer_mut("/hits/hits") {
+        Some(Value::Array(hits)) => std::mem::take(hits)
+            .into_iter()
+            .map(|hit| doc_from(context, hit))
+            .collect(),
+        _ => Err(StoreError::Backend {
             context: context.to_owned(),
-            message: format!("no hits in {}", shorten(answer)),
-        })?
-        .iter()
-        .map(|hit| doc_of(context, hit))
-        .collect()
+            message: format!("no hits in {}", shorten(&answer)),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_without_a_list_of_hits_is_an_error_not_a_panic() {
+        for answer in [
+            json!(null),
+            json!(7),
+            json!(["hits"]),
+            json!({ "hits": 3 }),
+            json!({ "hits": { "hits": "many" } }),
+        ] {
+            assert!(
+                matches!(
+                    docs_of("reading", answer.clone()),
+                    Err(StoreError::Backend { .. })
+                ),
+                "{answer}"
+            );
+        }
+        let hit =
+            json!({ "_id": "a", "_seq_no": 1, "_primary_term": 1, "_source": { "path": "/a" } });
+        let docs = docs_of("reading", json!({ "hits": { "hits": [hit] } })).expect("a page");
+        assert_eq!(docs.len(), 1);
+        assert_eq!(docs[0].source, json!({ "path": "/a" }));
+    }
 }
