@@ -172,6 +172,17 @@ pub enum RenameError {
         /// Who fenced it, and when.
         by: String,
     },
+    /// The job's journal entry landed, but a recoverer took it over (the job's locks expired
+    /// meanwhile: a pause, a partition) before the job heard that it had: the recoverer
+    /// finishes the job, or has, and the job must neither start over nor report failure. It
+    /// comes wrapped in [`RenameError::Unfinished`], an unknown outcome for its caller.
+    #[error("journal entry `{job}` was taken over by {by}, which finishes the job")]
+    TakenOver {
+        /// The job's journal entry.
+        job: String,
+        /// Who took it over.
+        by: String,
+    },
     /// The store failed.
     #[error("store failure while {context}: {cause}")]
     Store {

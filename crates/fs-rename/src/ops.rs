@@ -105,6 +105,32 @@ pub(crate) async fn under_write_lock<T>(
     under_lock(guard, async { result }).await
 }
 
+/// [`under_write_lock`] for work that ends with its one write (`mkdir`, `touch`): once that
+/// write is made, the operation has happened, and nothing after it may report it failed (a
+/// client told "failed" believes nothing changed: the Jepsen-style test found `mkdir`
+/// reported failed, its directory there, when the release of its lock failed). So the refresh
+/// and the release that follow a write only warn: a refresh that fails leaves the locks to
+/// expire (as [`under_write_lock`] does), a release that fails leaves them to their lease.
+pub(crate) async fn under_single_write<T>(
+    tree: &FsTree,
+    mut guard: LockGuard,
+    work: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    let value = match work.await {
+        Ok(value) => value,
+        failed @ Err(_) => return under_write_lock(tree, guard, async { failed }).await,
+    };
+    if let Err(e) = tree.refresh().await {
+        tracing::warn!(error = %e, "done, but could not make the write searchable: its locks stay until their lease ends");
+        guard.keep_on_drop();
+        return Ok(value);
+    }
+    if let Err(e) = guard.release().await {
+        tracing::warn!(error = %e, "done, but its locks were not released: they expire with their lease");
+    }
+    Ok(value)
+}
+
 /// What [`mkdir`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Made {
@@ -181,7 +207,7 @@ pub async fn touch(tree: &FsTree, locks: &LockSettings, path: &FsPath) -> Result
     }
     let client = locks.client(tree, format!("touch {path}"));
     let guard = client.lock_tree(path).await?;
-    under_write_lock(tree, guard, async {
+    under_single_write(tree, guard, async {
         tree.refresh().await?;
         check_parent(tree, path).await?;
         match tree.find(path).await? {
@@ -204,8 +230,7 @@ pub async fn touch(tree: &FsTree, locks: &LockSettings, path: &FsPath) -> Result
                 let doc = FsDoc::file(path.clone(), 0, now_ms());
                 tree.insert_all(vec![doc]).await.map(|_| ())
             }
-        }?;
-        tree.refresh().await
+        }
     })
     .await
 }
@@ -224,7 +249,7 @@ async fn create(
     let path = doc.path.clone();
     let client = locks.client(tree, format!("mkdir {path}"));
     let guard = client.lock_tree(&path).await?;
-    under_write_lock(tree, guard, async {
+    under_single_write(tree, guard, async {
         tree.refresh().await?;
         match tree.find(&path).await? {
             Some(e) if e.doc.kind == DocKind::Dir && existing_dir_ok => return Ok(false),
@@ -242,7 +267,6 @@ async fn create(
         }
         check_parent(tree, &path).await?;
         tree.insert_all(vec![doc]).await?;
-        tree.refresh().await?;
         Ok(true)
     })
     .await

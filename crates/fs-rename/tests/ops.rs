@@ -124,3 +124,52 @@ on_every_backend!(
     mkdir_and_touch_check_what_they_must,
     indexing_is_idempotent_and_prunes_on_request
 );
+
+/// Found by the Jepsen-style test (`docs/reliability.md`) on a real cluster: `mkdir` reported
+/// failed ("lock store failure while releasing") with its directory made. Once the one write
+/// of `mkdir` or `touch` is made, the operation has happened: a release that fails after it is
+/// a warning (the locks expire with their lease), not an error. Through the proxy, whose trap
+/// refuses every request to the lock index once the tree's bulk write has come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mkdir_and_touch_that_wrote_succeed_though_their_release_fails() {
+    let proxy = fs_testkit::start_es_proxy(fs_testkit::EsProxyOptions::default());
+    // A short retry deadline: the release gives up in a second, not the default's half minute.
+    let config = fs_store::ElasticConfig::new(proxy.url())
+        .expect("a loopback URL")
+        .retry_deadline(std::time::Duration::from_secs(1));
+    let store: fs_store::SharedStore =
+        std::sync::Arc::new(fs_store::ElasticStore::connect(config).expect("a client"));
+    let env = Env::new(fs_testkit::Backend::Osmem).through(store);
+    let tree = env.tree();
+    tree.ensure_indices().await.expect("indices");
+    let locks = LockSettings {
+        lease: std::time::Duration::from_millis(500),
+        ..LockSettings::default()
+    };
+    let (bulk, lock_index) = (
+        format!("/{}/_bulk", env.index),
+        format!("/{}/", env.lock_index()),
+    );
+    proxy.trap(&bulk, &lock_index, usize::MAX);
+    let made = mkdir(&tree, &locks, &p("/made"), false).await;
+    proxy.clear_trap();
+    assert_eq!(
+        made.expect("mkdir whose write was made").created,
+        vec![p("/made")]
+    );
+    assert!(stat(&tree, &p("/made")).await.is_ok());
+    // Its locks are left to their lease (and then to recovery): elsewhere, the same for touch.
+    proxy.trap(&bulk, &lock_index, usize::MAX);
+    let touched = touch(&tree, &locks, &p("/f")).await;
+    proxy.clear_trap();
+    touched.expect("touch whose write was made");
+    assert!(stat(&tree, &p("/f")).await.is_ok());
+    // A write that did not happen still fails: the parent is missing, nothing is written.
+    proxy.trap(&bulk, &lock_index, usize::MAX);
+    let missing = touch(&tree, &locks, &p("/nowhere/f")).await;
+    proxy.clear_trap();
+    assert!(
+        matches!(missing, Err(RenameError::DestinationParentMissing { .. })),
+        "{missing:?}"
+    );
+}

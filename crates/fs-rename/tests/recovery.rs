@@ -250,6 +250,143 @@ async fn a_zombie_stops_at_its_first_write(env: Env) {
     assert_eq!(locks_left(&env).await, 0);
 }
 
+/// Found by the Jepsen-style test on a real cluster (`docs/reliability.md`): an `rm -r` paused
+/// past its lease after its journal entry landed and before its first write was reported
+/// failed ("lost the lock") while recovery had carried it out. Waking, the job withdraws its
+/// entry (it wrote nothing itself), met the tombstone the recoverer left when it closed the
+/// entry, and took it for its own withdrawal. The withdrawal now fails there, and the job
+/// reports itself unfinished, recovery's: never failed, since its effect is in place.
+async fn a_job_paused_before_its_first_write_and_finished_by_recovery_is_not_failed(env: Env) {
+    setup(&env).await;
+    let before = paths_by_id(&env).await;
+    let store = faulty(Arc::clone(&env.store), FaultPlan::default(), 7);
+    let hooks = Arc::new(FreezeAtPage {
+        page: 1,
+        seen: AtomicUsize::new(0),
+        freezer: Freezer::new(Arc::clone(&store)),
+    });
+    let job = renamer(store, &env, hooks.clone());
+    let paused = tokio::spawn(async move { job.rename(&p("/src"), &p("/dst-parent/dst")).await });
+    hooks.freezer.frozen.notified().await;
+
+    tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
+    let report = recovery(&env).run().await.expect("recover");
+    assert_eq!(report.finished.len(), 1, "{report}");
+    assert_finished(&env, &before).await;
+
+    hooks.freezer.thaw.notify_one();
+    let result = paused.await.expect("job task");
+    assert!(
+        matches!(&result, Err(RenameError::Unfinished { cause, .. }) if matches!(**cause, RenameError::Lock(fs_locks::LockError::LeaseLost { .. }))),
+        "a job whose effect recovery made must not report failure: {result:?}"
+    );
+    assert_finished(&env, &before).await;
+    let checked = fsck(Arc::clone(&env.store), &env.index, &FsPath::root())
+        .await
+        .expect("fsck");
+    assert!(checked.is_clean(), "{checked}");
+    assert_eq!(checked.journals_open, 0, "{checked}");
+    assert_eq!(locks_left(&env).await, 0);
+}
+
+/// Lets the job's journal entry land, then freezes the job (every call of its store, its lock
+/// renewals too) before it hears so, and answers it with a lost answer once thawed: a node
+/// paused (or partitioned) between the write and its answer.
+#[derive(Debug)]
+struct LoseTheJournalAnswer {
+    store: Arc<FaultyStore>,
+    journal: String,
+    once: std::sync::atomic::AtomicBool,
+    frozen: Notify,
+    thaw: Notify,
+}
+
+#[async_trait]
+impl fs_store::StoreLayer for LoseTheJournalAnswer {
+    fn inner(&self) -> &dyn fs_store::DocStore {
+        &*self.store
+    }
+    fn on_describe(&self) -> String {
+        "loses the journal's answer".into()
+    }
+    /// No journal entry sent with the writes in one transaction: the entry goes alone.
+    fn on_capabilities<'a>(
+        &'a self,
+        offered: fs_store::Capabilities<'a>,
+    ) -> fs_store::Capabilities<'a> {
+        fs_store::Capabilities {
+            chained_bulk: None,
+            ..offered
+        }
+    }
+    async fn on_write(
+        &self,
+        index: &str,
+        op: fs_store::BulkOp,
+    ) -> fs_store::Result<fs_store::Version> {
+        let create = matches!(op, fs_store::BulkOp::Create { .. });
+        if !(create && index == self.journal && !self.once.swap(true, Ordering::SeqCst)) {
+            return fs_store::DocStore::write(&*self.store, index, op).await;
+        }
+        let landed = fs_store::DocStore::write(&*self.store, index, op).await;
+        assert!(landed.is_ok(), "the entry lands: {landed:?}");
+        self.store.pause(true);
+        self.frozen.notify_one();
+        self.thaw.notified().await;
+        self.store.pause(false);
+        Err(fs_store::StoreError::Transient {
+            context: "test".into(),
+            message: "the answer was lost".into(),
+        })
+    }
+}
+
+/// Found by the Jepsen-style test on a real cluster (`docs/reliability.md`): a rename through
+/// the service was reported failed ("source not found") while recovery had carried it out.
+/// Its journal entry landed, a node pause held the answer back past the job's lease, and
+/// recovery claimed the entry and finished the rename. The job, reading its entry back after
+/// the lost answer, found the recoverer's tombstone, took it for a fence (which means "never
+/// journaled") and started over, to find its source gone. An entry at the job's own id that a
+/// recoverer claimed or closed now means the job was taken over: it reports itself
+/// unfinished, recovery's, and does not start over.
+async fn a_job_whose_journal_answer_came_after_recovery_finished_it_is_not_failed(env: Env) {
+    setup(&env).await;
+    let before = paths_by_id(&env).await;
+    let layer = Arc::new(LoseTheJournalAnswer {
+        store: faulty(Arc::clone(&env.store), FaultPlan::default(), 8),
+        journal: fs_model::journal_index_name(&env.index),
+        once: Default::default(),
+        frozen: Notify::new(),
+        thaw: Notify::new(),
+    });
+    let store: SharedStore = layer.clone();
+    let job = renamer(store, &env, Arc::new(NoHooks));
+    let paused = tokio::spawn(async move { job.rename(&p("/src"), &p("/dst-parent/dst")).await });
+    layer.frozen.notified().await;
+
+    tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
+    let report = recovery(&env).run().await.expect("recover");
+    assert_eq!(report.finished.len(), 1, "{report}");
+    assert_finished(&env, &before).await;
+
+    layer.thaw.notify_one();
+    let result = paused.await.expect("job task");
+    assert!(
+        matches!(&result, Err(RenameError::Unfinished { cause, .. }) if matches!(**cause, RenameError::TakenOver { .. })),
+        "a job whose effect recovery made must not report failure nor start over: {result:?}"
+    );
+    assert_finished(&env, &before).await;
+    let checked = fsck(Arc::clone(&env.store), &env.index, &FsPath::root())
+        .await
+        .expect("fsck");
+    assert!(checked.is_clean(), "{checked}");
+    assert_eq!(checked.journals_open, 0, "{checked}");
+}
+
+/// No hooks.
+struct NoHooks;
+impl RenameHooks for NoHooks {}
+
 async fn live_jobs_are_left_alone(env: Env) {
     setup(&env).await;
     let store = faulty(Arc::clone(&env.store), FaultPlan::default(), 4);
@@ -631,6 +768,8 @@ on_every_backend!(
     a_job_that_dies_mid_rewrite_is_finished,
     a_dying_recoverer_is_recovered_in_turn,
     a_zombie_stops_at_its_first_write,
+    a_job_paused_before_its_first_write_and_finished_by_recovery_is_not_failed,
+    a_job_whose_journal_answer_came_after_recovery_finished_it_is_not_failed,
     live_jobs_are_left_alone,
     expired_locks_are_swept_and_live_shares_kept,
     a_dead_waiter_blocks_nobody_and_is_swept,

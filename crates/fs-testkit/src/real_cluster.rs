@@ -22,6 +22,11 @@ pub const START_VAR: &str = "FSRENAME_TEST_ES_START";
 pub const PAUSE_VAR: &str = "FSRENAME_TEST_ES_PAUSE";
 /// The variable holding the command that lets a paused node go on (`$1`: its URL).
 pub const RESUME_VAR: &str = "FSRENAME_TEST_ES_RESUME";
+/// The variable holding the command that cuts a node from the others (`$1`: its URL), for
+/// the tests that partition one.
+pub const PARTITION_VAR: &str = "FSRENAME_TEST_ES_PARTITION";
+/// The variable holding the command that heals a node's partition (`$1`: its URL).
+pub const HEAL_VAR: &str = "FSRENAME_TEST_ES_HEAL";
 
 /// A real cluster, as the environment describes it.
 #[derive(Debug, Clone)]
@@ -32,6 +37,8 @@ pub struct RealCluster {
     start: String,
     pause: Option<String>,
     resume: Option<String>,
+    partition: Option<String>,
+    heal: Option<String>,
     http: reqwest::Client,
 }
 
@@ -63,6 +70,8 @@ impl RealCluster {
             start: var(START_VAR),
             pause: optional(PAUSE_VAR),
             resume: optional(RESUME_VAR),
+            partition: optional(PARTITION_VAR),
+            heal: optional(HEAL_VAR),
             http: reqwest::Client::builder()
                 .no_proxy()
                 .timeout(Duration::from_secs(10))
@@ -175,6 +184,33 @@ impl RealCluster {
         match (&self.pause, &self.resume) {
             (Some(pause), Some(resume)) => (pause, resume),
             _ => panic!("a test that pauses a node needs {PAUSE_VAR} and {RESUME_VAR} (docs/elasticsearch.md)"),
+        }
+    }
+
+    /// Cuts the node at `url` from the others (blocking).
+    ///
+    /// # Panics
+    /// If `FSRENAME_TEST_ES_PARTITION` or `FSRENAME_TEST_ES_HEAL` is not set.
+    pub fn partition(&self, url: &str) {
+        let (partition, _) = self.partition_commands();
+        self.run(partition, url);
+    }
+
+    /// Heals the partition of the node at `url` (blocking).
+    pub fn heal(&self, url: &str) {
+        let (_, heal) = self.partition_commands();
+        self.run(heal, url);
+    }
+
+    /// Whether the commands that partition a node are set.
+    pub fn can_partition(&self) -> bool {
+        self.partition.is_some() && self.heal.is_some()
+    }
+
+    fn partition_commands(&self) -> (&str, &str) {
+        match (&self.partition, &self.heal) {
+            (Some(partition), Some(heal)) => (partition, heal),
+            _ => panic!("a test that partitions a node needs {PARTITION_VAR} and {HEAL_VAR} (docs/elasticsearch.md)"),
         }
     }
 

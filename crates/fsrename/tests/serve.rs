@@ -2004,3 +2004,32 @@ on_every_backend!(
     posts_from_another_site_are_refused,
     the_tree_pages_through_a_large_directory,
 );
+
+/// A job whose record's create landed but whose answer was lost (the connection cut after the
+/// server carried it out) is accepted, and runs once: answered "not accepted" while its
+/// record stood, it would be adopted and run by another instance once this one stopped
+/// beating, a job its client was told was refused (what the Jepsen-style test's failed-call
+/// check looks for, `docs/reliability.md`). The store recognises its own create when it
+/// sends it again. Through the proxy, whose trap cuts the create.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_record_landed_unanswered_is_accepted_and_runs() {
+    let proxy = fs_testkit::start_es_proxy(fs_testkit::EsProxyOptions::default());
+    let store: SharedStore = Arc::new(fs_testkit::elastic_store(proxy.url()));
+    let service = Service::start_on(Backend::Osmem, store, |_| {}).await;
+    service.build(1, 1, 2).await;
+    let jobs = format!("/{}-jobs/_create/", service.index);
+    proxy.trap_cut_after("", &jobs, 1);
+    let (status, answer) = service.post(r#"{"from": "/t000", "to": "/moved"}"#).await;
+    proxy.clear_trap();
+    assert_eq!(status, 202, "{answer}");
+    let id = answer["id"].as_str().expect("a job id").to_owned();
+    let job = service.finished(&id).await;
+    assert_eq!(job["state"], "done", "{job}");
+    let (_, list) = service.get("/renames").await;
+    assert_eq!(
+        list["renames"].as_array().map(Vec::len),
+        Some(1),
+        "one job, once: {list}"
+    );
+    service.stop().await;
+}

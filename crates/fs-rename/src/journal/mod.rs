@@ -103,10 +103,22 @@ impl Journal {
                     {
                         return Ok(version)
                     }
+                    // The entry at this job's id is this job's: it landed, and a recoverer
+                    // claimed it since (the job's locks expired before it heard). The
+                    // recoverer finishes the job: starting over would do it twice, or fail on
+                    // what recovery did (the Jepsen-style test found a rename reported "source
+                    // not found" that recovery had carried out).
                     Some((JournalDoc::Entry(found), _)) => {
-                        return Err(RenameError::Fenced {
+                        return Err(RenameError::TakenOver {
                             job: entry.job_id.clone(),
                             by: format!("recoverer {} (it claimed the entry)", found.owner),
+                        })
+                    }
+                    // Closed: by a recoverer that claimed it and finished the job.
+                    Some((JournalDoc::Fence(fence), _)) if fence.is_closed() => {
+                        return Err(RenameError::TakenOver {
+                            job: entry.job_id.clone(),
+                            by: format!("a recoverer, which has ended it ({})", fence.fenced_by),
                         })
                     }
                     Some((JournalDoc::Fence(fence), _)) => {
@@ -312,8 +324,46 @@ impl Journal {
     ///
     /// # Errors
     /// As [`Journal::close`].
+    ///
+    /// Unlike a close, a withdrawal that finds another tombstone in its place did not happen:
+    /// a recoverer claimed the entry (the job's lease ran out: a pause, a partition) and
+    /// closed it once it had finished the job, so the job did take effect, by recovery's
+    /// hand. That is [`RenameError::TakenOver`], as a claim still open is: the Jepsen-style test
+    /// found an `rm -r` paused past its lease reported failed ("lost the lock") while recovery
+    /// had carried it out, because the closed entry was taken for its own withdrawal.
     pub async fn withdraw(&self, job_id: &str, version: Version) -> Result<()> {
-        self.tombstone(job_id, version, WITHDRAWN_BY).await
+        let source = self.tombstone_source(job_id, WITHDRAWN_BY)?;
+        match self
+            .store
+            .index(&self.index, job_id, source, Some(version))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_conflict() => match self.read(job_id).await? {
+                // Its own withdrawal, sent again after an answer that was lost.
+                Some((JournalDoc::Fence(fence), _)) if fence.is_withdrawn() => Ok(()),
+                Some((JournalDoc::Fence(fence), _)) => Err(RenameError::TakenOver {
+                    job: job_id.to_owned(),
+                    by: format!(
+                        "a recoverer, which took the job over and ended it ({})",
+                        fence.fenced_by
+                    ),
+                }),
+                Some((JournalDoc::Entry(found), _)) => Err(RenameError::TakenOver {
+                    job: job_id.to_owned(),
+                    by: format!("{} (it claimed the entry)", found.holder),
+                }),
+                // Gone: closed by a recoverer and its tombstone removed since. Either way
+                // recovery had it, and what it did is not known here.
+                None => Err(RenameError::TakenOver {
+                    job: job_id.to_owned(),
+                    by: "a recoverer (the entry is gone)".to_owned(),
+                }),
+            },
+            Err(e) => Err(RenameError::store(format!(
+                "withdrawing journal entry `{job_id}`"
+            ))(e)),
+        }
     }
 
     /// Replaces the entry `job_id` at `version` by a tombstone fenced `by`.

@@ -34,6 +34,9 @@
 //!   fsrename's rename script, run as a task, and the tasks API that follows, cancels and lists
 //!   it, as on a server that runs painless.
 //!
+//! - **A trap** ([`trap`], off unless set): 503 for the requests matching one pattern once a
+//!   request matching another has come ([`EsProxy::trap`]), to fail one step of a protocol.
+//!
 //! Everything else is forwarded as it is. The proxy runs on a thread of its own, with its own
 //! runtime, so that it outlives the runtime of any one test.
 
@@ -45,6 +48,7 @@ mod faults;
 mod nrt;
 mod partial;
 mod scripted;
+mod trap;
 mod update_run;
 mod upstream;
 
@@ -200,6 +204,7 @@ struct Proxy {
     scripts: fs_store::StoredLockScripts,
     /// The tasks of `_update_by_query` ([`by_query`]).
     tasks: by_query::Tasks,
+    trap: trap::Trap,
     contexts: Contexts,
     nrt: Arc<Nrt>,
     faults: Schedule,
@@ -243,6 +248,7 @@ impl EsProxy {
             .expect("a client of the upstream server"),
             scripts: fs_store::StoredLockScripts::default(),
             tasks: by_query::Tasks::default(),
+            trap: trap::Trap::default(),
             contexts: Contexts::default(),
             nrt: Arc::default(),
             faults,
@@ -334,6 +340,28 @@ impl EsProxy {
     /// for a while, then calm again with [`NetFaults::none`].
     pub fn set_faults(&self, faults: NetFaults) {
         self.proxy.faults.set(faults);
+    }
+
+    /// Sets a trap: once a request whose `METHOD /path?query` contains `after` has come, the
+    /// next `count` requests containing `then` are answered 503 `unavailable_shards_exception`
+    /// without being carried out ([`trap`]).
+    pub fn trap(&self, after: &str, then: &str, count: usize) {
+        self.proxy
+            .trap
+            .set(after, then, count, trap::Action::Refuse);
+    }
+
+    /// Sets a trap as [`EsProxy::trap`] does, but the requests it catches are carried out and
+    /// their connection cut before the answer: writes that landed, their client not told.
+    pub fn trap_cut_after(&self, after: &str, then: &str, count: usize) {
+        self.proxy
+            .trap
+            .set(after, then, count, trap::Action::CutAfter);
+    }
+
+    /// Clears the trap.
+    pub fn clear_trap(&self) {
+        self.proxy.trap.clear();
     }
 
     /// Returns the proxy's URL, `http://127.0.0.1:PORT`.
@@ -491,7 +519,18 @@ async fn handle(
         .unwrap_or_else(|e| e.into_inner())
         .push(format!("{} {}", request.method, request.path_and_query()));
     proxy.expire_contexts();
-    let fault = proxy.faults.next_request();
+    let line = format!("{} {}", request.method, request.path_and_query());
+    let caught = proxy.trap.catches(&line);
+    if caught == Some(trap::Action::Refuse) {
+        return answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"error": {"type": "unavailable_shards_exception", "reason": "node unavailable (the proxy's trap)"}, "status": 503}),
+        );
+    }
+    let fault = match caught {
+        Some(trap::Action::CutAfter) => Some(Fault::CutAfter),
+        _ => proxy.faults.next_request(),
+    };
     let count = |counter: &AtomicU64| Counters::add(counter, 1);
     match fault {
         Some(Fault::CutBefore) => {
