@@ -47,6 +47,8 @@ pub enum Sig {
     Stop,
     /// SIGCONT.
     Cont,
+    /// SIGTERM.
+    Term,
 }
 
 /// Sends `sig` to process `pid`; false if it is gone.
@@ -61,6 +63,7 @@ pub fn signal(pid: u32, sig: Sig) -> bool {
         Sig::Kill => rustix::process::Signal::KILL,
         Sig::Stop => rustix::process::Signal::STOP,
         Sig::Cont => rustix::process::Signal::CONT,
+        Sig::Term => rustix::process::Signal::TERM,
     };
     rustix::process::kill_process(pid, sig).is_ok()
 }

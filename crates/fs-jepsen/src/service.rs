@@ -166,10 +166,28 @@ impl Services {
         Some(instance.name)
     }
 
-    /// Stops every instance (SIGKILL: what they ran is left to recovery, as after a crash).
+    /// Stops every instance: SIGTERM, so that each closes what it holds open (a search
+    /// context of a killed instance stays on the server until its keep-alive ends and the
+    /// server's reaper runs), and SIGKILL after 10 s.
     pub async fn stop(&self) {
-        for slot in 0..self.slots.len() {
-            self.kill(slot).await;
+        for slot in &self.slots {
+            let mut guard = slot.lock().await;
+            let Some(mut instance) = guard.take() else {
+                continue;
+            };
+            if let Some(pid) = instance.child.id() {
+                crate::processes::signal(pid, crate::processes::Sig::Term);
+            }
+            if tokio::time::timeout(Duration::from_secs(10), instance.child.wait())
+                .await
+                .is_err()
+            {
+                let _ = instance.child.start_kill();
+                let _ = instance.child.wait().await;
+            }
+        }
+        if let Ok(mut bases) = self.bases.lock() {
+            bases.iter_mut().for_each(|b| *b = None);
         }
     }
 

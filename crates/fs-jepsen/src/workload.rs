@@ -41,7 +41,9 @@ pub struct Workload {
     pub limit: Duration,
     /// An Elasticsearch node to ask for by-query tasks and search contexts at the end.
     pub es: Option<String>,
-    /// How long search contexts of killed clients may take to expire (their keep-alive).
+    /// How long search contexts of killed clients may take to go: their keep-alive (1 min),
+    /// and then the server's reaper, which runs every `search.keep_alive_interval` (1 min on
+    /// Elasticsearch): up to two minutes.
     pub contexts_patience: Duration,
 }
 

@@ -226,7 +226,8 @@ async fn real_cluster_histories_under_faults() {
             call_deadline: Duration::from_secs(120),
             limit: Duration::from_secs(900),
             es: Some(cluster.nodes[0].clone()),
-            contexts_patience: Duration::from_secs(90),
+            // The keep-alive of a killed client's scroll (1 min), then the reaper's round.
+            contexts_patience: Duration::from_secs(150),
         };
         let plan = Plan {
             kinds: vec![
