@@ -41,10 +41,19 @@ pub async fn run(fsrename: &Fsrename, args: &[&str]) -> Result<(i32, String, Str
 /// # Errors
 /// If `ls` fails or prints what is not an entry.
 pub async fn read_tree(fsrename: &Fsrename) -> Result<Vec<Entry>, String> {
-    let (code, out, err) = run(fsrename, &["ls", "-R", "/", "--json"]).await?;
-    if code != 0 {
-        return Err(format!("ls -R / exited {code}: {err}"));
-    }
+    // As fsck in `leftovers`: a cluster just healed may refuse a moment.
+    let mut tries = 0;
+    let out = loop {
+        let (code, out, err) = run(fsrename, &["ls", "-R", "/", "--json"]).await?;
+        if code == 0 {
+            break out;
+        }
+        if tries >= 15 {
+            return Err(format!("ls -R / exited {code}: {err}"));
+        }
+        tries += 1;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
     let mut entries = vec![root()];
     for line in out.lines().filter(|l| !l.trim().is_empty()) {
         let v: Value = serde_json::from_str(line).map_err(|e| format!("ls line {line}: {e}"))?;
@@ -103,9 +112,24 @@ pub async fn leftovers(
     contexts_patience: Duration,
 ) -> Result<Vec<String>, String> {
     let mut found = Vec::new();
-    let (code, out, err) = run(fsrename, &["fsck", "--json"]).await?;
-    let report: Value =
-        serde_json::from_str(&out).map_err(|e| format!("fsck exited {code}: {e}: {out}{err}"))?;
+    // A cluster just healed may still refuse a moment (a refresh answered 500, "primary term
+    // too old", while a promoted primary settles): fsck is run again then, for up to 30 s,
+    // and a failure that lasts is what was found, not the end of the history.
+    let mut tries = 0;
+    let report: Value = loop {
+        let (code, out, err) = run(fsrename, &["fsck", "--json"]).await?;
+        match serde_json::from_str(&out) {
+            Ok(report) => break report,
+            Err(e) if tries >= 15 => {
+                found.push(format!("fsck exited {code}: {e}: {out}{err}"));
+                return Ok(found);
+            }
+            Err(_) => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        }
+    };
     for problem in report["problems"].as_array().into_iter().flatten() {
         found.push(format!("fsck: {problem}"));
     }
