@@ -75,7 +75,8 @@ pub async fn read_tree(fsrename: &Fsrename) -> Result<Vec<Entry>, String> {
     Ok(entries)
 }
 
-/// Runs `recover --wait` until it has nothing left to do (at most `patience`).
+/// Runs `recover --wait` until it has nothing left to do and no lock is left (at most
+/// `patience`).
 ///
 /// # Errors
 /// If it still fails at the end, with its output.
@@ -89,7 +90,9 @@ pub async fn recover(fsrename: &Fsrename, patience: Duration) -> Result<(), Stri
             let left = ["running", "failed"]
                 .iter()
                 .any(|k| report[k].as_array().is_some_and(|a| !a.is_empty()));
-            if !left {
+            // Locks of a client killed before it journaled are only swept once their lease
+            // has run out: recovery runs again until fsck sees none.
+            if !left && !locks_left(fsrename).await {
                 return Ok(());
             }
         }
@@ -98,6 +101,17 @@ pub async fn recover(fsrename: &Fsrename, patience: Duration) -> Result<(), Stri
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// Whether fsck sees locks, active or expired (its report unreadable counts as yes).
+async fn locks_left(fsrename: &Fsrename) -> bool {
+    let Ok((_, out, _)) = run(fsrename, &["fsck", "--json"]).await else {
+        return true;
+    };
+    let report: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+    ["locks_active", "locks_expired"]
+        .iter()
+        .any(|field| report[field].as_u64() != Some(0))
 }
 
 /// What was left behind that must not be: fsck's problems, locks, open journal entries, and
