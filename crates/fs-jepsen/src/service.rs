@@ -13,7 +13,7 @@ use crate::cli_client::Fsrename;
 use crate::history::{Op, Outcome};
 
 /// The last lines of an instance's log kept, for a failed history's report.
-const LOG_LINES: usize = 200;
+const LOG_LINES: usize = 20_000;
 
 /// One `fsrename serve` process.
 #[derive(Debug)]

@@ -183,6 +183,17 @@ pub enum RenameError {
         /// Who took it over.
         by: String,
     },
+    /// The job's caller could not record what it must before the job journals (the service
+    /// stores the journal id with the job, so that another instance can tell whether the job
+    /// wrote, [`crate::RenameHooks::journaling`]): the job stops before its journal entry and
+    /// its first write, so nothing was written and the job can be run again.
+    #[error("stopped before journal entry `{job}` and its first write: {reason}")]
+    NotJournaled {
+        /// The journal entry the job would have written.
+        job: String,
+        /// Why its caller stopped it.
+        reason: String,
+    },
     /// The store failed.
     #[error("store failure while {context}: {cause}")]
     Store {

@@ -44,6 +44,7 @@ mod claims;
 pub mod clinton;
 mod consistent;
 mod error;
+mod fresh;
 mod fsck;
 mod indexer;
 mod job;

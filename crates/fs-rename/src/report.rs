@@ -78,8 +78,12 @@ pub trait RenameHooks: Send + Sync {
     /// before it writes its journal entry at `job_id`. What the hook records here survives
     /// the job: `fsrename serve` stores the id with the job, so that an instance taking over
     /// the job of a dead one can tell from the journal whether it was applied
-    /// ([`crate::Journal::state_of`]).
-    async fn journaling(&self, _job_id: &str) {}
+    /// ([`crate::Journal::state_of`]). An `Err` stops the job before its journal entry and
+    /// its first write ([`crate::RenameError::NotJournaled`], with the reason given): for a
+    /// record that could not be made.
+    async fn journaling(&self, _job_id: &str) -> Result<(), String> {
+        Ok(())
+    }
     /// Called with a page of documents just before they are rewritten (copied, or, for a
     /// delete, deleted: a delete's pages come deepest first, one depth per page).
     async fn before_write(&self, _page: &[Entry]) {}

@@ -6,9 +6,10 @@ use fs_model::{
     journal_index_name, lock_index_body_with, lock_index_name, tree_index_body_with, DocKind,
     FsDoc, FsPath, IndexLayout,
 };
-use fs_store::{BulkOp, Scan, Scope, SearchRequest, SharedStore, StoredDoc, Version};
+use fs_store::{Scan, Scope, SearchRequest, SharedStore, StoredDoc, Version};
 
 use crate::error::{RenameError, Result};
+use crate::fresh::{create_fresh, Fresh};
 
 /// The largest number of documents written in one bulk request.
 pub const BULK_BATCH: usize = 1_000;
@@ -217,14 +218,15 @@ impl FsTree {
     }
 
     /// Adds documents with fresh ids, in bulk batches; returns their ids. Does not check
-    /// parents (callers building a tree add parents first).
+    /// parents (callers building a tree add parents first). A batch whose answer was lost or
+    /// replayed is sent again: a fresh id's create is safe to resend ([`crate::fresh`]).
     ///
     /// # Errors
     /// [`RenameError::Store`] naming the first document the store refused.
     pub async fn insert_all(&self, docs: Vec<FsDoc>) -> Result<Vec<String>> {
         let mut ids = Vec::with_capacity(docs.len());
         for batch in docs.chunks(BULK_BATCH) {
-            let mut ops = Vec::with_capacity(batch.len());
+            let mut fresh = Vec::with_capacity(batch.len());
             for doc in batch {
                 let id = FsDoc::new_id();
                 let source = serde_json::to_value(doc).map_err(|e| RenameError::BadDocument {
@@ -233,17 +235,14 @@ impl FsTree {
                     message: e.to_string(),
                 })?;
                 ids.push(id.clone());
-                ops.push(BulkOp::Create { id, source });
+                fresh.push(Fresh {
+                    id,
+                    source,
+                    name: doc.path.to_string(),
+                });
             }
-            let context = format!("adding {} documents to `{}`", ops.len(), self.index);
-            let results = self
-                .store
-                .bulk(&self.index, ops)
-                .await
-                .map_err(RenameError::store(context))?;
-            for (doc, result) in batch.iter().zip(results) {
-                result.map_err(RenameError::store(format!("adding `{}`", doc.path)))?;
-            }
+            let context = format!("adding {} documents to `{}`", fresh.len(), self.index);
+            create_fresh(&self.store, &self.index, &fresh, &context).await?;
         }
         Ok(ids)
     }

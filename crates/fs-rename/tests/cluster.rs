@@ -295,10 +295,11 @@ impl RenameHooks for Killer {
             self.fire();
         }
     }
-    async fn journaling(&self, _job_id: &str) {
+    async fn journaling(&self, _job_id: &str) -> Result<(), String> {
         if self.moment == Moment::Journaling {
             self.fire();
         }
+        Ok(())
     }
     async fn rewritten(&self) {
         if self.moment == Moment::Rewritten {

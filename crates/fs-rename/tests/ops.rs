@@ -173,3 +173,44 @@ async fn mkdir_and_touch_that_wrote_succeed_though_their_release_fails() {
         "{missing:?}"
     );
 }
+
+/// Found by the Jepsen-style test through the proxy (`docs/reliability.md`, anomaly 7):
+/// `mkdir` and `touch` reported failed with their document made, when the create of their
+/// document was carried out and its answer lost (or replayed after a failover, answered 409).
+/// A fresh id's create is safe to send again, and a 409 on it is its own earlier landing.
+/// Through the proxy, whose trap carries out the tree's bulk write and cuts its connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mkdir_and_touch_whose_create_answer_was_lost_succeed_once() {
+    let proxy = fs_testkit::start_es_proxy(fs_testkit::EsProxyOptions::default());
+    let config = fs_store::ElasticConfig::new(proxy.url()).expect("a loopback URL");
+    let store: fs_store::SharedStore =
+        std::sync::Arc::new(fs_store::ElasticStore::connect(config).expect("a client"));
+    let env = Env::new(fs_testkit::Backend::Osmem).through(store);
+    let tree = env.tree();
+    tree.ensure_indices().await.expect("indices");
+    let locks = LockSettings::default();
+    let (bulk, lock_index) = (
+        format!("/{}/_bulk", env.index),
+        format!("/{}/", env.lock_index()),
+    );
+    proxy.trap_cut_after(&lock_index, &bulk, 1);
+    let made = mkdir(&tree, &locks, &p("/made"), false).await;
+    proxy.clear_trap();
+    assert_eq!(
+        made.expect("mkdir whose create landed unanswered").created,
+        vec![p("/made")]
+    );
+    proxy.trap_cut_after(&lock_index, &bulk, 1);
+    let touched = touch(&tree, &locks, &p("/made/f")).await;
+    proxy.clear_trap();
+    touched.expect("touch whose create landed unanswered");
+    tree.refresh().await.expect("refresh");
+    for path in ["/made", "/made/f"] {
+        assert_eq!(
+            tree.count_under(&p(path)).await.expect("count"),
+            if path == "/made" { 2 } else { 1 },
+            "{path} made once"
+        );
+    }
+    assert_eq!(locks_left(&env).await, 0);
+}

@@ -544,10 +544,11 @@ struct FreezeBeforeJournal {
 
 #[async_trait]
 impl RenameHooks for FreezeBeforeJournal {
-    async fn journaling(&self, _job_id: &str) {
+    async fn journaling(&self, _job_id: &str) -> Result<(), String> {
         if !self.once.swap(true, Ordering::SeqCst) {
             self.freezer.freeze().await;
         }
+        Ok(())
     }
 }
 

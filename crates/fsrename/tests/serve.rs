@@ -34,7 +34,16 @@ impl Service {
         store: SharedStore,
         tweak: impl FnOnce(&mut ServeConfig),
     ) -> Service {
-        let index = fs_testkit::unique_name("fs");
+        Service::start_at(backend, store, fs_testkit::unique_name("fs"), tweak).await
+    }
+
+    /// [`Service::start_on`] over the tree `index`: a second instance of a service.
+    async fn start_at(
+        backend: Backend,
+        store: SharedStore,
+        index: String,
+        tweak: impl FnOnce(&mut ServeConfig),
+    ) -> Service {
         let mut config = ServeConfig::new(index.clone());
         config.listen = "127.0.0.1:0".parse().expect("addr");
         tweak(&mut config);
@@ -2032,4 +2041,128 @@ async fn a_job_whose_record_landed_unanswered_is_accepted_and_runs() {
         "one job, once: {list}"
     );
     service.stop().await;
+}
+
+/// Found by the Jepsen-style test on a real cluster (`docs/reliability.md`, anomaly 4): a
+/// partition kept a job's journal id from the jobs index, the job journaled and copied anyway,
+/// its instance was killed, and the instance that adopted the job, finding no journal id, ran
+/// it again from the start ("destination already exists": reported failed, its copy in place).
+/// A job now journals only once its journal id is stored; if it cannot be, the job stops
+/// before its first write, failed, and nothing is written. Through the proxy, whose trap
+/// refuses every write of the jobs index once the job has taken its locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_journal_id_cannot_be_stored_writes_nothing() {
+    let proxy = fs_testkit::start_es_proxy(fs_testkit::EsProxyOptions::default());
+    let config = fs_store::ElasticConfig::new(proxy.url())
+        .expect("a loopback URL")
+        .retry_deadline(Duration::from_millis(300));
+    let store: SharedStore = Arc::new(fs_store::ElasticStore::connect(config).expect("a client"));
+    let service = Service::start_on(Backend::Osmem, store, |c| {
+        c.lease = Duration::from_secs(1);
+    })
+    .await;
+    service.build(1, 1, 2).await;
+    let (locks, records) = (
+        format!("/{}-lock/", service.index),
+        format!("/{}-jobs/_doc/", service.index),
+    );
+    proxy.trap(&locks, &records, usize::MAX);
+    let id = service.submit("/t000", "/moved").await;
+    let job = service.finished(&id).await;
+    proxy.clear_trap();
+    assert_eq!(job["state"], "failed", "{job}");
+    let error = job["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("stopped before journal entry")
+            && error.contains("journal id could not be stored"),
+        "{job}"
+    );
+    let tree = service.tree();
+    tree.refresh().await.expect("refresh");
+    assert_eq!(tree.count_under(&p("/t000")).await.expect("count"), 4);
+    assert_eq!(tree.count_under(&p("/moved")).await.expect("count"), 0);
+    service.stop().await;
+}
+
+/// Found by the Jepsen-style test on a real cluster (`docs/reliability.md`, anomalies 5 and 6):
+/// an instance cut off from the jobs index (a partition, the flood-stage block) past two
+/// leases is taken for dead, and another instance adopts its job and runs it again; the first
+/// instance, alive, ran it too, and the second run failed on the first one's effect ("blocked
+/// by its own lock", "source not found"): reported failed with the job done. A job now
+/// journals only once its journal id is stored with the job, and the record is no longer its
+/// instance's once adopted: the first run stops before its first write, and the job runs
+/// once, by its adopter. Through the proxy, whose trap cuts the first instance off from the
+/// jobs index while its job waits for a lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_adopted_from_a_live_instance_runs_once() {
+    // Two proxies, one per instance, each showing what the other wrote at once (a proxy
+    // makes writes searchable only after a refresh it saw).
+    let options = || fs_testkit::EsProxyOptions {
+        near_real_time: false,
+        ..fs_testkit::EsProxyOptions::default()
+    };
+    let (proxy, other) = (
+        fs_testkit::start_es_proxy(options()),
+        fs_testkit::start_es_proxy(options()),
+    );
+    let config = fs_store::ElasticConfig::new(proxy.url())
+        .expect("a loopback URL")
+        .retry_deadline(Duration::from_millis(300));
+    let through: SharedStore = Arc::new(fs_store::ElasticStore::connect(config).expect("a client"));
+    let tweak = |c: &mut ServeConfig| {
+        c.lease = Duration::from_secs(1);
+        c.wait = Duration::from_secs(60);
+    };
+    let first = Service::start_on(Backend::Osmem, through, tweak).await;
+    first.build(1, 1, 2).await;
+    let direct: SharedStore = Arc::new(fs_testkit::elastic_store(other.url()));
+    let second = Service::start_at(Backend::Osmem, direct, first.index.clone(), tweak).await;
+    let holder = fs_locks::LockClient::builder(
+        Arc::clone(&second.store),
+        fs_model::lock_index_name(&first.index),
+    )
+    .build();
+    let guard = holder.lock_tree(&p("/t000")).await.expect("hold /t000");
+    let id = first.submit("/t000", "/moved").await;
+    let path = format!("/jobs/{id}");
+    let waiting =
+        |job: &Value| job["state"] == "waiting_for_locks" && job["waiting_for"].is_string();
+    wait_for(&first, &path, waiting).await;
+    // Cut off from the jobs index, the first instance stops beating; the second takes it for
+    // dead and adopts the job, which waits for the lock behind the first instance's run.
+    proxy.trap("", "-jobs/", usize::MAX);
+    let instance = second.instance.clone();
+    wait_for(&second, &path, |job| {
+        job["instance"] == instance.as_str() && waiting(job)
+    })
+    .await;
+    proxy.clear_trap();
+    guard.release().await.expect("release /t000");
+    for service in [&second, &first] {
+        let job = service.finished(&id).await;
+        assert_eq!(job["state"], "done", "{job}");
+    }
+    let tree = second.tree();
+    tree.refresh().await.expect("refresh");
+    assert_eq!(tree.count_under(&p("/moved")).await.expect("count"), 4);
+    assert_eq!(tree.count_under(&p("/t000")).await.expect("count"), 0);
+    second.stop().await;
+    first.stop().await;
+}
+
+/// Waits (up to 20 s) until `service` shows at `path` a job that `ready` accepts.
+async fn wait_for(service: &Service, path: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, job) = service.get(path).await;
+        if ready(&job) {
+            return job;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} on {} never got there: {job}",
+            service.instance
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -32,8 +32,9 @@ struct Dies {
 
 #[async_trait]
 impl RenameHooks for Dies {
-    async fn journaling(&self, job_id: &str) {
+    async fn journaling(&self, job_id: &str) -> Result<(), String> {
         *self.journal.lock().unwrap() = Some(job_id.to_owned());
+        Ok(())
     }
 
     async fn before_write(&self, _page: &[Entry]) {

@@ -309,7 +309,13 @@ impl Renamer {
         report: &mut RenameReport,
     ) -> Result<Option<PendingClose>> {
         if let Some(hooks) = &self.config.hooks {
-            hooks.journaling(job_id).await;
+            hooks
+                .journaling(job_id)
+                .await
+                .map_err(|reason| RenameError::NotJournaled {
+                    job: job_id.to_owned(),
+                    reason,
+                })?;
         }
         let entry = self.journal_entry(locks, task, job_id).await;
         let journal = Journal::new(Arc::clone(tree.store()), tree.index());

@@ -19,9 +19,15 @@
 //!
 //! An instance cut off from the store for longer than `dead_after` but not dead may find
 //! its jobs taken over. Its next write of such a job is refused (see `records.rs`), and it
-//! stops writing the job's document; the job itself may then run twice. Under tree locks the
-//! two runs never overlap, and the second finds the first's effect (a rename's source gone)
-//! and fails with that reason: nothing is lost or applied twice.
+//! stops writing the job's document and shows the job as its new owner stored it. Its own run
+//! of the job cannot write: a job journals only once its journal id is stored with the job
+//! (`StoreJournalId` in `jobs.rs`), and that write is refused once the job is another
+//! instance's, so the run stops before its first write. Either the job journaled before it
+//! was claimed (the new owner finds the journal id, and the table above applies) or it runs
+//! once, by its new owner. And a job's end is stored before it is shown, so no client is told
+//! "failed" of a job that an adopter then runs from an older record. (Found by the
+//! Jepsen-style test, `docs/reliability.md`: before, the job ran twice, and the second run
+//! failed on the first one's effect.)
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,27 +39,8 @@ use tokio::sync::watch;
 
 use super::job::{now_ms, Job, JobState, Progress};
 use super::jobs::Jobs;
+use super::liveness::Liveness;
 use super::records::{Heartbeat, RecordError};
-
-/// How often an instance says it is alive, and when it is taken for dead.
-#[derive(Debug, Clone, Copy)]
-pub struct Liveness {
-    /// Between two heartbeats (and two looks for jobs to take over).
-    pub beat: Duration,
-    /// A heartbeat older than this is an instance that died.
-    pub dead_after: Duration,
-}
-
-impl Liveness {
-    /// A heartbeat every third of `lease` (at least every 10 s, at most every 50 ms); dead
-    /// after two leases.
-    pub fn for_lease(lease: Duration) -> Liveness {
-        Liveness {
-            beat: (lease / 3).clamp(Duration::from_millis(50), Duration::from_secs(10)),
-            dead_after: lease * 2,
-        }
-    }
-}
 
 /// Beats until `stop` turns true, and takes over the jobs of dead instances until shutdown
 /// begins. The caller says when to stop: after this instance's own jobs ended, so that its

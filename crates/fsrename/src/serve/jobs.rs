@@ -18,9 +18,15 @@ use tokio::task::JoinSet;
 
 use super::config::ServeConfig;
 use super::job::{now_ms, Job, JobState, Progress, Work};
+use super::liveness::Liveness;
 use super::metrics::Metrics;
 use super::records::{RecordError, Records};
 use super::recovered;
+
+/// The pauses between writes of a job's record after its first three tries failed.
+const STORE_AGAIN: fs_store::RetryPolicy =
+    fs_store::RetryPolicy::new(Duration::from_millis(100), Duration::from_secs(2))
+        .jitter(fs_store::Jitter::Equal);
 
 /// Why a job was not accepted.
 #[derive(Debug)]
@@ -253,35 +259,76 @@ impl Jobs {
     /// fatal: the job goes on, and other instances show its last stored state until the next
     /// write. A job taken over by another instance is no longer written from here.
     pub async fn persist(&self, id: &str) {
+        if !self.table().versions.contains_key(id) {
+            return;
+        }
+        match self.store_state(id, Duration::ZERO).await {
+            Ok(()) => {}
+            Err(e @ RecordError::Taken { .. }) => {
+                tracing::warn!(job = %id, error = %e, "this instance was taken for dead: the job is no longer written from here");
+            }
+            Err(e) => {
+                tracing::warn!(job = %id, error = %e, "could not store the job's state; other instances show its last stored state");
+            }
+        }
+    }
+
+    /// Writes job `id` to the jobs index, three tries at least and more, with pauses, for
+    /// `patience`, until it is stored. A job forgotten here is not written.
+    ///
+    /// # Errors
+    /// [`RecordError::Taken`] if another instance took the job over (now, or before: it is
+    /// no longer written from here); the last failure if the tries ran out.
+    async fn store_state(&self, id: &str, patience: Duration) -> Result<(), RecordError> {
+        self.store_changed(id, |_| {}, patience).await
+    }
+
+    /// [`Jobs::store_state`] of job `id` with `change` applied, before it is applied here:
+    /// for a state that clients must not see before it is stored.
+    async fn store_changed(
+        &self,
+        id: &str,
+        change: impl FnOnce(&mut Job),
+        patience: Duration,
+    ) -> Result<(), RecordError> {
         let turn = Arc::clone(self.table().turns.entry(id.to_owned()).or_default());
         let _turn = turn.lock().await;
-        let Some((job, version)) = ({
+        let (job, version) = {
             let table = self.table();
-            table
-                .jobs
-                .get(id)
-                .cloned()
-                .zip(table.versions.get(id).copied())
-        }) else {
-            return;
+            let Some(mut job) = table.jobs.get(id).cloned() else {
+                return Ok(());
+            };
+            change(&mut job);
+            let Some(version) = table.versions.get(id).copied() else {
+                return Err(RecordError::Taken {
+                    id: id.to_owned(),
+                    by: "another instance, earlier".to_owned(),
+                });
+            };
+            (job, version)
         };
-        let mut last = None;
-        for _ in 0..3 {
+        let until = tokio::time::Instant::now() + patience;
+        let mut pauses = STORE_AGAIN.start();
+        let mut tries = 0;
+        loop {
+            tries += 1;
             match self.inner.records.write(&job, version).await {
                 Ok(version) => {
                     self.table().versions.insert(id.to_owned(), version);
-                    return;
+                    return Ok(());
                 }
                 Err(e @ RecordError::Taken { .. }) => {
-                    tracing::warn!(job = %id, error = %e, "this instance was taken for dead: the job is no longer written from here");
                     self.table().versions.remove(id);
-                    return;
+                    return Err(e);
                 }
-                Err(e) => last = Some(e),
+                Err(e) if tries >= 3 && tokio::time::Instant::now() >= until => return Err(e),
+                Err(e) => {
+                    tracing::debug!(job = %id, error = %e, "storing the job's state again");
+                    if tries >= 3 {
+                        tokio::time::sleep(pauses.next_pause()).await;
+                    }
+                }
             }
-        }
-        if let Some(e) = last {
-            tracing::warn!(job = %id, error = %e, "could not store the job's state; other instances show its last stored state");
         }
     }
 
@@ -320,18 +367,26 @@ impl Jobs {
             (Some(_), Err(e)) => Some(format!("{e}; recovery finishes it")),
             _ => None,
         };
+        let finished_at = state.finished().then(now_ms);
         let change = |j: &mut Job| {
             j.enter(state);
-            j.error = error;
+            j.error.clone_from(&error);
             // After the warnings of a takeover, if any.
             j.warnings.extend(outcome.report.warnings.iter().cloned());
-            j.warnings.extend(stopped);
+            j.warnings.extend(stopped.iter().cloned());
             j.progress.done = outcome.report.rewritten;
-            j.report = report;
-            if state.finished() {
-                j.finished_at = Some(now_ms());
+            j.report.clone_from(&report);
+            if finished_at.is_some() {
+                j.finished_at = finished_at;
             }
         };
+        // The end is stored before it is shown: a client told "failed" by this instance must
+        // not see the job run again by an instance that adopts it from an older record after
+        // this one died (`adopt.rs`). Tried for as long as this instance counts as alive.
+        let patience = Liveness::for_lease(self.inner.config.lease).dead_after;
+        if let Err(e) = self.store_changed(&id, &change, patience).await {
+            tracing::warn!(job = %id, error = %e, "could not store the job's end; other instances show its last stored state");
+        }
         match &follow {
             None => self.finish(&id, change),
             Some(_) => self.update(&id, change),
@@ -571,11 +626,28 @@ struct StoreJournalId {
 
 #[async_trait]
 impl RenameHooks for StoreJournalId {
-    async fn journaling(&self, journal_id: &str) {
+    /// The job journals only once its journal id is stored: an instance that adopts the job
+    /// after this one died must find the id, or it would run the job again from the start
+    /// over what it wrote (found by the Jepsen-style test, `docs/reliability.md`, anomaly 4:
+    /// a partition kept the id from the jobs index, the instance was killed after the copy,
+    /// and its adopter copied again into "destination already exists").
+    async fn journaling(&self, journal_id: &str) -> Result<(), String> {
         self.jobs.update(&self.id, |j| {
             j.enter(JobState::Rewriting);
             j.journal = Some(journal_id.to_owned());
         });
-        self.jobs.persist(&self.id).await;
+        // Tried for as long as other instances take this one for alive: past that, the job
+        // may be adopted anyway.
+        let patience = Liveness::for_lease(self.jobs.config().lease).dead_after;
+        self.jobs
+            .store_state(&self.id, patience)
+            .await
+            .map_err(|e| match e {
+                RecordError::Taken { .. } => format!("{e}, which runs it"),
+                e => format!(
+                    "its journal id could not be stored with the job in {} (another instance adopting the job would not know that it wrote): {e}",
+                    fs_model::short_duration(patience)
+                ),
+            })
     }
 }

@@ -27,6 +27,7 @@ mod events;
 mod guesses;
 mod job;
 mod jobs;
+mod liveness;
 mod metrics;
 mod middleware;
 mod openapi;
