@@ -21,7 +21,7 @@ use fs_store::{CountingStore, SharedStore};
 use fsrename::serve::{ServeConfig, Server};
 use serde_json::{json, Value};
 
-use crate::measure::{embedded, Embedded};
+use crate::measure::{embedded, Embedded, LockWriteCounts, LockWrites};
 
 /// Files in each renamed directory.
 const FILES: usize = 20;
@@ -198,8 +198,9 @@ async fn run(streams: usize, seconds: f64, workers: usize, kind: Embedded) -> an
 
     let window = renaming_window(
         &http,
-        &base,
+        std::slice::from_ref(&base),
         &counting,
+        None,
         workers,
         |w| [format!("/a{w}"), format!("/b{w}")],
         WARM_UP,
@@ -224,6 +225,8 @@ async fn run(streams: usize, seconds: f64, workers: usize, kind: Embedded) -> an
 pub(crate) struct Window {
     /// The store's requests in the window.
     pub(crate) requests: u64,
+    /// The lock-index writes in the window, if they were counted.
+    pub(crate) lock_writes: LockWriteCounts,
     /// How long the window lasted, in seconds.
     pub(crate) seconds: f64,
     /// The submit-to-done time of each rename finished in the window, in milliseconds.
@@ -235,14 +238,17 @@ pub(crate) struct Window {
     pub(crate) cpu: crate::cpu::CpuUse,
 }
 
-/// Keeps `clients` clients renaming through the service at `base`, client `i` its own pair of
-/// paths (`pair(i)`) there and back; after `warm_up`, counts for `seconds` the store's
-/// requests (through `counting`) and the renames finished with their latencies; then stops
-/// the clients and waits for them.
+/// Keeps `clients` clients renaming through the service at `bases` (client `i` through
+/// instance `i` modulo their number), client `i` its own pair of paths (`pair(i)`) there and
+/// back; after `warm_up`, counts for `seconds` the store's requests (through `counting`), its
+/// lock-index writes (through `lock_writes`, if given) and the renames finished with their
+/// latencies; then stops the clients and waits for them.
+#[allow(clippy::too_many_arguments)] // Each is one knob of the window; a struct would only rename them.
 pub(crate) async fn renaming_window(
     http: &reqwest::Client,
-    base: &str,
+    bases: &[String],
     counting: &CountingStore,
+    lock_writes: Option<&LockWrites>,
     clients: usize,
     pair: impl Fn(usize) -> [String; 2],
     warm_up: Duration,
@@ -251,8 +257,9 @@ pub(crate) async fn renaming_window(
     let counting_on = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicBool::new(false));
     let mut running = Vec::with_capacity(clients);
+    anyhow::ensure!(!bases.is_empty(), "no service to rename through");
     for i in 0..clients {
-        let (http, base, names) = (http.clone(), base.to_owned(), pair(i));
+        let (http, base, names) = (http.clone(), bases[i % bases.len()].clone(), pair(i));
         let (counting_on, done) = (Arc::clone(&counting_on), Arc::clone(&done));
         running.push(tokio::spawn(async move {
             let mut latencies_ms = Vec::new();
@@ -273,11 +280,15 @@ pub(crate) async fn renaming_window(
     }
     tokio::time::sleep(warm_up).await;
     let before = counting.round_trips();
+    let locks_before = lock_writes.map(LockWrites::counts).unwrap_or_default();
     let cpu_before = crate::cpu::CpuMark::now();
     counting_on.store(true, Ordering::Relaxed);
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
     let requests = counting.round_trips() - before;
+    let locks = lock_writes
+        .map(|l| l.counts().since(locks_before))
+        .unwrap_or_default();
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = match (cpu_before, crate::cpu::CpuMark::now()) {
         (Some(before), Some(after)) => before.to(after),
@@ -293,6 +304,7 @@ pub(crate) async fn renaming_window(
     }
     Ok(Window {
         requests,
+        lock_writes: locks,
         seconds: elapsed,
         latencies_ms,
         jobs,

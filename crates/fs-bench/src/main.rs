@@ -114,6 +114,15 @@ struct Args {
     /// Runs only these measurements (comma-separated). Default: all.
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<measure::Measurement>,
+    /// The service measurement's clients, K (comma-separated). Default: 1,16,64.
+    #[arg(long, value_name = "K,..", value_delimiter = ',',
+        value_parser = clap::value_parser!(u32).range(1..))]
+    service_ks: Vec<u32>,
+    /// The service measurement's instances on one store, the clients spread over them
+    /// (comma-separated: `1,4` runs each K on one instance and on four). Default: 1.
+    #[arg(long, value_name = "N,..", value_delimiter = ',',
+        value_parser = clap::value_parser!(u32).range(1..))]
+    service_instances: Vec<u32>,
     /// Runs only on these backends (comma-separated): `embedded`, `osmem`, `remote`, and
     /// `es=URL` for an Elasticsearch or OpenSearch server (several allowed; credentials from
     /// FSRENAME_ES_USER/FSRENAME_ES_PASSWORD/FSRENAME_ES_API_KEY). Where the server runs
@@ -250,6 +259,12 @@ async fn main() -> anyhow::Result<()> {
     }
     if !args.only.is_empty() {
         plan.only = args.only;
+    }
+    if !args.service_ks.is_empty() {
+        plan.service_ks = args.service_ks.iter().map(|&k| k as usize).collect();
+    }
+    if !args.service_instances.is_empty() {
+        plan.service_instances = args.service_instances.iter().map(|&n| n as usize).collect();
     }
     if !args.backends.is_empty() {
         plan.backends = args.backends;

@@ -112,7 +112,7 @@ pub fn targets(results: &[BackendResults]) -> Vec<Target> {
         let service = |s: Strategy| {
             r.service
                 .iter()
-                .find(|row| row.k == 16 && row.strategy == s)
+                .find(|row| row.k == 16 && row.instances == 1 && row.strategy == s)
                 .map(|row| row.per_sec)
         };
         if let (Some(tree), Some(none)) = (service(Strategy::Tree), service(Strategy::None)) {
@@ -410,45 +410,60 @@ fn service(s: &mut String, results: &[BackendResults], plan: &Plan) {
     if results.iter().all(|r| r.service.is_empty()) {
         return;
     }
-    let _ = writeln!(s, "## 6. Renames through the service\n\n`fsrename serve` in process on the backend: K clients each rename their own `/p/sI` (of {} documents) back and forth through the HTTP API (`POST /renames`, then `GET /renames/ID` every 2 ms until done) for {} s; medians over {} rounds, each running tree, global and no locks in a rotating order. Read *tree ÷ none* as what the locks cost a job served over HTTP, against the same service taking none; *latency* is a client's submit-to-done time, polling included; *requests / job* counts every store request of the service while it runs (locks, rewrite, the job's records in the jobs index), over the jobs finished.\n", plan.concurrent_docs, plan.concurrent_secs, plan.service_rounds);
+    let _ = writeln!(s, "## 6. Renames through the service\n\n`fsrename serve` in process on the backend: K clients each rename their own `/p/sI` (of {} documents) back and forth through the HTTP API (`POST /renames`, then `GET /renames/ID` every 2 ms until done) for {} s; medians over {} rounds, each running tree, global and no locks in a rotating order. Read *tree ÷ none* as what the locks cost a job served over HTTP, against the same service taking none; *latency* is a client's submit-to-done time, polling included; *requests / job* counts every store request of the service while it runs (locks, rewrite, the job's records in the jobs index), over the jobs finished; *lock writes / job* the documents written to the lock index (takes, releases, renewals, waiters: an item of a bulk is one), and *on `/p`* those of the parent all the clients share. With several instances, they serve one store and the clients are spread over them.\n", plan.concurrent_docs, plan.concurrent_secs, plan.service_rounds);
     for r in results.iter().filter(|r| !r.service.is_empty()) {
         let _ = writeln!(
             s,
-            "**{}**\n\n| K | tree /s | global /s | none /s | tree ÷ none | tree latency ms | none latency ms | tree requests / job | none requests / job |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "**{}**\n\n| instances | K | tree /s | global /s | none /s | tree ÷ none | tree latency ms | none latency ms | tree requests / job | none requests / job | tree lock writes / job | on `/p` |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
             r.name
         );
-        for &k in &plan.service_ks {
-            let row = |st: Strategy| r.service.iter().find(|c| c.k == k && c.strategy == st);
-            let rate = |st: Strategy| row(st).map_or(0.0, |c| c.per_sec);
-            let lat = |st: Strategy| row(st).map_or(0.0, |c| c.latency_ms);
-            let req = |st: Strategy| row(st).map_or(0.0, |c| c.requests);
-            let _ = writeln!(
-                s,
-                "| {k} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} |",
-                rate(Strategy::Tree),
-                rate(Strategy::Global),
-                rate(Strategy::None),
-                rate(Strategy::Tree) / rate(Strategy::None),
-                lat(Strategy::Tree),
-                lat(Strategy::None),
-                req(Strategy::Tree),
-                req(Strategy::None),
-            );
+        for &n in &plan.service_instances {
+            for &k in &plan.service_ks {
+                let row = |st: Strategy| {
+                    r.service
+                        .iter()
+                        .find(|c| c.k == k && c.instances == n && c.strategy == st)
+                };
+                let rate = |st: Strategy| row(st).map_or(0.0, |c| c.per_sec);
+                let lat = |st: Strategy| row(st).map_or(0.0, |c| c.latency_ms);
+                let req = |st: Strategy| row(st).map_or(0.0, |c| c.requests);
+                let tree = row(Strategy::Tree);
+                let _ = writeln!(
+                    s,
+                    "| {n} | {k} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                    rate(Strategy::Tree),
+                    rate(Strategy::Global),
+                    rate(Strategy::None),
+                    rate(Strategy::Tree) / rate(Strategy::None),
+                    lat(Strategy::Tree),
+                    lat(Strategy::None),
+                    req(Strategy::Tree),
+                    req(Strategy::None),
+                    tree.map_or(0.0, |c| c.lock_writes),
+                    tree.map_or(0.0, |c| c.shared_lock_writes),
+                );
+            }
         }
         let _ = writeln!(
             s,
-            "\nWhere a job's time goes (means in ms, from the service's own record of each job: queued is submitted to started, the phases are the job's report's, other is the rest of its run (journal entry, the job's records), seen after is finished to seen done by the client), and the CPU a job cost: *here* is this process (the clients and the service), *server* every other process on the machine (a server named with `es=` on this machine), *busy* the cores' busy share in the window:\n\n| K | locks | queued | locking | checking | rewriting | releasing | other | seen after | CPU here | CPU server | busy |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+            "\nWhere a job's time goes (means in ms, from the service's own record of each job: queued is submitted to started, the phases are the job's report's, other is the rest of its run (journal entry, the job's records), seen after is finished to seen done by the client), and the CPU a job cost: *here* is this process (the clients and the service), *server* every other process on the machine (a server named with `es=` on this machine), *busy* the cores' busy share in the window:\n\n| instances | K | locks | queued | locking | checking | rewriting | releasing | other | seen after | CPU here | CPU server | busy |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
         );
-        for &k in &plan.service_ks {
-            for st in [Strategy::Tree, Strategy::Global, Strategy::None] {
-                if let Some(c) = r.service.iter().find(|c| c.k == k && c.strategy == st) {
-                    let p = c.split;
-                    let _ = writeln!(
-                        s,
-                        "| {k} | {st:?} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} % |",
-                        p.queued, p.locking, p.checking, p.rewriting, p.releasing, p.other, p.seen_after,
-                        p.own_cpu, p.others_cpu, p.busy * 100.0
-                    );
+        for &n in &plan.service_instances {
+            for &k in &plan.service_ks {
+                for st in [Strategy::Tree, Strategy::Global, Strategy::None] {
+                    let found = r
+                        .service
+                        .iter()
+                        .find(|c| c.k == k && c.instances == n && c.strategy == st);
+                    if let Some(c) = found {
+                        let p = c.split;
+                        let _ = writeln!(
+                            s,
+                            "| {n} | {k} | {st:?} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} % |",
+                            p.queued, p.locking, p.checking, p.rewriting, p.releasing, p.other, p.seen_after,
+                            p.own_cpu, p.others_cpu, p.busy * 100.0
+                        );
+                    }
                 }
             }
         }

@@ -17,9 +17,14 @@ use tokio::io::AsyncReadExt;
 use crate::history::{Op, Outcome};
 use crate::processes::Running;
 
-/// The words of an error after which the job is left to recovery (`RenameError::Unfinished`
-/// and the CLI's own "stopped after its journal entry"): its outcome is unknown.
-const UNFINISHED: [&str; 2] = ["the job is unfinished", "after its journal entry"];
+/// The words of an error after which the outcome is unknown: the job is left to recovery
+/// (`RenameError::Unfinished` and the CLI's own "stopped after its journal entry"), or a
+/// write was given up unanswered when its locks' lease ran out (`RenameError::WriteUnanswered`).
+const UNFINISHED: [&str; 3] = [
+    "the job is unfinished",
+    "after its journal entry",
+    "whether it happened is unknown",
+];
 
 /// How to run `fsrename` against the history's store.
 #[derive(Debug, Clone)]
@@ -148,7 +153,7 @@ pub fn outcome(status: std::process::ExitStatus, stderr: &str) -> Outcome {
         .to_owned();
     if UNFINISHED.iter().any(|w| stderr.contains(w)) {
         return Outcome::Unknown {
-            why: format!("left to recovery: {last}"),
+            why: format!("outcome unknown: {last}"),
         };
     }
     Outcome::Failed {

@@ -194,6 +194,16 @@ pub enum RenameError {
         /// Why its caller stopped it.
         reason: String,
     },
+    /// The one write of `mkdir` or `touch` was still unanswered when its locks' lease ran out:
+    /// it was given up then (no resend goes out after), but a request already sent may have
+    /// been carried out. Whether it happened is unknown; `stat` tells.
+    #[error("the write of `{path}` was not answered while its locks were held ({} waited): whether it happened is unknown (`stat` tells)", fs_model::short_duration(std::time::Duration::from_millis(*.waited_ms)))]
+    WriteUnanswered {
+        /// The path written.
+        path: FsPath,
+        /// How long the write was waited for.
+        waited_ms: u64,
+    },
     /// The store failed.
     #[error("store failure while {context}: {cause}")]
     Store {

@@ -50,6 +50,7 @@ mod indexer;
 mod job;
 mod journal;
 mod kind;
+mod lease_bound;
 mod ops;
 mod recover;
 mod report;

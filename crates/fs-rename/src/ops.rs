@@ -15,6 +15,7 @@ use fs_store::{BulkOp, Scan, Scope, SharedStore, READ_PAGE};
 use serde_json::Value;
 
 use crate::error::{RenameError, Result};
+use crate::lease_bound::within_lease;
 use crate::tree::{next_entries, Entry, FsTree};
 
 /// How tree operations take their locks.
@@ -220,7 +221,7 @@ pub async fn touch(tree: &FsTree, locks: &LockSettings, path: &FsPath) -> Result
                     source,
                     if_version: Some(entry.version),
                 }];
-                write(tree, ops, path).await
+                within_lease(&client, path, write(tree, ops, path)).await
             }
             Some(_) => Err(RenameError::AlreadyExists {
                 path: path.clone(),
@@ -228,7 +229,9 @@ pub async fn touch(tree: &FsTree, locks: &LockSettings, path: &FsPath) -> Result
             }),
             None => {
                 let doc = FsDoc::file(path.clone(), 0, now_ms());
-                tree.insert_all(vec![doc]).await.map(|_| ())
+                within_lease(&client, path, tree.insert_all(vec![doc]))
+                    .await
+                    .map(|_| ())
             }
         }
     })
@@ -266,7 +269,7 @@ async fn create(
             None => {}
         }
         check_parent(tree, &path).await?;
-        tree.insert_all(vec![doc]).await?;
+        within_lease(&client, &path, tree.insert_all(vec![doc])).await?;
         Ok(true)
     })
     .await

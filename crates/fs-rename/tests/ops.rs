@@ -214,3 +214,54 @@ async fn mkdir_and_touch_whose_create_answer_was_lost_succeed_once() {
     }
     assert_eq!(locks_left(&env).await, 0);
 }
+
+/// Found by the Jepsen-style test on a real cluster (`docs/reliability.md`, anomaly 8):
+/// `mkdir /d/f` waited out the flood-stage block, which refused its lock renewals as well as
+/// its create; recovery cleared its expired locks, `mv /d /a/b` moved the parent, and the
+/// create, still resent by the store, landed after it: a directory under a parent that was
+/// gone. The one write of `mkdir` and `touch` now goes out only while the locks are held, and
+/// is given up, its outcome unknown, once their lease runs out. Through the proxy, whose trap
+/// refuses every bulk request (the create and the lock renewals) once the work has begun,
+/// until the test lets go, well past the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mkdir_whose_write_outlives_its_lease_gives_it_up() {
+    let proxy = fs_testkit::start_es_proxy(fs_testkit::EsProxyOptions::default());
+    let config = fs_store::ElasticConfig::new(proxy.url()).expect("a loopback URL");
+    let store: fs_store::SharedStore =
+        std::sync::Arc::new(fs_store::ElasticStore::connect(config).expect("a client"));
+    let env = Env::new(fs_testkit::Backend::Osmem).through(store);
+    let tree = env.tree();
+    tree.ensure_indices().await.expect("indices");
+    let locks = LockSettings {
+        lease: std::time::Duration::from_secs(1),
+        ..LockSettings::default()
+    };
+    proxy.trap(&format!("/{}/_refresh", env.index), "/_bulk", usize::MAX);
+    let made = {
+        let (tree, locks) = (tree.clone(), locks.clone());
+        tokio::spawn(async move { mkdir(&tree, &locks, &p("/made"), false).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+    proxy.clear_trap();
+    let made = made.await.expect("mkdir's task");
+    // Given up while out, or, on a machine so loaded that the lease ran out before the write
+    // went out, not sent at all.
+    assert!(
+        matches!(&made, Err(RenameError::WriteUnanswered { path, .. }) if *path == p("/made"))
+            || matches!(
+                &made,
+                Err(RenameError::Lock(fs_locks::LockError::LeaseLost { .. }))
+            ),
+        "{made:?}"
+    );
+    // Given up, it sends nothing more: the directory is not made later either.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    tree.refresh().await.expect("refresh");
+    assert!(
+        matches!(
+            stat(&tree, &p("/made")).await,
+            Err(RenameError::SourceNotFound { .. })
+        ),
+        "a write given up landed"
+    );
+}

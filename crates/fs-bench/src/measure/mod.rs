@@ -1,6 +1,7 @@
 //! The measurements, on one backend at a time: what to run ([`Plan`]) and the rows they give;
-//! one file each for how they are run (`run`), the locks (`locks`), the renames (`renames`)
-//! and the concurrent jobs (`concurrency`).
+//! one file each for how they are run (`run`), the locks (`locks`), the renames (`renames`),
+//! the concurrent jobs (`concurrency`), the service (`service`) and the lock-index writes a
+//! job makes (`lock_writes`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,12 +12,14 @@ use fs_store::SharedStore;
 use fs_testkit::Backend;
 
 mod concurrency;
+mod lock_writes;
 mod locks;
 mod renames;
 mod run;
 mod service;
 
 pub use concurrency::disjoint_renames;
+pub use lock_writes::{LockWriteCounts, LockWrites};
 pub use renames::{drop_tree, insert_dir, profile_rename};
 pub use run::{osmem, run_all};
 pub use service::ServiceRow;
@@ -47,6 +50,8 @@ pub struct Plan {
     pub rtt: Duration,
     /// The clients of the service measurement.
     pub service_ks: Vec<usize>,
+    /// The numbers of service instances on one store the service measurement runs with.
+    pub service_instances: Vec<usize>,
     /// Rounds of the service measurement (each runs tree, global and none once).
     pub service_rounds: usize,
     /// How the embedded store is opened.
@@ -132,7 +137,8 @@ impl Plan {
             in_flights: vec![1, 2, 4, 8],
             in_flight_docs: if quick { 2_000 } else { 10_000 },
             rtt,
-            service_ks: vec![1, 16],
+            service_ks: vec![1, 16, 64],
+            service_instances: vec![1],
             service_rounds: if quick { 1 } else { 5 },
             embedded,
             only: vec![

@@ -14,7 +14,7 @@ use fs_rename::{FsTree, Strategy};
 use fs_store::{CountingStore, SharedStore};
 use fsrename::serve::{ServeConfig, Server};
 
-use super::{insert_dir, median, Plan};
+use super::{insert_dir, median, LockWrites, Plan};
 use crate::feed_load::renaming_window;
 
 /// The strategies compared, in the first round's order.
@@ -23,16 +23,22 @@ const STRATEGIES: [Strategy; 3] = [Strategy::Tree, Strategy::Global, Strategy::N
 /// Before counting: the first jobs done.
 const WARM_UP: Duration = Duration::from_millis(500);
 
-/// One strategy at one K: medians over the rounds.
+/// One strategy at one K and one number of instances: medians over the rounds.
 #[derive(Debug, Clone)]
 pub struct ServiceRow {
     pub k: usize,
+    /// Service instances on the store, the clients spread over them.
+    pub instances: usize,
     pub strategy: Strategy,
     pub per_sec: f64,
     /// The median time from submit to seeing the job done, in ms.
     pub latency_ms: f64,
     /// Store requests per job, everything counted (locks, rewrite, job records, recovery).
     pub requests: f64,
+    /// Documents written to the lock index per job (takes, releases, renewals, waiters), and
+    /// of them the shared parent's, `/p` (issue 51).
+    pub lock_writes: f64,
+    pub shared_lock_writes: f64,
     /// Where a job's time went, in the round of median rate.
     pub split: Split,
 }
@@ -98,28 +104,49 @@ impl Split {
     }
 }
 
-/// Runs the rounds for each K of the plan's service Ks.
+/// Runs the rounds for each number of instances and each K of the plan's.
 pub async fn service(store: &SharedStore, plan: &Plan) -> anyhow::Result<Vec<ServiceRow>> {
     let mut out = Vec::new();
-    for &k in &plan.service_ks {
+    for &instances in &plan.service_instances {
+        for &k in &plan.service_ks {
+            out.extend(rounds(store, k, instances, plan).await?);
+        }
+    }
+    Ok(out)
+}
+
+/// The plan's rounds at `k` clients over `instances` instances: a row per strategy.
+async fn rounds(
+    store: &SharedStore,
+    k: usize,
+    instances: usize,
+    plan: &Plan,
+) -> anyhow::Result<Vec<ServiceRow>> {
+    let mut out = Vec::new();
+    {
         let mut rates: Vec<Vec<f64>> = vec![Vec::new(); STRATEGIES.len()];
         let mut latencies: Vec<Vec<f64>> = vec![Vec::new(); STRATEGIES.len()];
         let mut requests: Vec<Vec<f64>> = vec![Vec::new(); STRATEGIES.len()];
+        let mut lock_writes: Vec<Vec<f64>> = vec![Vec::new(); STRATEGIES.len()];
+        let mut shared_lock_writes: Vec<Vec<f64>> = vec![Vec::new(); STRATEGIES.len()];
         let mut splits: Vec<Vec<(f64, Split)>> = vec![Vec::new(); STRATEGIES.len()];
         for round in 0..plan.service_rounds {
             for step in 0..STRATEGIES.len() {
                 let which = (round + step) % STRATEGIES.len();
-                let run = run(store, k, STRATEGIES[which], plan).await?;
+                let run = run(store, k, instances, STRATEGIES[which], plan).await?;
                 let p = run.split;
                 eprintln!(
-                    "service K = {k} {:?}: {:.1} renames/s, median {:.1} ms, {:.1} requests/job; mean ms: queued {:.1}, locking {:.1}, checking {:.1}, rewriting {:.1}, releasing {:.1}, other {:.1}, seen after {:.1}; CPU ms a job: here {:.1}, others {:.1}; cores {:.0} % busy",
+                    "service K = {k} on {instances} instance(s) {:?}: {:.1} renames/s, median {:.1} ms, {:.1} requests/job, {:.1} lock writes/job ({:.1} on /p); mean ms: queued {:.1}, locking {:.1}, checking {:.1}, rewriting {:.1}, releasing {:.1}, other {:.1}, seen after {:.1}; CPU ms a job: here {:.1}, others {:.1}; cores {:.0} % busy",
                     STRATEGIES[which], run.per_sec, run.latency_ms, run.requests,
+                    run.lock_writes, run.shared_lock_writes,
                     p.queued, p.locking, p.checking, p.rewriting, p.releasing, p.other, p.seen_after,
                     p.own_cpu, p.others_cpu, p.busy * 100.0
                 );
                 rates[which].push(run.per_sec);
                 latencies[which].push(run.latency_ms);
                 requests[which].push(run.requests);
+                lock_writes[which].push(run.lock_writes);
+                shared_lock_writes[which].push(run.shared_lock_writes);
                 splits[which].push((run.per_sec, run.split));
             }
         }
@@ -132,10 +159,13 @@ pub async fn service(store: &SharedStore, plan: &Plan) -> anyhow::Result<Vec<Ser
                 .map_or_else(Split::default, |(_, split)| *split);
             out.push(ServiceRow {
                 k,
+                instances,
                 strategy,
                 per_sec,
                 latency_ms: median(&mut latencies[i]),
                 requests: median(&mut requests[i]),
+                lock_writes: median(&mut lock_writes[i]),
+                shared_lock_writes: median(&mut shared_lock_writes[i]),
                 split,
             });
         }
@@ -143,15 +173,19 @@ pub async fn service(store: &SharedStore, plan: &Plan) -> anyhow::Result<Vec<Ser
     Ok(out)
 }
 
-/// One service with `strategy` as its default, `k` clients for the plan's seconds.
+/// `instances` instances of the service on one store with `strategy` as their default, `k`
+/// clients spread over them for the plan's seconds.
 async fn run(
     store: &SharedStore,
     k: usize,
+    instances: usize,
     strategy: Strategy,
     plan: &Plan,
 ) -> anyhow::Result<ServiceRow> {
     let counting = CountingStore::new(Arc::clone(store));
-    let counted: SharedStore = Arc::new(counting.clone());
+    // The shared parent's lock document has the parent's path for its id.
+    let lock_writes = LockWrites::new(Arc::new(counting.clone()), ["/p".to_owned()]);
+    let counted: SharedStore = Arc::new(lock_writes.clone());
     // Index names avoid `J`, `M` and backticks (a Debian Elasticsearch build refuses them).
     let index = "bench-service";
     let tree = FsTree::new(Arc::clone(&counted), index);
@@ -168,31 +202,40 @@ async fn run(
     }
     tree.refresh().await?;
 
-    let mut config = ServeConfig::new(index);
-    config.listen = "127.0.0.1:0".parse()?;
-    config.max_jobs = k;
-    config.recover_every = None;
-    config.strategy = strategy;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = Server::start(config, Arc::clone(&counted), async {
-        let _ = stopped.await;
-    })
-    .await?;
-    let base = format!("http://{}", server.addr());
+    let mut servers = Vec::with_capacity(instances);
+    let mut bases = Vec::with_capacity(instances);
+    for n in 0..instances.max(1) {
+        let mut config = ServeConfig::new(index);
+        config.listen = "127.0.0.1:0".parse()?;
+        config.instance = format!("bench-{n}");
+        config.max_jobs = k;
+        config.recover_every = None;
+        config.strategy = strategy;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = Server::start(config, Arc::clone(&counted), async {
+            let _ = stopped.await;
+        })
+        .await?;
+        bases.push(format!("http://{}", server.addr()));
+        servers.push((stop, server));
+    }
     let http = reqwest::Client::new();
 
     let window = renaming_window(
         &http,
-        &base,
+        &bases,
         &counting,
+        Some(&lock_writes),
         k,
         |i| [format!("/p/s{i}"), format!("/p/t{i}")],
         WARM_UP,
         plan.concurrent_secs,
     )
     .await?;
-    let _ = stop.send(());
-    server.wait().await?;
+    for (stop, server) in servers {
+        let _ = stop.send(());
+        server.wait().await?;
+    }
     let mut split = Split::of(&window.jobs, &window.latencies_ms);
     let jobs = window.jobs.len().max(1) as f64;
     split.own_cpu = window.cpu.own_ms / jobs;
@@ -202,10 +245,13 @@ async fn run(
     let renames = latencies.len();
     Ok(ServiceRow {
         k,
+        instances,
         strategy,
         per_sec: renames as f64 / window.seconds,
         latency_ms: median(&mut latencies),
         requests: window.requests as f64 / renames.max(1) as f64,
+        lock_writes: window.lock_writes.total as f64 / renames.max(1) as f64,
+        shared_lock_writes: window.lock_writes.shared as f64 / renames.max(1) as f64,
         split,
     })
 }
