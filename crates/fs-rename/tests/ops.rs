@@ -125,6 +125,25 @@ on_every_backend!(
     indexing_is_idempotent_and_prunes_on_request
 );
 
+/// A proxy of its own in front of osmem and a tree (indices made) through it, whose store
+/// resends for `retry_deadline` (the default's half minute if `None`): for the tests below,
+/// each of which sets the proxy's trap.
+async fn through_a_proxy(
+    retry_deadline: Option<std::time::Duration>,
+) -> (fs_testkit::EsProxy, Env, fs_rename::FsTree) {
+    let proxy = fs_testkit::start_es_proxy(fs_testkit::EsProxyOptions::default());
+    let mut config = fs_store::ElasticConfig::new(proxy.url()).expect("a loopback URL");
+    if let Some(deadline) = retry_deadline {
+        config = config.retry_deadline(deadline);
+    }
+    let store: fs_store::SharedStore =
+        std::sync::Arc::new(fs_store::ElasticStore::connect(config).expect("a client"));
+    let env = Env::new(fs_testkit::Backend::Osmem).through(store);
+    let tree = env.tree();
+    tree.ensure_indices().await.expect("indices");
+    (proxy, env, tree)
+}
+
 /// Found by the Jepsen-style test (`docs/reliability.md`) on a real cluster: `mkdir` reported
 /// failed ("lock store failure while releasing") with its directory made. Once the one write
 /// of `mkdir` or `touch` is made, the operation has happened: a release that fails after it is
@@ -132,16 +151,8 @@ on_every_backend!(
 /// refuses every request to the lock index once the tree's bulk write has come.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mkdir_and_touch_that_wrote_succeed_though_their_release_fails() {
-    let proxy = fs_testkit::start_es_proxy(fs_testkit::EsProxyOptions::default());
     // A short retry deadline: the release gives up in a second, not the default's half minute.
-    let config = fs_store::ElasticConfig::new(proxy.url())
-        .expect("a loopback URL")
-        .retry_deadline(std::time::Duration::from_secs(1));
-    let store: fs_store::SharedStore =
-        std::sync::Arc::new(fs_store::ElasticStore::connect(config).expect("a client"));
-    let env = Env::new(fs_testkit::Backend::Osmem).through(store);
-    let tree = env.tree();
-    tree.ensure_indices().await.expect("indices");
+    let (proxy, env, tree) = through_a_proxy(Some(std::time::Duration::from_secs(1))).await;
     let locks = LockSettings {
         lease: std::time::Duration::from_millis(500),
         ..LockSettings::default()
@@ -181,13 +192,7 @@ async fn mkdir_and_touch_that_wrote_succeed_though_their_release_fails() {
 /// Through the proxy, whose trap carries out the tree's bulk write and cuts its connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mkdir_and_touch_whose_create_answer_was_lost_succeed_once() {
-    let proxy = fs_testkit::start_es_proxy(fs_testkit::EsProxyOptions::default());
-    let config = fs_store::ElasticConfig::new(proxy.url()).expect("a loopback URL");
-    let store: fs_store::SharedStore =
-        std::sync::Arc::new(fs_store::ElasticStore::connect(config).expect("a client"));
-    let env = Env::new(fs_testkit::Backend::Osmem).through(store);
-    let tree = env.tree();
-    tree.ensure_indices().await.expect("indices");
+    let (proxy, env, tree) = through_a_proxy(None).await;
     let locks = LockSettings::default();
     let (bulk, lock_index) = (
         format!("/{}/_bulk", env.index),
@@ -221,22 +226,18 @@ async fn mkdir_and_touch_whose_create_answer_was_lost_succeed_once() {
 /// create, still resent by the store, landed after it: a directory under a parent that was
 /// gone. The one write of `mkdir` and `touch` now goes out only while the locks are held, and
 /// is given up, its outcome unknown, once their lease runs out. Through the proxy, whose trap
-/// refuses every bulk request (the create and the lock renewals) once the work has begun,
-/// until the test lets go, well past the lease.
+/// refuses every request to the tree's indices (the create and the lock renewals) once mkdir
+/// has looked for its path, until the test lets go, well past the lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mkdir_whose_write_outlives_its_lease_gives_it_up() {
-    let proxy = fs_testkit::start_es_proxy(fs_testkit::EsProxyOptions::default());
-    let config = fs_store::ElasticConfig::new(proxy.url()).expect("a loopback URL");
-    let store: fs_store::SharedStore =
-        std::sync::Arc::new(fs_store::ElasticStore::connect(config).expect("a client"));
-    let env = Env::new(fs_testkit::Backend::Osmem).through(store);
-    let tree = env.tree();
-    tree.ensure_indices().await.expect("indices");
+    let (proxy, env, tree) = through_a_proxy(None).await;
     let locks = LockSettings {
         lease: std::time::Duration::from_secs(1),
         ..LockSettings::default()
     };
-    proxy.trap(&format!("/{}/_refresh", env.index), "/_bulk", usize::MAX);
+    // After mkdir's search for its path, every request to the tree's indices: the create,
+    // and the lock renewals, whatever form they take.
+    proxy.trap("/_search", &format!("/{}", env.index), usize::MAX);
     let made = {
         let (tree, locks) = (tree.clone(), locks.clone());
         tokio::spawn(async move { mkdir(&tree, &locks, &p("/made"), false).await })
