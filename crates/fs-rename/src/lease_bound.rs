@@ -7,22 +7,21 @@
 //! waited out the flood-stage block (which refused its lock renewals too), recovery cleared
 //! its expired locks, `mv /d /a/b` moved the parent, and the create landed after it: a
 //! directory under a parent that was gone. So the write is made only while the locks are
-//! certainly held, and given up, its outcome unknown, once they no longer are.
+//! certainly held, and given up, its outcome unknown, once they may no longer be.
 
 use std::future::Future;
-use std::time::Duration;
 
 use fs_locks::LockClient;
 use fs_model::FsPath;
 
 use crate::error::{RenameError, Result};
 
-/// How often the lease is looked at while the write is out.
-const LOOK_EVERY: Duration = Duration::from_millis(50);
-
 /// Runs `write`, the one write of an operation on `path` under `client`'s locks, if they are
-/// certainly still held, and for as long as they are: the write is dropped (no resend goes
-/// out after that) once [`LockClient::lease_left`] reaches zero.
+/// certainly still held, and for no longer than they certainly are as it goes out: the write
+/// is dropped (no resend goes out after that) once the lease left then has passed. Renewals
+/// made while it is out do not extend it: the lease is not read again meanwhile, since a
+/// renewal that the store keeps resending holds the client's locks (and so
+/// [`LockClient::lease_left`]) until it is answered, which is just when the bound matters.
 ///
 /// # Errors
 /// [`RenameError::Lock`] (`LeaseLost`) before the write; [`RenameError::WriteUnanswered`] if
@@ -33,20 +32,16 @@ pub(crate) async fn within_lease<T>(
     write: impl Future<Output = Result<T>>,
 ) -> Result<T> {
     client.ensure_held(path.as_str()).await?;
-    let started = tokio::time::Instant::now();
-    let lease_ends = async {
-        loop {
-            match client.lease_left().await {
-                Some(left) if left.is_zero() => return,
-                Some(left) => tokio::time::sleep(left.min(LOOK_EVERY)).await,
-                // Nothing held: nothing to outlive.
-                None => std::future::pending::<()>().await,
-            }
-        }
+    // Nothing held (no locks taken): nothing to outlive.
+    let Some(left) = client.lease_left().await else {
+        return write.await;
     };
+    let started = tokio::time::Instant::now();
     tokio::select! {
+        // An answer that came with the deadline counts.
+        biased;
         written = write => written,
-        () = lease_ends => Err(RenameError::WriteUnanswered {
+        () = tokio::time::sleep(left) => Err(RenameError::WriteUnanswered {
             path: path.clone(),
             waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         }),

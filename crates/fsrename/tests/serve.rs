@@ -2068,8 +2068,20 @@ async fn a_job_whose_journal_id_cannot_be_stored_writes_nothing() {
     );
     proxy.trap(&locks, &records, usize::MAX);
     let id = service.submit("/t000", "/moved").await;
-    let job = service.finished(&id).await;
+    // Its end cannot be stored either: until it is, the instance shows the job as the jobs
+    // index has it (an instance adopting the job would read that), here not at all (503).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, job) = service.get(&format!("/jobs/{id}")).await;
+        if status == 503 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the job never ended: {job}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     proxy.clear_trap();
+    // Then it is stored, and shown.
+    let job = service.finished(&id).await;
     assert_eq!(job["state"], "failed", "{job}");
     let error = job["error"].as_str().unwrap_or_default();
     assert!(

@@ -220,6 +220,16 @@ async fn dead_instance_jobs_are_taken_over(backend: Backend) {
         404,
         "a job finished long ago is forgotten"
     );
+    // The journal id with no entry was fenced before the job ran again: an entry its dead (or
+    // only cut off) instance was still sending can never land after the second run.
+    let absent = Journal::new(Arc::clone(&store), &index)
+        .state_of("never-journaled")
+        .await
+        .expect("the journal");
+    assert!(
+        matches!(absent, fs_rename::JournalState::Fenced),
+        "{absent:?}"
+    );
     let _ = stop.send(());
     server.wait().await.expect("stopped");
     let report = fsck(Arc::clone(&store), &index, &FsPath::root())

@@ -10,7 +10,7 @@
 //! | the job document | the journal | taken over as |
 //! | --- | --- | --- |
 //! | no journal id (queued, waiting for locks) | — | run again from the start: nothing was written |
-//! | journal id | fenced, or nothing | run again from the start: nothing was written, and the dead job can no longer write |
+//! | journal id | fenced, or nothing (then fenced by the new owner before its claim) | run again from the start: nothing was written, and the dead job can no longer write |
 //! | journal id | open entry | left to recovery, which rolls it forward once its locks expire; `done` when the entry closes |
 //! | journal id | closed | `done`: the dead instance finished it and died before saying so |
 //!
@@ -33,7 +33,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fs_rename::{Journal, JournalState};
+use fs_rename::{FenceOutcome, Journal, JournalState};
 use fs_store::Version;
 use tokio::sync::watch;
 
@@ -125,7 +125,7 @@ async fn take_over_dead(jobs: &Jobs, liveness: Liveness) -> Result<usize, Record
         // Read before the claim: a job claimed and then not understood would be nobody's.
         let state = match &job.journal {
             None => None,
-            Some(id) => match journal.state_of(id).await {
+            Some(id) => match settled_state(&journal, id, jobs.instance(), &job.instance).await {
                 Ok(state) => Some(state),
                 Err(e) => {
                     tracing::warn!(job = %job.id, error = %e, "cannot read the journal of a dead instance's job; will retry");
@@ -148,6 +148,32 @@ async fn take_over_dead(jobs: &Jobs, liveness: Liveness) -> Result<usize, Record
         taken += 1;
     }
     Ok(taken)
+}
+
+/// The state of journal id `id` of a job of instance `dead`, which no longer changes: an id
+/// with no entry is fenced first (by `me`), so that an entry its job is still sending (an
+/// instance taken for dead but alive, its journal write resent by its store) can never land
+/// after the job is run again from the start; the job's own next attempt then stops, its record
+/// no longer its instance's. A fence that finds an entry, or a tombstone (the job may have
+/// finished meanwhile), reads the state again.
+///
+/// # Errors
+/// The journal cannot be read or written.
+async fn settled_state(
+    journal: &Journal,
+    id: &str,
+    me: &str,
+    dead: &str,
+) -> fs_rename::Result<JournalState> {
+    match journal.state_of(id).await? {
+        JournalState::Absent => {}
+        settled => return Ok(settled),
+    }
+    let by = format!("instance `{me}` taking over a job of `{dead}`");
+    match journal.fence(id, &by, now_ms()).await? {
+        FenceOutcome::Fenced { new: true } => Ok(JournalState::Fenced),
+        FenceOutcome::Fenced { new: false } | FenceOutcome::Open(_) => journal.state_of(id).await,
+    }
 }
 
 /// Makes `job`, claimed at `version` from the dead instance `dead`, this instance's: see the

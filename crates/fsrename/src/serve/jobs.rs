@@ -71,6 +71,9 @@ struct Table {
     /// Whose turn it is to write each job's record: one write at a time, each conditional on
     /// the version the one before returned.
     turns: HashMap<String, Arc<tokio::sync::Mutex<()>>>,
+    /// Jobs whose end could not be stored yet: shown as the jobs index has them until it is
+    /// (`Jobs::find`), since an instance that adopts the job reads that record, not this one.
+    unstored: std::collections::HashSet<String>,
 }
 
 impl Jobs {
@@ -208,7 +211,7 @@ impl Jobs {
             table
                 .jobs
                 .get(id)
-                .filter(|_| table.versions.contains_key(id))
+                .filter(|_| table.versions.contains_key(id) && !table.unstored.contains(id))
                 .cloned()
         };
         if let Some(job) = own {
@@ -332,6 +335,28 @@ impl Jobs {
         }
     }
 
+    /// Stores job `id`'s end, which could not be stored when it came, every `every` until it
+    /// is (then this instance shows it), the job is another instance's, or shutdown begins.
+    fn store_end_later(&self, id: String, every: Duration) {
+        let jobs = self.clone();
+        let mut closing = self.closing();
+        self.spawn(async move {
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(every) => {}
+                    _ = closing.wait_for(|closing| *closing) => return,
+                }
+                match jobs.store_state(&id, Duration::ZERO).await {
+                    Ok(()) | Err(RecordError::Taken { .. }) => break,
+                    Err(e) => {
+                        tracing::debug!(job = %id, error = %e, "the job's end is still not stored")
+                    }
+                }
+            }
+            jobs.table().unstored.remove(&id);
+        });
+    }
+
     /// [`Jobs::persist`] in the background: a write the job need not wait for. It still goes
     /// out before any later write of the same record (their turns), and shutdown waits for it.
     pub fn persist_soon(&self, id: &str) {
@@ -382,16 +407,31 @@ impl Jobs {
         };
         // The end is stored before it is shown: a client told "failed" by this instance must
         // not see the job run again by an instance that adopts it from an older record after
-        // this one died (`adopt.rs`). Tried for as long as this instance counts as alive.
-        let patience = Liveness::for_lease(self.inner.config.lease).dead_after;
-        if let Err(e) = self.store_changed(&id, &change, patience).await {
-            tracing::warn!(job = %id, error = %e, "could not store the job's end; other instances show its last stored state");
-        }
+        // this one died (`adopt.rs`). Tried for as long as this instance counts as alive;
+        // past that, the job is shown as the jobs index has it until its end is stored.
+        let liveness = Liveness::for_lease(self.inner.config.lease);
+        // At shutdown, one try: the instance is going, and its grace is short.
+        let patience = if *self.closing().borrow() {
+            Duration::ZERO
+        } else {
+            liveness.dead_after
+        };
+        let stored = self.store_changed(&id, &change, patience).await;
+        let unstored = match &stored {
+            Ok(()) | Err(RecordError::Taken { .. }) => false,
+            Err(e) => {
+                tracing::warn!(job = %id, error = %e, "could not store the job's end; it is shown as stored until it is, and stored again every heartbeat");
+                self.table().unstored.insert(id.clone());
+                true
+            }
+        };
         match &follow {
             None => self.finish(&id, change),
             Some(_) => self.update(&id, change),
         }
-        self.persist(&id).await;
+        if unstored {
+            self.store_end_later(id.clone(), liveness.beat);
+        }
         match follow {
             Some(journal_id) => {
                 self.follow_recovery(id, journal_id);
@@ -604,6 +644,7 @@ fn forget_old(table: &mut Table, history: usize) {
             table.jobs.remove(&id);
             table.versions.remove(&id);
             table.turns.remove(&id);
+            table.unstored.remove(&id);
             finished -= 1;
         } else {
             keep.push_back(id);
@@ -643,7 +684,9 @@ impl RenameHooks for StoreJournalId {
             .store_state(&self.id, patience)
             .await
             .map_err(|e| match e {
-                RecordError::Taken { .. } => format!("{e}, which runs it"),
+                RecordError::Taken { .. } => {
+                    format!("the job is no longer this instance's to run ({e})")
+                }
                 e => format!(
                     "its journal id could not be stored with the job in {} (another instance adopting the job would not know that it wrote): {e}",
                     fs_model::short_duration(patience)
