@@ -95,11 +95,29 @@ async fn every_job_works_on_a_tree_of_three_shards() {
 /// would leave them behind. Every job asks again, and does all its work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_job_works_through_answers_missing_a_shard() {
-    let seed = NetFaults::seed_from_env();
-    let faults = NetFaults {
+    every_job_through_partial_answers(NetFaults {
         partial_shards: 0.2,
-        ..NetFaults::none(seed)
-    };
+        ..NetFaults::none(NetFaults::seed_from_env())
+    })
+    .await;
+}
+
+/// While a shard has no active copy (the node holding its only one died), a real cluster
+/// answers a search or a count without its part and counts nothing failed: `_shards.failed` 0,
+/// `successful` one short. A check that took such an answer missed a destination and a rename
+/// moved onto it (anomaly 10 of `docs/reliability.md`). Every job asks again, and does all its
+/// work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_works_through_answers_lacking_a_shard_with_no_copy() {
+    every_job_through_partial_answers(NetFaults {
+        unassigned_shards: 0.2,
+        ..NetFaults::none(NetFaults::seed_from_env())
+    })
+    .await;
+}
+
+/// Every job on a tree of three shards through `faults`, some answers of which were partial.
+async fn every_job_through_partial_answers(faults: NetFaults) {
     let stats = every_job_on_three_shards(Some(faults)).await;
     assert!(
         stats.partial_answers > 0,
@@ -107,10 +125,43 @@ async fn every_job_works_through_answers_missing_a_shard() {
     );
 }
 
-/// Indexes a tree of three shards, then scans, renames (by the client and by the server),
-/// copies and removes in it, with `faults` from the first scan on; returns what the proxy
-/// counted.
-async fn every_job_on_three_shards(faults: Option<NetFaults>) -> ProxyStats {
+/// Anomaly 10 of `docs/reliability.md`, as the real cluster met it: `mv` onto a destination
+/// that exists, its check answered while the destination's shard has no active copy
+/// (`_shards.failed` 0, `successful` one short). Taken as whole, the answer lacks the
+/// destination (or the source) and the rename moves onto it. Every one is refused, the source
+/// left where it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_onto_a_destination_whose_shard_has_no_copy_is_refused() {
+    let (proxy, env) = three_shards().await;
+    let mut entries: Vec<(String, bool)> = vec![("/src".into(), true), ("/src/f".into(), false)];
+    entries.extend((0..40).map(|d| (format!("/d{d:02}"), true)));
+    let refs: Vec<(&str, bool)> = entries.iter().map(|(p, d)| (p.as_str(), *d)).collect();
+    tree_with(&env, &refs).await;
+    proxy.set_faults(NetFaults {
+        unassigned_shards: 0.5,
+        ..NetFaults::none(NetFaults::seed_from_env())
+    });
+    let renamer = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+        .lease(Duration::from_secs(10))
+        .wait(Duration::from_secs(10))
+        .build();
+    for d in 0..40 {
+        let to = format!("/d{d:02}");
+        let outcome = renamer.rename(&p("/src"), &p(&to)).await;
+        assert!(
+            matches!(outcome, Err(fs_rename::RenameError::DestinationExists { ref path }) if path.as_str() == to),
+            "mv /src {to}: {outcome:?}"
+        );
+    }
+    assert!(proxy.stats().partial_answers > 0, "{:?}", proxy.stats());
+    proxy.set_faults(NetFaults::none(0));
+    let expected: BTreeSet<String> = entries.into_iter().map(|(p, _)| p).collect();
+    assert_tree(&env, &expected, "the refused renames").await;
+}
+
+/// A proxy on osmem that runs the server's renames, and a tree on it whose index has three
+/// shards (its lock and journal indices one).
+async fn three_shards() -> (fs_testkit::EsProxy, Env) {
     let proxy = fs_testkit::start_es_proxy(EsProxyOptions {
         update_by_query: true,
         ..EsProxyOptions::default()
@@ -128,6 +179,14 @@ async fn every_job_on_three_shards(faults: Option<NetFaults>) -> ProxyStats {
         .expect("layout");
     let tree = FsTree::new(Arc::clone(&env.store), env.index.clone()).with_layout(layout);
     tree.ensure_indices().await.expect("indices");
+    (proxy, env)
+}
+
+/// Indexes a tree of three shards, then scans, renames (by the client and by the server),
+/// copies and removes in it, with `faults` from the first scan on; returns what the proxy
+/// counted.
+async fn every_job_on_three_shards(faults: Option<NetFaults>) -> ProxyStats {
+    let (proxy, env) = three_shards().await;
 
     // The tree index has the shards asked for; the lock and journal indices stay on one.
     let url = proxy.url();

@@ -200,22 +200,38 @@ impl ElasticStore {
     }
 }
 
-/// For a search or count answer that some shards failed (`_shards.failed`), what failed: its
-/// hits or count are partial, and a page taken as whole would skip documents.
+/// For a search or count answer that some shards did not give, what is missing: its hits or
+/// count are partial, and a page taken as whole would skip documents. Two shapes: shards that
+/// failed (`_shards.failed`, with `failures` saying why: a node lost between the query and the
+/// answer), and shards with no active copy at all (the node holding the only one died, or its
+/// other copy was marked stale). Elasticsearch does not count the second kind as failed: it
+/// leaves them out of `successful` only (`SearchResponse::getFailedShards`), so an answer with
+/// `failed` 0 can still lack a shard. Anomaly 10 of `docs/reliability.md`: a rename's check
+/// took such an answer, missed the destination, and moved onto it.
 fn failed_shards(body: &Value) -> Option<String> {
-    let shards = &body["_shards"];
-    let failed = shards["failed"].as_u64().filter(|&n| n > 0)?;
     if !body["hits"].is_object() && body.get("count").is_none() {
         return None;
     }
-    let reason = shards["failures"][0]["reason"]["reason"]
-        .as_str()
-        .or(shards["failures"][0]["reason"]["type"].as_str())
-        .unwrap_or("no reason given");
-    Some(format!(
-        "{failed} of {} shards failed ({reason}): a partial answer",
-        shards["total"].as_u64().unwrap_or(0)
-    ))
+    let shards = &body["_shards"];
+    let total = shards["total"].as_u64().unwrap_or(0);
+    let failed = shards["failed"].as_u64().unwrap_or(0);
+    // Skipped shards (left out because they cannot match) are counted in `successful` too.
+    let successful = shards["successful"].as_u64().unwrap_or(total);
+    if failed > 0 {
+        let reason = shards["failures"][0]["reason"]["reason"]
+            .as_str()
+            .or(shards["failures"][0]["reason"]["type"].as_str())
+            .unwrap_or("no reason given");
+        return Some(format!(
+            "{failed} of {total} shards failed ({reason}): a partial answer"
+        ));
+    }
+    (successful < total).then(|| {
+        format!(
+            "{} of {total} shards did not answer (no active copy): a partial answer",
+            total - successful
+        )
+    })
 }
 
 /// How the client sends again what the server did not carry out: pauses from 50 ms doubling
@@ -287,4 +303,49 @@ fn never_arrived(error: &elasticsearch::Error) -> bool {
         source = e.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::failed_shards;
+    use serde_json::json;
+
+    #[test]
+    fn a_whole_answer_is_not_partial() {
+        let whole = json!({"_shards": {"total": 3, "successful": 3, "skipped": 1, "failed": 0},
+            "hits": {"hits": []}});
+        assert_eq!(failed_shards(&whole), None);
+        let count = json!({"count": 4, "_shards": {"total": 1, "successful": 1, "failed": 0}});
+        assert_eq!(failed_shards(&count), None);
+        // Not a search: a write's `_shards` counts copies, not shards of an answer.
+        let write =
+            json!({"_shards": {"total": 2, "successful": 1, "failed": 0}, "result": "created"});
+        assert_eq!(failed_shards(&write), None);
+        // An index pattern that matched nothing: no shard to miss.
+        let none =
+            json!({"_shards": {"total": 0, "successful": 0, "failed": 0}, "hits": {"hits": []}});
+        assert_eq!(failed_shards(&none), None);
+    }
+
+    #[test]
+    fn a_failed_shard_makes_an_answer_partial() {
+        let body = json!({"_shards": {"total": 3, "successful": 2, "failed": 1,
+            "failures": [{"reason": {"type": "node_disconnected_exception", "reason": "gone"}}]},
+            "hits": {"hits": []}});
+        let said = failed_shards(&body).expect("partial");
+        assert!(said.contains("1 of 3 shards failed (gone)"), "{said}");
+    }
+
+    /// What Elasticsearch answers while a shard has no active copy: 200, `failed` 0, the
+    /// shard missing from `successful` only.
+    #[test]
+    fn a_shard_with_no_active_copy_makes_an_answer_partial() {
+        let body = json!({"_shards": {"total": 3, "successful": 2, "skipped": 0, "failed": 0},
+            "hits": {"total": {"value": 0, "relation": "eq"}, "hits": []}});
+        let said = failed_shards(&body).expect("partial");
+        assert!(said.contains("1 of 3 shards did not answer"), "{said}");
+        let count = json!({"count": 7, "_shards": {"total": 3, "successful": 1, "failed": 0}});
+        let said = failed_shards(&count).expect("partial");
+        assert!(said.contains("2 of 3 shards did not answer"), "{said}");
+    }
 }

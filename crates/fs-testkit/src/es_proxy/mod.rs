@@ -28,7 +28,9 @@
 //! - **Partial answers** ([`partial`], off unless asked for): a search or count of an index of
 //!   several shards answered 200 with one shard's part missing and `_shards.failed` 1, as a
 //!   real cluster answers when a shard's node is lost mid-search
-//!   ([`NetFaults::partial_shards`]).
+//!   ([`NetFaults::partial_shards`]), or with `_shards.successful` one short and nothing
+//!   failed, as it answers while a shard has no active copy
+//!   ([`NetFaults::unassigned_shards`]).
 //!
 //! - **Renames by query** ([`by_query`], off unless asked for): `_update_by_query` with
 //!   fsrename's rename script, run as a task, and the tasks API that follows, cancels and lists
