@@ -204,6 +204,16 @@ pub enum RenameError {
         /// How long the write was waited for.
         waited_ms: u64,
     },
+    /// The create of a fresh document was sent until the resends ran out, never answered
+    /// as done, and the document was not found when read back. A send may still be on its
+    /// way (held by a paused node, say) and land later: whether it happened is unknown.
+    #[error("adding `{name}` was not answered ({cause}), and it was not there when read back: whether it happened is unknown (`stat` tells)")]
+    CreateUnanswered {
+        /// The document's path.
+        name: String,
+        /// The last failure of its create.
+        cause: StoreError,
+    },
     /// The store failed.
     #[error("store failure while {context}: {cause}")]
     Store {

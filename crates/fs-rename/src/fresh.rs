@@ -27,8 +27,9 @@ pub(crate) struct Fresh {
 /// back: those found were created.
 ///
 /// # Errors
-/// [`RenameError::Store`] naming the first document that was refused for good or cannot be
-/// shown to exist.
+/// [`RenameError::Store`] naming the first document that was refused for good;
+/// [`RenameError::CreateUnanswered`] for the first one whose creates were never answered and
+/// which was not found when read back (a send may still land: its outcome is unknown).
 pub(crate) async fn create_fresh(
     store: &SharedStore,
     index: &str,
@@ -74,7 +75,9 @@ pub(crate) async fn create_fresh(
 }
 
 /// Reads back the documents at `pending` whose creates stayed unanswered (`e` the last
-/// failure): created if found; otherwise the first one missing fails with `e`.
+/// failure): created if found. One not found was not created yet, but not surely never: a
+/// send whose connection was cut, or that waits on a paused node, may still be carried out,
+/// so it is reported unknown, not failed (a failed `mkdir` must not take effect later).
 async fn read_back(
     store: &SharedStore,
     index: &str,
@@ -91,7 +94,10 @@ async fn read_back(
             ids.len()
         )))?;
     match pending.iter().zip(found).find(|(_, doc)| doc.is_none()) {
-        Some((&i, _)) => Err(RenameError::store(format!("adding `{}`", docs[i].name))(e)),
+        Some((&i, _)) => Err(RenameError::CreateUnanswered {
+            name: docs[i].name.clone(),
+            cause: e,
+        }),
         None => Ok(()),
     }
 }

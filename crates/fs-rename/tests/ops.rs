@@ -266,3 +266,31 @@ async fn mkdir_whose_write_outlives_its_lease_gives_it_up() {
         "a write given up landed"
     );
 }
+
+/// A create that is never answered as done and is not found when read back may still land (a
+/// send held by a paused node is carried out when it wakes): `mkdir` says its outcome is
+/// unknown, not that it failed, which a later landing would make a lie. Through the proxy,
+/// whose trap refuses every bulk request to the tree index once mkdir has looked for its path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mkdir_whose_create_is_never_answered_says_its_outcome_is_unknown() {
+    let (proxy, env, tree) = through_a_proxy(Some(std::time::Duration::from_millis(200))).await;
+    let locks = LockSettings {
+        lease: std::time::Duration::from_secs(60),
+        ..LockSettings::default()
+    };
+    proxy.trap("/_search", &format!("/{}/_bulk", env.index), usize::MAX);
+    let made = mkdir(&tree, &locks, &p("/made"), false).await;
+    proxy.clear_trap();
+    let Err(e) = made else {
+        panic!("mkdir succeeded with every create refused: {made:?}");
+    };
+    assert!(
+        matches!(&e, RenameError::CreateUnanswered { name, .. } if name == "/made"),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().contains("whether it happened is unknown"),
+        "{e}"
+    );
+    assert_eq!(locks_left(&env).await, 0);
+}
