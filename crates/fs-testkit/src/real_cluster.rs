@@ -92,6 +92,24 @@ impl RealCluster {
         panic!("no node of {:?} answered GET {path}", self.nodes)
     }
 
+    /// PUTs the JSON `body` to `path` on the first node that answers; its JSON answer.
+    pub async fn put(&self, path: &str, body: &Value) -> Value {
+        for node in &self.nodes {
+            let sent = self
+                .http
+                .put(format!("{node}{path}"))
+                .json(body)
+                .send()
+                .await;
+            if let Ok(response) = sent {
+                if let Ok(answer) = response.json::<Value>().await {
+                    return answer;
+                }
+            }
+        }
+        panic!("no node of {:?} answered PUT {path}", self.nodes)
+    }
+
     /// The URL of the node named `name` (from `_nodes/http`), if it is one of ours.
     async fn url_of(&self, name: &str) -> Option<String> {
         let nodes = self.get("/_nodes/http").await;

@@ -207,6 +207,15 @@ async fn real_cluster_histories_under_faults() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(200);
+    // A search of several shards keeps each shard's context from its query phase to its
+    // fetch; a partition that cuts the coordinator off between the two strands the context,
+    // for `search.default_keep_alive` (5 min by default: longer than the end's patience, and
+    // not fsrename's, whose scans name their own keep-alive). Seed 1300 at 1c46482 ended so,
+    // on the node partitioned last. One minute strands it no longer than a killed client's
+    // scan.
+    let keep_alive = serde_json::json!({"persistent": {"search.default_keep_alive": "1m"}});
+    let set = cluster.put("/_cluster/settings", &keep_alive).await;
+    assert_eq!(set["acknowledged"], true, "{set}");
     let urls = cluster.nodes.join(",");
     let mut rows = Vec::new();
     let mut failures = Vec::new();
@@ -231,7 +240,8 @@ async fn real_cluster_histories_under_faults() {
             call_deadline: Duration::from_secs(120),
             limit: Duration::from_secs(900),
             es: Some(cluster.nodes[0].clone()),
-            // The keep-alive of a killed client's scroll (1 min), then the reaper's round.
+            // The keep-alive of a killed client's scroll or of a stranded search context (1 min,
+            // above), then the reaper's round.
             contexts_patience: Duration::from_secs(150),
         };
         let plan = Plan {
