@@ -1784,11 +1784,7 @@ async fn many_clients_many_renames(backend: Backend) {
         docs,
         "documents lost or doubled"
     );
-    let report = fs_rename::fsck(Arc::clone(&service.store), &service.index, &FsPath::root())
-        .await
-        .expect("fsck");
-    assert!(report.is_clean(), "{report}");
-    assert_eq!(report.locks_active + report.locks_expired, 0, "{report}");
+    assert_clean(&service).await;
     match Arc::try_unwrap(service) {
         Ok(service) => service.stop().await,
         Err(_) => panic!("the service is still shared"),
@@ -1834,17 +1830,7 @@ async fn sixteen_clients_under_one_parent_with_scripted_locks(backend: Backend) 
         })
         .await,
     );
-    let mut docs = vec![FsDoc::dir(p("/p"), 0)];
-    for client in 0..CLIENTS {
-        let dir = p(&format!("/p/s{client}"));
-        docs.push(FsDoc::dir(dir.clone(), 0));
-        for f in 0..49 {
-            docs.push(FsDoc::file(dir.join(&format!("f{f}")).expect("join"), 1, 0));
-        }
-    }
-    let count = docs.len() as u64;
-    service.tree().insert_all(docs).await.expect("insert");
-    service.tree().refresh().await.expect("refresh");
+    let count = under_one_parent(&service, CLIENTS, 49).await;
     let until = Instant::now() + Duration::from_secs(5);
     let mut clients = tokio::task::JoinSet::new();
     for client in 0..CLIENTS {
@@ -1893,11 +1879,7 @@ async fn sixteen_clients_under_one_parent_with_scripted_locks(backend: Backend) 
         tree.count_under(&FsPath::root()).await.expect("count"),
         count
     );
-    let report = fs_rename::fsck(Arc::clone(&service.store), &service.index, &FsPath::root())
-        .await
-        .expect("fsck");
-    assert!(report.is_clean(), "{report}");
-    assert_eq!(report.locks_active + report.locks_expired, 0, "{report}");
+    assert_clean(&service).await;
     let index = service.index.clone();
     match Arc::try_unwrap(service) {
         Ok(service) => service.stop().await,
@@ -1917,6 +1899,32 @@ async fn sixteen_clients_under_one_parent_with_scripted_locks(backend: Backend) 
             fs_testkit::assert_no_open_contexts(&[&index, &locks, &journal]);
         }
     }
+}
+
+/// Makes `/p` with a directory `/p/sI` of `files` files for each of `clients`; returns how
+/// many documents that is.
+async fn under_one_parent(service: &Service, clients: usize, files: usize) -> u64 {
+    let mut docs = vec![FsDoc::dir(p("/p"), 0)];
+    for client in 0..clients {
+        let dir = p(&format!("/p/s{client}"));
+        docs.push(FsDoc::dir(dir.clone(), 0));
+        for f in 0..files {
+            docs.push(FsDoc::file(dir.join(&format!("f{f}")).expect("join"), 1, 0));
+        }
+    }
+    let count = docs.len() as u64;
+    service.tree().insert_all(docs).await.expect("insert");
+    service.tree().refresh().await.expect("refresh");
+    count
+}
+
+/// Asserts that fsck finds the service's tree clean, with no lock left.
+async fn assert_clean(service: &Service) {
+    let report = fs_rename::fsck(Arc::clone(&service.store), &service.index, &FsPath::root())
+        .await
+        .expect("fsck");
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.locks_active + report.locks_expired, 0, "{report}");
 }
 
 /// Kills the job's store before its second page.
@@ -2176,5 +2184,122 @@ async fn wait_for(service: &Service, path: &str, ready: impl Fn(&Value) -> bool)
             service.instance
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Issue 51's bound on the shared ancestor: a rename of `/p` itself (an exclusive lock on
+/// it), submitted while 16 clients rename under it without pause, is granted within the time
+/// the jobs running then take to finish plus one renewal period: it is not starved by the
+/// stream of jobs that keep `/p` shared. Through the Elasticsearch-behaviour proxy, with the
+/// scripted protocol.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_rename_is_granted_while_sixteen_jobs_run_under_it_through_the_proxy() {
+    a_parent_rename_is_granted_while_sixteen_jobs_run_under_it(Backend::Osmem).await;
+}
+
+/// The same on a real Elasticsearch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real Elasticsearch: set FSRENAME_TEST_ES_URL"]
+async fn real_elasticsearch_a_parent_rename_is_granted_while_sixteen_jobs_run_under_it() {
+    a_parent_rename_is_granted_while_sixteen_jobs_run_under_it(Backend::RealElastic).await;
+}
+
+/// The same on the embedded store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_rename_is_granted_while_sixteen_jobs_run_under_it_embedded() {
+    a_parent_rename_is_granted_while_sixteen_jobs_run_under_it(Backend::Embedded).await;
+}
+
+async fn a_parent_rename_is_granted_while_sixteen_jobs_run_under_it(backend: Backend) {
+    const CLIENTS: usize = 16;
+    // The service's own lease (30 s): one renewal period is a third of it.
+    let lease = ServeConfig::new("fs").lease;
+    let service = Arc::new(
+        Service::start(backend, |c| {
+            c.max_jobs = CLIENTS + 1;
+            if backend != Backend::Embedded {
+                c.protocol = fs_locks::LockProtocol::Scripted;
+            }
+        })
+        .await,
+    );
+    let count = under_one_parent(&service, CLIENTS, 9).await;
+    // Each client renames its own directory back and forth until `/p` is gone from under it;
+    // it keeps when each job was submitted and when it finished.
+    let mut clients = tokio::task::JoinSet::new();
+    for client in 0..CLIENTS {
+        let service = Arc::clone(&service);
+        clients.spawn(async move {
+            let (mut here, mut there) = (format!("/p/s{client}"), format!("/p/t{client}"));
+            let mut jobs = Vec::new();
+            loop {
+                let submitted = Instant::now();
+                let job = service.finished(&service.submit(&here, &there).await).await;
+                jobs.push((submitted, Instant::now(), job.clone()));
+                if job["state"] != "done" {
+                    return jobs;
+                }
+                std::mem::swap(&mut here, &mut there);
+            }
+        });
+    }
+    // Under way, then the parent.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let submitted = Instant::now();
+    let parent = service.finished(&service.submit("/p", "/q").await).await;
+    let parent_done = Instant::now();
+    let mut jobs = Vec::new();
+    while let Some(done) = clients.join_next().await {
+        jobs.extend(done.expect("client"));
+    }
+    assert_eq!(parent["state"], "done", "{parent:#}");
+    // The jobs under `/p` running when the parent was submitted, and when the last of them
+    // finished; the parent's own wait for its locks.
+    let running_then: Vec<&(Instant, Instant, Value)> = jobs
+        .iter()
+        .filter(|(from, to, _)| *from <= submitted && *to >= submitted)
+        .collect();
+    let last_finished = running_then
+        .iter()
+        .map(|(_, to, _)| *to)
+        .max()
+        .unwrap_or(submitted);
+    let locking = Duration::from_secs_f64(
+        parent["report"]["phases"]["locking_ms"]
+            .as_f64()
+            .expect("the parent's locking time")
+            / 1e3,
+    );
+    let renewal = lease / 3;
+    let bound = last_finished.duration_since(submitted) + renewal;
+    println!(
+        "{} jobs under /p ({} running when the parent came); the parent waited {locking:?} \
+         for its locks, the running ones finished within {:?}, bound {bound:?}; it was done \
+         after {:?}",
+        jobs.len(),
+        running_then.len(),
+        last_finished.duration_since(submitted),
+        parent_done.duration_since(submitted),
+    );
+    assert!(
+        locking <= bound,
+        "the parent waited {locking:?} for its locks, more than {bound:?}: its running jobs' \
+         time plus one renewal period"
+    );
+    // Every job under `/p` either was done, or failed because `/p` had moved (its source
+    // gone), never on a lock.
+    for (_, _, job) in &jobs {
+        if job["state"] != "done" {
+            let error = job["error"].as_str().unwrap_or_default();
+            assert!(error.contains("not found"), "{job:#}");
+        }
+    }
+    let tree = service.tree();
+    tree.refresh().await.expect("refresh");
+    assert_eq!(tree.count_under(&p("/q")).await.expect("count"), count);
+    assert_clean(&service).await;
+    match Arc::try_unwrap(service) {
+        Ok(service) => service.stop().await,
+        Err(_) => panic!("the service is still shared"),
     }
 }
