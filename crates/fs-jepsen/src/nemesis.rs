@@ -146,6 +146,10 @@ impl Nemesis<'_> {
                     bulk_items_too_many: 0.03,
                     failover_replay: 0.05,
                     lagging_reads: 1,
+                    // Searches and counts of an index of several shards answered without
+                    // one: a shard failed, or one with no copy (`failed` 0, anomaly 10).
+                    partial_shards: 0.03,
+                    unassigned_shards: 0.03,
                     ..NetFaults::none(rng.random())
                 });
                 tokio::time::sleep(outage).await;

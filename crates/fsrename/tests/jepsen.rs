@@ -139,13 +139,14 @@ async fn proxy_network_storms_and_clients_killed_and_paused() {
     let index = fs_testkit::unique_name("jepsen");
     let workload = Workload {
         // Every rename (command line and service) by query, as a task of the server: the
-        // small renames here would otherwise be rewritten by the client.
+        // small renames here would otherwise be rewritten by the client. The tree on three
+        // shards, so that the storms' answers can lack one (anomaly 10).
         fsrename: fsrename(
             proxy.url(),
             &index,
             "2s",
             Duration::from_secs(5),
-            &["--rewrite", "server"],
+            &["--rewrite", "server", "--shards", "3", "--replicas", "0"],
         ),
         cli_clients: 4,
         service_clients: 2,
