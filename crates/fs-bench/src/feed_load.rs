@@ -167,16 +167,7 @@ async fn run(streams: usize, seconds: f64, workers: usize, kind: Embedded) -> an
     tree.insert_all(docs).await?;
     tree.refresh().await?;
 
-    let mut config = ServeConfig::new(index);
-    config.listen = "127.0.0.1:0".parse()?;
-    config.max_jobs = workers;
-    config.recover_every = None;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = Server::start(config, Arc::clone(&store), async {
-        let _ = stopped.await;
-    })
-    .await?;
-    let base = format!("http://{}", server.addr());
+    let (stop, server, base) = serve(&store, index, workers).await?;
     let http = reqwest::Client::new();
 
     let mut pages = Vec::with_capacity(streams);
@@ -209,6 +200,13 @@ async fn run(streams: usize, seconds: f64, workers: usize, kind: Embedded) -> an
     .await?;
     let _ = stop.send(());
     server.wait().await?;
+    // A rename of its own directory never meets another's: a failure is a fault to report.
+    if let Some(failure) = window.first_failure {
+        anyhow::bail!(
+            "{} rename(s) failed in the window; the first: {failure}",
+            window.failed
+        );
+    }
     let mut heard = 0;
     for page in pages {
         heard += usize::from(page.await.unwrap_or(false));
@@ -221,6 +219,26 @@ async fn run(streams: usize, seconds: f64, workers: usize, kind: Embedded) -> an
     })
 }
 
+/// Serves `fsrename serve` in process on `store` over the tree `index`, running up to
+/// `workers` jobs at once, with no recovery; returns its stop, the server and its base URL.
+async fn serve(
+    store: &SharedStore,
+    index: &str,
+    workers: usize,
+) -> anyhow::Result<(tokio::sync::oneshot::Sender<()>, Server, String)> {
+    let mut config = ServeConfig::new(index);
+    config.listen = "127.0.0.1:0".parse()?;
+    config.max_jobs = workers;
+    config.recover_every = None;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = Server::start(config, Arc::clone(store), async {
+        let _ = stopped.await;
+    })
+    .await?;
+    let base = format!("http://{}", server.addr());
+    Ok((stop, server, base))
+}
+
 /// What [`renaming_window`] counted.
 pub(crate) struct Window {
     /// The store's requests in the window.
@@ -231,6 +249,11 @@ pub(crate) struct Window {
     pub(crate) seconds: f64,
     /// The submit-to-done time of each rename finished in the window, in milliseconds.
     pub(crate) latencies_ms: Vec<f64>,
+    /// The renames that ended failed (the service's answer for one of them), not among
+    /// `latencies_ms`: a client whose job failed stops, and the others go on, so that one
+    /// refusal does not end the measurement.
+    pub(crate) failed: usize,
+    pub(crate) first_failure: Option<String>,
     /// The job of each of those renames as the service showed it done (its report's phases,
     /// its timestamps), in the same order.
     pub(crate) jobs: Vec<Value>,
@@ -264,18 +287,29 @@ pub(crate) async fn renaming_window(
         running.push(tokio::spawn(async move {
             let mut latencies_ms = Vec::new();
             let mut jobs = Vec::new();
+            let (mut failed, mut first_failure) = (0, None);
             let mut turn = 0;
             while !done.load(Ordering::Relaxed) {
                 let (from, to) = (&names[turn % 2], &names[(turn + 1) % 2]);
                 let started = Instant::now();
-                let job = rename(&http, &base, from, to).await?;
-                if counting_on.load(Ordering::Relaxed) {
-                    latencies_ms.push(started.elapsed().as_secs_f64() * 1e3);
-                    jobs.push(job);
+                match rename(&http, &base, from, to).await? {
+                    Ended::Done(job) => {
+                        if counting_on.load(Ordering::Relaxed) {
+                            latencies_ms.push(started.elapsed().as_secs_f64() * 1e3);
+                            jobs.push(job);
+                        }
+                        turn += 1;
+                    }
+                    // Where its directory is now is not known for sure (a failure after
+                    // journaling is finished by recovery): this client stops here.
+                    Ended::Failed(job) => {
+                        failed += 1;
+                        first_failure = Some(format!("rename {from} → {to} failed: {job}"));
+                        break;
+                    }
                 }
-                turn += 1;
             }
-            anyhow::Ok((latencies_ms, jobs))
+            anyhow::Ok((latencies_ms, jobs, failed, first_failure))
         }));
     }
     tokio::time::sleep(warm_up).await;
@@ -297,30 +331,41 @@ pub(crate) async fn renaming_window(
     counting_on.store(false, Ordering::Relaxed);
     done.store(true, Ordering::Relaxed);
     let (mut latencies_ms, mut jobs) = (Vec::new(), Vec::new());
+    let (mut failed, mut first_failure) = (0, None);
     for client in running {
-        let (latencies, done) = client.await.context("a renaming client")??;
+        let (latencies, done, failures, first) = client.await.context("a renaming client")??;
         latencies_ms.extend(latencies);
         jobs.extend(done);
+        failed += failures;
+        first_failure = first_failure.or(first);
     }
     Ok(Window {
         requests,
         lock_writes: locks,
         seconds: elapsed,
         latencies_ms,
+        failed,
+        first_failure,
         jobs,
         cpu,
     })
 }
 
+/// How a job asked of the service ended: as the service showed it.
+pub(crate) enum Ended {
+    Done(Value),
+    Failed(Value),
+}
+
 /// Renames `from` to `to` through the API, naming no strategy (the service's default), and
-/// polls the job every 2 ms until it is done; returns the job as shown done. The service
-/// measurement's clients too.
+/// polls the job every 2 ms until it is done or failed; returns the job as shown then. The
+/// service measurement's clients too.
 pub(crate) async fn rename(
     http: &reqwest::Client,
     base: &str,
     from: &str,
     to: &str,
-) -> anyhow::Result<Value> {
+) -> anyhow::Result<Ended> {
     let answer: Value = http
         .post(format!("{base}/renames"))
         .json(&json!({ "from": from, "to": to }))
@@ -341,9 +386,52 @@ pub(crate) async fn rename(
             .json()
             .await?;
         match job["state"].as_str() {
-            Some("done") => return Ok(job),
-            Some("failed") => anyhow::bail!("rename {from} → {to} failed: {job}"),
+            Some("done") => return Ok(Ended::Done(job)),
+            Some("failed") => return Ok(Ended::Failed(job)),
             _ => tokio::time::sleep(Duration::from_millis(2)).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job that fails is counted, its client stops, and the window still ends with what the
+    /// others did: one refusal (a lock not granted in time at K = 64) no longer ends the
+    /// whole measurement.
+    #[tokio::test]
+    async fn a_failed_rename_is_counted_and_the_window_goes_on() -> anyhow::Result<()> {
+        let (inner, _dir) = embedded(Embedded::Memory)?;
+        let counting = CountingStore::new(inner);
+        let store: SharedStore = Arc::new(counting.clone());
+        let tree = FsTree::new(Arc::clone(&store), "bench-failed");
+        tree.ensure_indices().await?;
+        tree.insert_all(vec![FsDoc::dir(FsPath::parse("/a0")?, 0)])
+            .await?;
+        tree.refresh().await?;
+        let (stop, server, base) = serve(&store, "bench-failed", 2).await?;
+        // Client 0 renames `/a0` back and forth; client 1's `/a1` does not exist.
+        let window = renaming_window(
+            &reqwest::Client::new(),
+            std::slice::from_ref(&base),
+            &counting,
+            None,
+            2,
+            |w| [format!("/a{w}"), format!("/b{w}")],
+            Duration::ZERO,
+            0.3,
+        )
+        .await?;
+        let _ = stop.send(());
+        server.wait().await?;
+        assert_eq!(window.failed, 1, "client 1's one rename");
+        let failure = window.first_failure.unwrap_or_default();
+        assert!(
+            failure.contains("rename /a1 → /b1 failed") && failure.contains("not found"),
+            "{failure}"
+        );
+        assert!(!window.latencies_ms.is_empty(), "client 0 went on renaming");
+        Ok(())
     }
 }

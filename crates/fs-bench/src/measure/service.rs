@@ -39,6 +39,10 @@ pub struct ServiceRow {
     /// of them the shared parent's, `/p` (issue 51).
     pub lock_writes: f64,
     pub shared_lock_writes: f64,
+    /// Jobs that ended failed, over all the rounds (a client whose job failed stops).
+    pub failed: usize,
+    /// The service's answer for one of them.
+    pub first_failure: Option<String>,
     /// Where a job's time went, in the round of median rate.
     pub split: Split,
 }
@@ -130,6 +134,8 @@ async fn rounds(
         let mut lock_writes: Vec<Vec<f64>> = vec![Vec::new(); STRATEGIES.len()];
         let mut shared_lock_writes: Vec<Vec<f64>> = vec![Vec::new(); STRATEGIES.len()];
         let mut splits: Vec<Vec<(f64, Split)>> = vec![Vec::new(); STRATEGIES.len()];
+        let mut failed = [0; STRATEGIES.len()];
+        let mut first_failure: [Option<String>; STRATEGIES.len()] = Default::default();
         for round in 0..plan.service_rounds {
             for step in 0..STRATEGIES.len() {
                 let which = (round + step) % STRATEGIES.len();
@@ -148,6 +154,17 @@ async fn rounds(
                 lock_writes[which].push(run.lock_writes);
                 shared_lock_writes[which].push(run.shared_lock_writes);
                 splits[which].push((run.per_sec, run.split));
+                if run.failed > 0 {
+                    eprintln!(
+                        "  {} job(s) failed; {}",
+                        run.failed,
+                        run.first_failure.as_deref().unwrap_or("-")
+                    );
+                }
+                failed[which] += run.failed;
+                if first_failure[which].is_none() {
+                    first_failure[which] = run.first_failure;
+                }
             }
         }
         for (i, strategy) in STRATEGIES.into_iter().enumerate() {
@@ -166,6 +183,8 @@ async fn rounds(
                 requests: median(&mut requests[i]),
                 lock_writes: median(&mut lock_writes[i]),
                 shared_lock_writes: median(&mut shared_lock_writes[i]),
+                failed: failed[i],
+                first_failure: first_failure[i].take(),
                 split,
             });
         }
@@ -252,6 +271,8 @@ async fn run(
         requests: window.requests as f64 / renames.max(1) as f64,
         lock_writes: window.lock_writes.total as f64 / renames.max(1) as f64,
         shared_lock_writes: window.lock_writes.shared as f64 / renames.max(1) as f64,
+        failed: window.failed,
+        first_failure: window.first_failure,
         split,
     })
 }
