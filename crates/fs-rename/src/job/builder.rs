@@ -40,6 +40,8 @@ pub struct RenamerBuilder {
     /// Taken by the first attempt that uses it.
     pub(super) known: Option<Arc<std::sync::Mutex<Vec<crate::tree::Entry>>>>,
     pub(super) orphans: Option<Arc<dyn Orphans>>,
+    /// See [`RenamerBuilder::refresh_apart`].
+    pub(super) refresh_apart: bool,
 }
 
 impl RenamerBuilder {
@@ -154,6 +156,21 @@ impl RenamerBuilder {
         self
     }
 
+    /// Makes a job's writes searchable with a refresh of its own, sent beside the close of
+    /// its journal entry, rather than in its last bulk request (`refresh=true` on
+    /// Elasticsearch). The same guarantee (searchable before released) and the same round
+    /// trips, one request more. For a process that runs many jobs at once (the service):
+    /// Elasticsearch refreshes for a bulk's `refresh=true` on the thread that wrote it, so
+    /// with many jobs the writes of every job (their lock updates too) wait behind the
+    /// refreshes of the others, where a `_refresh` runs on a pool of its own. Only where the
+    /// store makes refreshed bulks in one request; elsewhere it changes nothing. Default:
+    /// off (a single `fsrename mv` saves the request). Measured in `docs/benchmarks.md`,
+    /// section 6.
+    pub fn refresh_apart(mut self, yes: bool) -> RenamerBuilder {
+        self.refresh_apart = yes;
+        self
+    }
+
     /// Returns the renamer.
     pub fn build(self) -> Renamer {
         Renamer { config: self }
@@ -181,6 +198,7 @@ impl Renamer {
             rewrite: Rewrite::default(),
             known: None,
             orphans: None,
+            refresh_apart: false,
         }
     }
 }

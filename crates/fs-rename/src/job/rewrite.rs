@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::before_write::Hold;
 use super::bulk::{ItemAnswer, Unanswered};
+use super::run::Refresh;
 use super::Renamer;
 use crate::error::{RenameError, Result};
 use crate::report::{RenameEvent, RenameReport};
@@ -199,17 +200,23 @@ impl Renamer {
     /// One page is one bulk request, which also makes its writes searchable (the refresh after
     /// the rewrite, in the same request on Elasticsearch). More pages go up to `in_flight` at
     /// once, as a scan's do (the next page's items are built while the last is written), and a
-    /// refresh follows them.
+    /// refresh follows them. With [`refresh_apart`](super::RenamerBuilder::refresh_apart), on a
+    /// store that refreshes a bulk in its request, the writes are not refreshed here: returns
+    /// [`Refresh::Needed`], and the caller sends the refresh beside the journal's close.
     pub(super) async fn rewrite_known(
         &self,
         hold: Hold<'_>,
         (from, to): (&FsPath, &FsPath),
         entries: Vec<Entry>,
         report: &mut RenameReport,
-    ) -> Result<()> {
+    ) -> Result<Refresh> {
         use futures::StreamExt;
         let total = entries.len() as u64;
         let page_size = self.config.page_size.max(1);
+        // Elsewhere a refreshed bulk is a bulk and a refresh anyway, and the embedded store
+        // closes and releases in one transaction only after writes already searchable.
+        let apart =
+            self.config.refresh_apart && hold.tree.store().capabilities().refreshed_bulk.is_some();
         if entries.len() <= page_size {
             report.found += total;
             self.before_page(hold, &entries, from, (report.rewritten, report.found))
@@ -218,7 +225,7 @@ impl Renamer {
             let result = if entries.is_empty() {
                 hold.tree.refresh().await
             } else {
-                self.write_page(hold.tree, &entries, (from, to), true, &mut written)
+                self.write_page(hold.tree, &entries, (from, to), !apart, &mut written)
                     .await
             };
             written.add_to(report);
@@ -227,7 +234,11 @@ impl Renamer {
                 done: report.rewritten,
                 total,
             });
-            return Ok(());
+            return Ok(if apart && !entries.is_empty() {
+                Refresh::Needed
+            } else {
+                Refresh::Done
+            });
         }
         let writes: Vec<_> = entries
             .chunks(page_size)
@@ -252,7 +263,10 @@ impl Renamer {
         if let Some(e) = failure {
             return Err(recounted(e, report));
         }
-        hold.tree.refresh().await
+        if apart {
+            return Ok(Refresh::Needed);
+        }
+        hold.tree.refresh().await.map(|()| Refresh::Done)
     }
 
     /// One page of [`Renamer::rewrite_known`]'s pipeline: its documents found, what was

@@ -471,10 +471,10 @@ impl Renamer {
                         Err(e) => Err(e),
                     }
                 }
-                Some(entries) => {
-                    refreshed = true;
-                    self.rewrite_known(hold, (from, to), entries, report).await
-                }
+                Some(entries) => self
+                    .rewrite_known(hold, (from, to), entries, report)
+                    .await
+                    .map(|done| refreshed = matches!(done, Refresh::Done)),
                 None => {
                     self.rewrite(hold, (from, to), (total, read.first), report)
                         .await

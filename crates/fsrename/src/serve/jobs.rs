@@ -451,6 +451,8 @@ impl Jobs {
             .wait(c.wait)
             .lock_protocol(c.protocol)
             .rewrite(c.rewrite)
+            // Many jobs at once: their refreshes off the server's write threads.
+            .refresh_apart(true)
             .holder(format!("serve job {id}: {}", job.work.describe()))
             .cancel(self.inner.cancel_tx.subscribe())
             .orphans(Arc::clone(&self.inner.orphans) as Arc<dyn fs_locks::Orphans>)
