@@ -112,7 +112,7 @@ pub fn targets(results: &[BackendResults]) -> Vec<Target> {
         let service = |s: Strategy| {
             r.service
                 .iter()
-                .find(|row| row.k == 16 && row.instances == 1 && row.strategy == s)
+                .find(|row| row.k == 16 && row.instances == 1 && row.strategy == s && !row.shared)
                 .map(|row| row.per_sec)
         };
         if let (Some(tree), Some(none)) = (service(Strategy::Tree), service(Strategy::None)) {
@@ -120,6 +120,21 @@ pub fn targets(results: &[BackendResults]) -> Vec<Target> {
                 what: format!("{}: service: tree at K = 16 ≥ 0.8 × no locks", r.name),
                 measured: format!("{:.2} ×", tree / none),
                 met: tree >= 0.8 * none,
+            });
+        }
+        let shared = r
+            .service
+            .iter()
+            .find(|row| row.k == 16 && row.instances == 1 && row.shared)
+            .map(|row| row.per_sec);
+        if let (Some(shared), Some(none)) = (shared, service(Strategy::None)) {
+            out.push(Target {
+                what: format!(
+                    "{}: service: tree, intention locks shared, at K = 16 ≥ 0.85 × no locks (issue 51)",
+                    r.name
+                ),
+                measured: format!("{:.2} ×", shared / none),
+                met: shared >= 0.85 * none,
             });
         }
     }
@@ -410,11 +425,11 @@ fn service(s: &mut String, results: &[BackendResults], plan: &Plan) {
     if results.iter().all(|r| r.service.is_empty()) {
         return;
     }
-    let _ = writeln!(s, "## 6. Renames through the service\n\n`fsrename serve` in process on the backend: K clients each rename their own `/p/sI` (of {} documents) back and forth through the HTTP API (`POST /renames`, then `GET /renames/ID` every 2 ms until done) for {} s; medians over {} rounds, each running tree, global and no locks in a rotating order. Read *tree ÷ none* as what the locks cost a job served over HTTP, against the same service taking none; *latency* is a client's submit-to-done time, polling included; *requests / job* counts every store request of the service while it runs (locks, rewrite, the job's records in the jobs index), over the jobs finished; *lock writes / job* the documents written to the lock index (takes, releases, renewals, waiters: an item of a bulk is one), and *on `/p`* those of the parent all the clients share; *failed* the jobs that ended failed over all the rounds, tree / global / none (a client whose job failed stops; the first failure of each is under the tables). With several instances, they serve one store and the clients are spread over them.\n", plan.concurrent_docs, plan.concurrent_secs, plan.service_rounds);
+    let _ = writeln!(s, "## 6. Renames through the service\n\n`fsrename serve` in process on the backend: K clients each rename their own `/p/sI` (of {} documents) back and forth through the HTTP API (`POST /renames`, then `GET /renames/ID` every 2 ms until done) for {} s; medians over {} rounds, each running tree, tree with the instances' intention locks shared among their jobs (*shared*, `serve --share-intentions`), global and no locks in a rotating order. Read *tree ÷ none* as what the locks cost a job served over HTTP, against the same service taking none; *latency* is a client's submit-to-done time, polling included; *requests / job* counts every store request of the service while it runs (locks, rewrite, the job's records in the jobs index), over the jobs finished; *lock writes / job* the documents written to the lock index (takes, releases, renewals, waiters: an item of a bulk is one), and *on `/p`* those of the parent all the clients share; *failed* the jobs that ended failed over all the rounds, tree / shared / global / none (a client whose job failed stops; the first failure of each is under the tables). With several instances, they serve one store and the clients are spread over them.\n", plan.concurrent_docs, plan.concurrent_secs, plan.service_rounds);
     for r in results.iter().filter(|r| !r.service.is_empty()) {
         let _ = writeln!(
             s,
-            "**{}**\n\n| instances | K | tree /s | global /s | none /s | tree ÷ none | tree latency ms | none latency ms | tree requests / job | none requests / job | tree lock writes / job | on `/p` | failed |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "**{}**\n\n| instances | K | tree /s | shared /s | global /s | none /s | tree ÷ none | shared ÷ none | tree latency ms | none latency ms | tree requests / job | none requests / job | tree lock writes / job | on `/p` | shared lock writes / job | on `/p` | failed |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
             r.name
         );
         for &n in &plan.service_instances {
@@ -422,8 +437,12 @@ fn service(s: &mut String, results: &[BackendResults], plan: &Plan) {
                 let row = |st: Strategy| {
                     r.service
                         .iter()
-                        .find(|c| c.k == k && c.instances == n && c.strategy == st)
+                        .find(|c| c.k == k && c.instances == n && c.strategy == st && !c.shared)
                 };
+                let shared = r
+                    .service
+                    .iter()
+                    .find(|c| c.k == k && c.instances == n && c.shared);
                 let rate = |st: Strategy| row(st).map_or(0.0, |c| c.per_sec);
                 let lat = |st: Strategy| row(st).map_or(0.0, |c| c.latency_ms);
                 let req = |st: Strategy| row(st).map_or(0.0, |c| c.requests);
@@ -431,18 +450,23 @@ fn service(s: &mut String, results: &[BackendResults], plan: &Plan) {
                 let tree = row(Strategy::Tree);
                 let _ = writeln!(
                     s,
-                    "| {n} | {k} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} / {} / {} |",
+                    "| {n} | {k} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} / {} / {} / {} |",
                     rate(Strategy::Tree),
+                    shared.map_or(0.0, |c| c.per_sec),
                     rate(Strategy::Global),
                     rate(Strategy::None),
                     rate(Strategy::Tree) / rate(Strategy::None),
+                    shared.map_or(0.0, |c| c.per_sec) / rate(Strategy::None),
                     lat(Strategy::Tree),
                     lat(Strategy::None),
                     req(Strategy::Tree),
                     req(Strategy::None),
                     tree.map_or(0.0, |c| c.lock_writes),
                     tree.map_or(0.0, |c| c.shared_lock_writes),
+                    shared.map_or(0.0, |c| c.lock_writes),
+                    shared.map_or(0.0, |c| c.shared_lock_writes),
                     failed(Strategy::Tree),
+                    shared.map_or(0, |c| c.failed),
                     failed(Strategy::Global),
                     failed(Strategy::None),
                 );
@@ -451,10 +475,11 @@ fn service(s: &mut String, results: &[BackendResults], plan: &Plan) {
         for c in r.service.iter().filter(|c| c.failed > 0) {
             let _ = writeln!(
                 s,
-                "\n- {} instance(s), K = {}, {:?}: {}",
+                "\n- {} instance(s), K = {}, {:?}{}: {}",
                 c.instances,
                 c.k,
                 c.strategy,
+                if c.shared { " shared" } else { "" },
                 c.first_failure.as_deref().unwrap_or("-")
             );
         }
@@ -464,16 +489,25 @@ fn service(s: &mut String, results: &[BackendResults], plan: &Plan) {
         );
         for &n in &plan.service_instances {
             for &k in &plan.service_ks {
-                for st in [Strategy::Tree, Strategy::Global, Strategy::None] {
-                    let found = r
-                        .service
-                        .iter()
-                        .find(|c| c.k == k && c.instances == n && c.strategy == st);
+                for (st, shared) in [
+                    (Strategy::Tree, false),
+                    (Strategy::Tree, true),
+                    (Strategy::Global, false),
+                    (Strategy::None, false),
+                ] {
+                    let found = r.service.iter().find(|c| {
+                        c.k == k && c.instances == n && c.strategy == st && c.shared == shared
+                    });
                     if let Some(c) = found {
                         let p = c.split;
+                        let name = if shared {
+                            "Tree, shared".to_owned()
+                        } else {
+                            format!("{st:?}")
+                        };
                         let _ = writeln!(
                             s,
-                            "| {n} | {k} | {st:?} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} % |",
+                            "| {n} | {k} | {name} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} % |",
                             p.queued, p.locking, p.checking, p.rewriting, p.releasing, p.other, p.seen_after,
                             p.own_cpu, p.others_cpu, p.busy * 100.0
                         );

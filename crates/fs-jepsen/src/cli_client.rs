@@ -35,6 +35,8 @@ pub struct Fsrename {
     pub global: Vec<String>,
     /// How long a job waits for its locks (`--wait`).
     pub wait: Duration,
+    /// More options of the service instances (`serve ...`), e.g. `--share-intentions`.
+    pub serve: Vec<String>,
 }
 
 impl Fsrename {

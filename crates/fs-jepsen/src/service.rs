@@ -110,6 +110,7 @@ impl Services {
                 "--grace",
                 "5s",
             ])
+            .args(&self.fsrename.serve)
             .env("FSRENAME_LOG", "fsrename=info,fs_rename=warn,fs_locks=warn")
             .stdout(Stdio::null())
             .spawn()

@@ -74,7 +74,49 @@ impl LockClient {
     pub async fn lock_request(&self, request: &TreeLockRequest) -> Result<LockGuard> {
         let items = request.items()?;
         let wanted = describe_wanted(&items);
+        if let Some(guard) = self.borrowing(&wanted, &items).await {
+            return Ok(guard);
+        }
         self.acquire(wanted, items).await
+    }
+
+    /// Where the client has a [lender](crate::SharedIntentions): borrows the intention locks
+    /// of `items` from it and takes the targets in one attempt. `None` if the lender cannot
+    /// lend them at once or the targets are refused: what was borrowed is given back, and the
+    /// caller takes everything itself, as without a lender (so a request never waits holding
+    /// a borrowed lock either).
+    async fn borrowing(&self, wanted: &str, items: &[LockItem]) -> Option<LockGuard> {
+        let lender = self.lender()?;
+        let (ancestors, targets): (Vec<LockItem>, Vec<LockItem>) =
+            items.iter().cloned().partition(|i| i.mode.is_intention());
+        if ancestors.is_empty() {
+            return None;
+        }
+        let started = Instant::now();
+        let since = self.now_ms();
+        let lent = lender.borrow(&ancestors, since).await?;
+        let ids: Vec<String> = lent.iter().map(|i| i.id.clone()).collect();
+        self.held().await.borrow(&lent);
+        let mut waiting_on = BTreeSet::new();
+        let tried = self
+            .attempt(&targets, since, false, true, &mut waiting_on)
+            .await;
+        if !matches!(tried.outcome, Ok(None)) {
+            self.return_borrowed(&ids, false).await;
+            return None;
+        }
+        let acq = Acquisition {
+            wanted: wanted.to_owned(),
+            items: targets,
+            started,
+            since,
+            round_trips: tried.round_trips,
+            races: tried.races,
+            attempts: 1,
+            waiting_on,
+            settled: BTreeSet::new(),
+        };
+        Some(self.granted(acq).with_borrowed(ids))
     }
 
     /// Takes the book's global lock (the document `global`).
@@ -126,8 +168,8 @@ fn describe_wanted(items: &[LockItem]) -> String {
 }
 
 /// One attempt's outcome: granted (`None`) or the blocker, plus the round trips and races.
-struct Tried {
-    outcome: Result<Option<Blocker>>,
+pub(crate) struct Tried {
+    pub(crate) outcome: Result<Option<Blocker>>,
     round_trips: u32,
     races: u32,
 }
@@ -187,7 +229,7 @@ impl LockClient {
             // once it has been refused for a while (see `queue_after`).
             let queue_now = started.elapsed() >= self.queue_after();
             let tried = self
-                .attempt(&acq.items, acq.since, queue_now, &mut acq.waiting_on)
+                .attempt(&acq.items, acq.since, queue_now, false, &mut acq.waiting_on)
                 .await;
             acq.round_trips += tried.round_trips;
             acq.races += tried.races;
@@ -295,12 +337,15 @@ impl LockClient {
 
     /// One attempt; returns the blocker if refused, the round trips spent and the races lost
     /// and sent again. A refused request that queues registers as a waiter on the documents
-    /// that refused it (`waiting_on` collects them).
-    async fn attempt(
+    /// that refused it (`waiting_on` collects them). With `respect_queue` it queues behind older
+    /// waiters even though its client holds locks, for it never waits holding them (refused,
+    /// it gives them back): a job that borrowed its ancestors, a lender taking a hold.
+    pub(crate) async fn attempt(
         &self,
         items: &[LockItem],
         since: i64,
         queue_now: bool,
+        respect_queue: bool,
         waiting_on: &mut BTreeSet<String>,
     ) -> Tried {
         let mut held = self.held().await;
@@ -325,7 +370,7 @@ impl LockClient {
                 waiter_expires_at: lease_end(now, self.waiter_lease()),
                 since,
                 // A client that holds locks already may hold what the waiters wait for.
-                queue: held.is_empty(),
+                queue: respect_queue || held.is_empty(),
             };
             match self.attempt_by_protocol(&mut calls, &req).await {
                 Ok((Attempt::Granted(taken), _)) => {

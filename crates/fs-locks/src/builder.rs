@@ -8,6 +8,7 @@ use tokio::sync::watch;
 
 use crate::client::{LockClient, Settings};
 use crate::events::EventSink;
+use crate::lender::{borrower_id, Lender};
 use crate::lock_doc::Owner;
 use crate::orphans::Orphans;
 use crate::os_process::OsProcess;
@@ -33,6 +34,7 @@ pub struct LockClientBuilder {
     max_clock_skew: Option<Duration>,
     os_process: Option<Option<OsProcess>>,
     orphans: Option<Arc<dyn Orphans>>,
+    lender: Option<Arc<dyn Lender>>,
 }
 
 impl std::fmt::Debug for LockClientBuilder {
@@ -150,6 +152,20 @@ impl LockClientBuilder {
         self
     }
 
+    /// Makes the client borrow the intention locks of its tree locks from `lender`, as a
+    /// holder named after the lender's hold (see [`crate::SharedIntentions`]).
+    pub(crate) fn lender(mut self, lender: Arc<dyn Lender>) -> LockClientBuilder {
+        self.process_id = Some(borrower_id(lender.hold_id()));
+        self.lender = Some(lender);
+        self
+    }
+
+    /// Drops the journal id: a process's shared intention locks protect no one job.
+    pub(crate) fn without_job(mut self) -> LockClientBuilder {
+        self.job = None;
+        self
+    }
+
     /// Returns the client.
     pub fn build(self) -> LockClient {
         let max_clock_skew = self
@@ -179,6 +195,7 @@ impl LockClientBuilder {
             memo: self.memo.unwrap_or_default(),
             cancel: self.cancel,
             orphans: self.orphans,
+            lender: self.lender,
         })
     }
 }
@@ -205,6 +222,7 @@ impl LockClient {
             max_clock_skew: None,
             os_process: None,
             orphans: None,
+            lender: None,
         }
     }
 }

@@ -12,6 +12,8 @@ use crate::outcome::{FirstWrite, Grant, ReleaseReport, ReleasedAfter};
 pub struct LockGuard {
     client: LockClient,
     ids: Vec<String>,
+    /// The intention locks borrowed from the process's lender, given back after `ids`.
+    borrowed: Vec<String>,
     wanted: String,
     grant: Grant,
     released: bool,
@@ -23,11 +25,24 @@ impl LockGuard {
         LockGuard {
             client,
             ids,
+            borrowed: Vec::new(),
             wanted,
             grant,
             released: false,
             keep_on_drop: false,
         }
+    }
+
+    /// The guard of `borrowed` too, intention locks borrowed from the client's lender.
+    pub(crate) fn with_borrowed(mut self, borrowed: Vec<String>) -> Self {
+        self.borrowed = borrowed;
+        self
+    }
+
+    /// Returns the ids of the intention locks this guard borrowed from its process (see
+    /// [`crate::SharedIntentions`]), which the process holds for it.
+    pub fn borrowed(&self) -> &[String] {
+        &self.borrowed
     }
 
     /// Returns what the acquisition cost.
@@ -59,7 +74,12 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<ReleaseReport> {
         self.released = true;
         let ids = std::mem::take(&mut self.ids);
-        self.client.release_ids(&ids).await
+        let released = self.client.release_ids(&ids).await;
+        let borrowed = std::mem::take(&mut self.borrowed);
+        self.client
+            .return_borrowed(&borrowed, released.is_err())
+            .await;
+        released
     }
 }
 
@@ -72,7 +92,13 @@ impl LockGuard {
     pub async fn release_after(mut self, first: FirstWrite) -> ReleasedAfter {
         self.released = true;
         let ids = std::mem::take(&mut self.ids);
-        self.client.release_ids_after(&ids, Some(first)).await
+        let released = self.client.release_ids_after(&ids, Some(first)).await;
+        // Where the write or the release failed, what the job's locks protect is not known
+        // to be finished: what it borrowed is left to expire with them.
+        let failed = !matches!(released, ReleasedAfter::Released(Ok(_)));
+        let borrowed = std::mem::take(&mut self.borrowed);
+        self.client.return_borrowed(&borrowed, failed).await;
+        released
     }
 
     /// Makes a drop without [`LockGuard::release`] leave the locks to expire instead of
@@ -93,6 +119,8 @@ impl LockGuard {
         // warning here would only repeat it, raw, among a user's messages.
         tracing::info!(wanted = %self.wanted, "abandoning locks to expire for recovery");
         self.client.forget(&ids).await;
+        let borrowed = std::mem::take(&mut self.borrowed);
+        self.client.return_borrowed(&borrowed, true).await;
     }
 }
 
@@ -105,17 +133,29 @@ impl Drop for LockGuard {
             // The client forgets them when it is dropped, which stops their renewal.
             tracing::info!(wanted = %self.wanted, "lock guard dropped; its locks are left to expire for recovery");
             crate::background::kept();
+            let borrowed = std::mem::take(&mut self.borrowed);
+            if !borrowed.is_empty() {
+                let client = self.client.clone();
+                if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                    crate::background::spawn(&handle, async move {
+                        client.return_borrowed(&borrowed, true).await;
+                    });
+                }
+            }
             return;
         }
         // A verb stopped by Ctrl-C drops its guard; the process waits for this release.
         tracing::info!(wanted = %self.wanted, "lock guard dropped without release; releasing in the background");
         let ids = std::mem::take(&mut self.ids);
+        let borrowed = std::mem::take(&mut self.borrowed);
         let client = self.client.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => crate::background::spawn(&handle, async move {
-                if let Err(e) = client.release_ids(&ids).await {
+                let released = client.release_ids(&ids).await;
+                if let Err(e) = &released {
                     tracing::warn!(error = %e, "background release failed; leases will expire the locks");
                 }
+                client.return_borrowed(&borrowed, released.is_err()).await;
             }),
             Err(_) => tracing::warn!("no runtime to release on; leases will expire the locks"),
         }

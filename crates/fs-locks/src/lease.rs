@@ -30,6 +30,8 @@ pub struct ExpiredHolder {
     pub process_id: String,
     /// The rename journal entry its lock protects, if it recorded one.
     pub job: Option<String>,
+    /// When its lease ended, epoch milliseconds (0 where the lock records none).
+    pub expires_at: i64,
 }
 
 /// A lock document as [`LockClient::read_expired`] read it: which holders had expired, and
@@ -128,6 +130,7 @@ impl LockClient {
             } if *t > 0 && *t < now => vec![ExpiredHolder {
                 process_id: process_id.clone().unwrap_or_default(),
                 job: job.clone(),
+                expires_at: *t,
             }],
             Observed::Exclusive { .. } => Vec::new(),
             Observed::Group { holders, .. } => holders
@@ -136,6 +139,7 @@ impl LockClient {
                 .map(|(pid, h)| ExpiredHolder {
                     process_id: pid.clone(),
                     job: h.job.clone(),
+                    expires_at: h.expires_at,
                 })
                 .collect(),
         };

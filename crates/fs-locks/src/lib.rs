@@ -10,6 +10,10 @@
 //!   [`LockGuard::release_after`] only once a write they protect landed (a journal entry
 //!   closed), in the same transaction where the store can ([`LockClient::chains_release`]).
 //! - [`TreeLockRequest`]: which documents a tree lock takes, in which order.
+//! - [`SharedIntentions`]: the intention locks of a process that runs many jobs, held once
+//!   per ancestor and lent to its jobs' clients ([`SharedIntentions::lend_to`]), which then
+//!   take only their targets; recovery finds the jobs that borrowed an expired hold by their
+//!   process ids ([`borrowed_from`]).
 //! - Leases: every lock records an expiry that a background task renews; expired locks are
 //!   only touched by the explicit [`LockClient::reap_expired`] (or its two halves,
 //!   [`LockClient::read_expired`] and [`LockClient::reap_expired_holders`], between which
@@ -41,7 +45,8 @@
 //!    `plan` ([`TreeLockRequest`], [`LockItem`]), `outcome` ([`Grant`],
 //!    [`FirstWrite`], [`ReleaseReport`], and the protocols' results), `error`, `events`,
 //!    `clock`, `backoff`, `script_params` (the stored scripts, their params, their Rust
-//!    twins run locally), `background` (the releases dropped guards leave running, counted
+//!    twins run locally), `lender` (where a client borrows its intention locks, and how holds
+//!    and their borrowers are named), `background` (the releases dropped guards leave running, counted
 //!    so that a process can wait for them before it ends).
 //! 2. **Store calls.** `calls`: the only way the protocols and the operations reach the lock
 //!    index (round trips counted, failures in context).
@@ -53,7 +58,8 @@
 //!    (private; the floors above use its methods), lease renewal in the background; `builder`.
 //! 5. **Operations.** `acquire` (the `lock_*` entry points), `release`, `guard`
 //!    ([`LockGuard`]), `lease` (expired locks: reap, take over), `gone` (the leases of
-//!    holders proven gone, ended at once), `adopt`, `foreign` ([`ForeignShares`]), `listing`.
+//!    holders proven gone, ended at once), `adopt`, `foreign` ([`ForeignShares`]), `listing`,
+//!    `intentions` ([`SharedIntentions`]).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -81,6 +87,7 @@ mod backoff;
 mod clock;
 mod error;
 mod events;
+mod lender;
 mod lock_doc;
 mod orphans;
 mod os_process;
@@ -100,6 +107,7 @@ mod adopt;
 mod foreign;
 mod gone;
 mod guard;
+mod intentions;
 mod lease;
 mod listing;
 mod release;
@@ -114,7 +122,9 @@ pub use events::{EventSink, LockEvent};
 pub use foreign::ForeignShares;
 pub use fs_model::LockMode;
 pub use guard::LockGuard;
+pub use intentions::SharedIntentions;
 pub use lease::{ExpiredHolder, ExpiredLock, Reaped};
+pub use lender::{borrowed_from, is_hold};
 pub use listing::LockInfo;
 pub use lock_doc::{Conflict, HolderEntry, Observed, Owner, WaiterEntry, FOREIGN_SEEN};
 pub use orphans::Orphans;

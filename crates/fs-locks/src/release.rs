@@ -23,6 +23,25 @@ impl LockClient {
         }
     }
 
+    /// Gives back the intention locks `ids` that a guard borrowed from the process's lender,
+    /// once its own locks are released (deepest first): to lend again, or, where the guard's
+    /// job stopped half-way (`orphan`), to keep until the lender's other borrowers are done
+    /// and then leave to expire for recovery.
+    pub(crate) async fn return_borrowed(&self, ids: &[String], orphan: bool) {
+        if ids.is_empty() {
+            return;
+        }
+        self.held().await.unborrow(ids);
+        let Some(lender) = self.lender() else {
+            return;
+        };
+        if orphan {
+            lender.orphan(ids).await;
+        } else {
+            lender.give_back(ids).await;
+        }
+    }
+
     /// Gives up one hold on each of `ids`; releases in the store those no guard holds any more.
     pub(crate) async fn release_ids(&self, ids: &[String]) -> Result<ReleaseReport> {
         match self.release_ids_after(ids, None).await {

@@ -10,9 +10,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::*;
-use fs_locks::LockClient;
+use fs_locks::{LockClient, SharedIntentions};
 use fs_model::FsPath;
-use fs_rename::{fsck, Entry, Journal, Recovery, RenameError, RenameHooks, Renamer};
+use fs_rename::{
+    fsck, Entry, Journal, Recovery, RenameError, RenameHooks, Renamer, RenamerBuilder,
+};
 use fs_store::SharedStore;
 use fs_testkit::{faulty, FaultPlan, FaultyStore};
 use tokio::sync::Notify;
@@ -33,12 +35,15 @@ fn recovery(env: &Env) -> Recovery {
 }
 
 fn renamer(store: SharedStore, env: &Env, hooks: Arc<dyn RenameHooks>) -> Renamer {
+    renamer_builder(store, env, hooks).build()
+}
+
+fn renamer_builder(store: SharedStore, env: &Env, hooks: Arc<dyn RenameHooks>) -> RenamerBuilder {
     Renamer::builder(store, env.index.clone())
         .lease(LEASE)
         .page_size(PAGE)
         .wait(Duration::from_secs(5))
         .hooks(hooks)
-        .build()
 }
 
 /// Starts `mv /src /dst-parent/dst` through a store that dies before page `page`.
@@ -560,6 +565,17 @@ impl RenameHooks for FreezeBeforeJournal {
 /// write meets the fence: it has rewritten nothing, so it starts over, and its new attempt
 /// finds the destination's parent gone.
 async fn a_job_paused_before_journaling_is_fenced_off(env: Env) {
+    paused_before_journaling(env, false).await;
+}
+
+/// The same with the job's intention lock on `/dst-parent` borrowed from its process: it
+/// outlives its lease and its hold's, and recovery fences it (it is named after the hold)
+/// before it clears the hold.
+async fn a_borrowing_job_paused_before_journaling_is_fenced_off(env: Env) {
+    paused_before_journaling(env, true).await;
+}
+
+async fn paused_before_journaling(env: Env, share: bool) {
     setup(&env).await;
     let before = paths_by_id(&env).await;
     let store = faulty(Arc::clone(&env.store), FaultPlan::default(), 6);
@@ -567,14 +583,28 @@ async fn a_job_paused_before_journaling_is_fenced_off(env: Env) {
         once: Default::default(),
         freezer: Freezer::new(Arc::clone(&store)),
     });
-    let job = renamer(store, &env, hooks.clone());
+    let mut job = renamer_builder(store.clone(), &env, hooks.clone());
+    let as_shared: SharedStore = store;
+    let holds = share.then(|| shared(&as_shared, &env, LEASE));
+    if let Some(holds) = &holds {
+        job = job.share_intentions(holds.clone());
+    }
+    let job = job.build();
     let paused = tokio::spawn(async move {
         job.rename_reporting(&p("/src"), &p("/dst-parent/dst"))
             .await
     });
     hooks.freezer.frozen.notified().await;
+    if let Some(holds) = &holds {
+        assert_eq!(
+            holders_of(&env, "/dst-parent").await,
+            [holds.hold_id()],
+            "the job borrowed its intention lock"
+        );
+    }
     tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
 
+    // The job's two exclusive locks and its (or its hold's) share of `/dst-parent`.
     let report = recovery(&env).run().await.expect("recover");
     assert_eq!(report.fenced, 1, "{report}");
     assert_eq!(
@@ -762,7 +792,67 @@ async fn a_job_cancelled_before_its_first_write_gives_its_locks_back(env: Env) {
     }
 }
 
+/// The process's shared intention locks on `store`, leased for `lease`.
+fn shared(store: &SharedStore, env: &Env, lease: Duration) -> SharedIntentions {
+    SharedIntentions::new(
+        LockClient::builder(Arc::clone(store), env.lock_index())
+            .holder("intentions of a test process")
+            .lease(lease),
+    )
+}
+
+/// The holders' process ids on the lock document `id`, sorted.
+async fn holders_of(env: &Env, id: &str) -> Vec<String> {
+    let Some(doc) = env.store.get(&env.lock_index(), id).await.expect("read") else {
+        return Vec::new();
+    };
+    match fs_locks::Observed::from_source(&doc.source) {
+        fs_locks::Observed::Group { holders, .. } => holders.keys().cloned().collect(),
+        fs_locks::Observed::Exclusive { process_id, .. } => process_id.into_iter().collect(),
+    }
+}
+
+/// A hold whose lease ended while a job that borrowed it has journaled and may still act is
+/// not cleared; once the job is finished (here by recovery, which takes an intention lock of
+/// its own beside the expired hold), the hold goes too.
+async fn a_hold_is_kept_while_a_borrower_that_journaled_may_act(env: Env) {
+    env.scans_die_open(1);
+    setup(&env).await;
+    let before = paths_by_id(&env).await;
+    let store = faulty(Arc::clone(&env.store), FaultPlan::default(), 1);
+    let as_shared: SharedStore = store.clone();
+    // The hold's lease is the shorter: it ends while the job's own locks still run.
+    let holds = shared(&as_shared, &env, LEASE);
+    let hooks = Arc::new(KillAtPage::new(3, Arc::clone(&store)));
+    let job = renamer_builder(store.clone(), &env, hooks)
+        .lease(LEASE * 4)
+        .share_intentions(holds.clone())
+        .build();
+    let handle = tokio::spawn(async move {
+        let result = job.rename(&p("/src"), &p("/dst-parent/dst")).await;
+        panic!("a dead job never returns: {result:?}");
+    });
+    wait_until_dead(&store).await;
+    tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
+    let report = recovery(&env).run().await.expect("recover");
+    assert_eq!(report.running.len(), 1, "the job is still leased: {report}");
+    assert_eq!((report.fenced, report.shares_reaped), (0, 0), "{report}");
+    assert_eq!(
+        holders_of(&env, "/dst-parent").await,
+        [holds.hold_id()],
+        "the expired hold is kept for the journaled job"
+    );
+
+    tokio::time::sleep(LEASE * 4).await;
+    let report = recovery(&env).run().await.expect("recover");
+    assert_eq!(report.finished.len(), 1, "{report}");
+    assert_finished(&env, &before).await;
+    handle.abort();
+}
+
 on_every_backend!(
+    a_borrowing_job_paused_before_journaling_is_fenced_off,
+    a_hold_is_kept_while_a_borrower_that_journaled_may_act,
     a_job_cancelled_before_its_first_write_gives_its_locks_back,
     a_share_count_too_high_is_cleared_after_the_foreign_lease,
     a_job_paused_before_journaling_is_fenced_off,

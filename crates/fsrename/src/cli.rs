@@ -458,6 +458,14 @@ pub enum Verb {
         /// Default: `fsrename-` and 8 random hex digits.
         #[arg(long, env = "FSRENAME_INSTANCE")]
         instance: Option<String>,
+        /// Holds the intention locks on the jobs' ancestors once for the whole instance and
+        /// lends them to its jobs, instead of each job taking its own: a directory many jobs
+        /// run under has its lock document written once per instance, not twice per job.
+        /// Given back at once to a request that conflicts. Only where every `fsrename
+        /// recover` (and every service) on this tree is of this version or later: an older
+        /// recovery would clear an expired hold without fencing the jobs that borrowed it.
+        #[arg(long)]
+        share_intentions: bool,
     },
     /// Shows, with the book's /clinton scenario run four ways, why renames need tree locks.
     ///

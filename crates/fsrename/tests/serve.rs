@@ -1802,17 +1802,30 @@ fn p(s: &str) -> FsPath {
 /// nothing may be left open: no lock, no search context.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_clients_under_one_parent_with_scripted_locks_through_the_proxy() {
-    sixteen_clients_under_one_parent_with_scripted_locks(Backend::Osmem).await;
+    sixteen_clients_under_one_parent_with_scripted_locks(Backend::Osmem, false).await;
+}
+
+/// The same with the instance's intention locks lent to its jobs (`--share-intentions`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_clients_under_one_parent_sharing_intentions_through_the_proxy() {
+    sixteen_clients_under_one_parent_with_scripted_locks(Backend::Osmem, true).await;
 }
 
 /// The same on a real Elasticsearch, where the races are the server's own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real Elasticsearch: set FSRENAME_TEST_ES_URL"]
 async fn real_elasticsearch_sixteen_clients_under_one_parent_with_scripted_locks() {
-    sixteen_clients_under_one_parent_with_scripted_locks(Backend::RealElastic).await;
+    sixteen_clients_under_one_parent_with_scripted_locks(Backend::RealElastic, false).await;
 }
 
-async fn sixteen_clients_under_one_parent_with_scripted_locks(backend: Backend) {
+/// The same on a real Elasticsearch, sharing intention locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real Elasticsearch: set FSRENAME_TEST_ES_URL"]
+async fn real_elasticsearch_sixteen_clients_under_one_parent_sharing_intentions() {
+    sixteen_clients_under_one_parent_with_scripted_locks(Backend::RealElastic, true).await;
+}
+
+async fn sixteen_clients_under_one_parent_with_scripted_locks(backend: Backend, share: bool) {
     const CLIENTS: usize = 16;
     let proxied = backend == Backend::Osmem;
     let proxy_before = proxied.then(|| fs_testkit::es_proxy().stats());
@@ -1827,6 +1840,7 @@ async fn sixteen_clients_under_one_parent_with_scripted_locks(backend: Backend) 
         Service::start(backend, |c| {
             c.max_jobs = CLIENTS;
             c.protocol = fs_locks::LockProtocol::Scripted;
+            c.share_intentions = share;
         })
         .await,
     );
@@ -1863,9 +1877,10 @@ async fn sixteen_clients_under_one_parent_with_scripted_locks(backend: Backend) 
     if let Some(before) = proxy_before {
         let stats = fs_testkit::es_proxy().stats();
         println!(
-            "proxy: {} scripted updates, {} races ({} retried inside the update, {} answered \
-             409)",
+            "proxy: {} scripted updates ({:.1} a job), {} races ({} retried inside the \
+             update, {} answered 409)",
             stats.updates - before.updates,
+            (stats.updates - before.updates) as f64 / jobs.len().max(1) as f64,
             stats.races - before.races,
             stats.races_retried - before.races_retried,
             stats.conflicts_returned - before.conflicts_returned,
@@ -2235,29 +2250,52 @@ async fn wait_for(service: &Service, path: &str, ready: impl Fn(&Value) -> bool)
 /// scripted protocol.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parent_rename_is_granted_while_sixteen_jobs_run_under_it_through_the_proxy() {
-    a_parent_rename_is_granted_while_sixteen_jobs_run_under_it(Backend::Osmem).await;
+    a_parent_rename_is_granted_while_sixteen_jobs_run_under_it(Backend::Osmem, false).await;
+}
+
+/// The same with the instance's intention locks lent to its jobs: the hold on `/p` is given
+/// back once its running jobs are done, the parent's request being seen in `/p`'s queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_rename_is_granted_while_sixteen_jobs_sharing_intentions_run_under_it_through_the_proxy(
+) {
+    a_parent_rename_is_granted_while_sixteen_jobs_run_under_it(Backend::Osmem, true).await;
 }
 
 /// The same on a real Elasticsearch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real Elasticsearch: set FSRENAME_TEST_ES_URL"]
 async fn real_elasticsearch_a_parent_rename_is_granted_while_sixteen_jobs_run_under_it() {
-    a_parent_rename_is_granted_while_sixteen_jobs_run_under_it(Backend::RealElastic).await;
+    a_parent_rename_is_granted_while_sixteen_jobs_run_under_it(Backend::RealElastic, false).await;
+}
+
+/// The same on a real Elasticsearch, sharing intention locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real Elasticsearch: set FSRENAME_TEST_ES_URL"]
+async fn real_elasticsearch_a_parent_rename_is_granted_while_sixteen_jobs_sharing_intentions_run_under_it(
+) {
+    a_parent_rename_is_granted_while_sixteen_jobs_run_under_it(Backend::RealElastic, true).await;
 }
 
 /// The same on the embedded store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parent_rename_is_granted_while_sixteen_jobs_run_under_it_embedded() {
-    a_parent_rename_is_granted_while_sixteen_jobs_run_under_it(Backend::Embedded).await;
+    a_parent_rename_is_granted_while_sixteen_jobs_run_under_it(Backend::Embedded, false).await;
 }
 
-async fn a_parent_rename_is_granted_while_sixteen_jobs_run_under_it(backend: Backend) {
+/// The same on the embedded store, sharing intention locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_rename_is_granted_while_sixteen_jobs_sharing_intentions_run_under_it_embedded() {
+    a_parent_rename_is_granted_while_sixteen_jobs_run_under_it(Backend::Embedded, true).await;
+}
+
+async fn a_parent_rename_is_granted_while_sixteen_jobs_run_under_it(backend: Backend, share: bool) {
     const CLIENTS: usize = 16;
     // The service's own lease (30 s): one renewal period is a third of it.
     let lease = ServeConfig::new("fs").lease;
     let service = Arc::new(
         Service::start(backend, |c| {
             c.max_jobs = CLIENTS + 1;
+            c.share_intentions = share;
             if backend != Backend::Embedded {
                 c.protocol = fs_locks::LockProtocol::Scripted;
             }

@@ -76,7 +76,8 @@ pub enum Measurement {
     /// 5: the wait of a rename of `/p` under streams of small renames, before and after fair
     /// waiting.
     Fairness,
-    /// 6: renames through `fsrename serve`, tree, global and no locks (issue 35).
+    /// 6: renames through `fsrename serve`, tree (its jobs taking their own intention locks,
+    /// and sharing the instance's), global and no locks (issues 35 and 51).
     Service,
 }
 

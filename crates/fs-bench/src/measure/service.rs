@@ -1,8 +1,10 @@
 //! The service (issue 35): `fsrename serve` in process on the backend, behind a
 //! [`CountingStore`]; K clients each rename their own `/p/sI` back and forth through the HTTP
-//! API (submit, then poll the job until it is done). Each round runs tree, global and no
-//! locks one after the other, the order rotating from round to round so that the machine's
-//! drift falls on each in turn; the rates compared are the medians of the rounds.
+//! API (submit, then poll the job until it is done). Each round runs tree, tree with the
+//! instances' intention locks shared among their jobs (`serve --share-intentions`, issue 51),
+//! global and no locks one after the other, the order rotating from round to round so that
+//! the machine's drift falls on each in turn; the rates compared are the medians of the
+//! rounds.
 //!
 //! No locks is the service's default strategy here (`ServeConfig::strategy`), with requests
 //! that name none: the API itself refuses `"strategy": "none"` from users.
@@ -17,8 +19,14 @@ use fsrename::serve::{ServeConfig, Server};
 use super::{insert_dir, median, LockWrites, Plan};
 use crate::feed_load::renaming_window;
 
-/// The strategies compared, in the first round's order.
-const STRATEGIES: [Strategy; 3] = [Strategy::Tree, Strategy::Global, Strategy::None];
+/// The strategies compared, in the first round's order, each with whether the instances
+/// share their jobs' intention locks.
+const STRATEGIES: [(Strategy, bool); 4] = [
+    (Strategy::Tree, false),
+    (Strategy::Tree, true),
+    (Strategy::Global, false),
+    (Strategy::None, false),
+];
 
 /// Before counting: the first jobs done.
 const WARM_UP: Duration = Duration::from_millis(500);
@@ -30,6 +38,8 @@ pub struct ServiceRow {
     /// Service instances on the store, the clients spread over them.
     pub instances: usize,
     pub strategy: Strategy,
+    /// Whether the instances shared their jobs' intention locks (`--share-intentions`).
+    pub shared: bool,
     pub per_sec: f64,
     /// The median time from submit to seeing the job done, in ms.
     pub latency_ms: f64,
@@ -142,8 +152,8 @@ async fn rounds(
                 let run = run(store, k, instances, STRATEGIES[which], plan).await?;
                 let p = run.split;
                 eprintln!(
-                    "service K = {k} on {instances} instance(s) {:?}: {:.1} renames/s, median {:.1} ms, {:.1} requests/job, {:.1} lock writes/job ({:.1} on /p); mean ms: queued {:.1}, locking {:.1}, checking {:.1}, rewriting {:.1}, releasing {:.1}, other {:.1}, seen after {:.1}; CPU ms a job: here {:.1}, others {:.1}; cores {:.0} % busy",
-                    STRATEGIES[which], run.per_sec, run.latency_ms, run.requests,
+                    "service K = {k} on {instances} instance(s) {:?}{}: {:.1} renames/s, median {:.1} ms, {:.1} requests/job, {:.1} lock writes/job ({:.1} on /p); mean ms: queued {:.1}, locking {:.1}, checking {:.1}, rewriting {:.1}, releasing {:.1}, other {:.1}, seen after {:.1}; CPU ms a job: here {:.1}, others {:.1}; cores {:.0} % busy",
+                    STRATEGIES[which].0, if run.shared { " shared" } else { "" }, run.per_sec, run.latency_ms, run.requests,
                     run.lock_writes, run.shared_lock_writes,
                     p.queued, p.locking, p.checking, p.rewriting, p.releasing, p.other, p.seen_after,
                     p.own_cpu, p.others_cpu, p.busy * 100.0
@@ -167,7 +177,7 @@ async fn rounds(
                 }
             }
         }
-        for (i, strategy) in STRATEGIES.into_iter().enumerate() {
+        for (i, (strategy, shared)) in STRATEGIES.into_iter().enumerate() {
             let per_sec = median(&mut rates[i]);
             // The split of the round whose rate is the median.
             let split = splits[i]
@@ -178,6 +188,7 @@ async fn rounds(
                 k,
                 instances,
                 strategy,
+                shared,
                 per_sec,
                 latency_ms: median(&mut latencies[i]),
                 requests: median(&mut requests[i]),
@@ -192,13 +203,14 @@ async fn rounds(
     Ok(out)
 }
 
-/// `instances` instances of the service on one store with `strategy` as their default, `k`
-/// clients spread over them for the plan's seconds.
+/// `instances` instances of the service on one store with `strategy` as their default (and
+/// sharing their jobs' intention locks if `shared`), `k` clients spread over them for the
+/// plan's seconds.
 async fn run(
     store: &SharedStore,
     k: usize,
     instances: usize,
-    strategy: Strategy,
+    (strategy, shared): (Strategy, bool),
     plan: &Plan,
 ) -> anyhow::Result<ServiceRow> {
     let counting = CountingStore::new(Arc::clone(store));
@@ -230,6 +242,7 @@ async fn run(
         config.max_jobs = k;
         config.recover_every = None;
         config.strategy = strategy;
+        config.share_intentions = shared;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = Server::start(config, Arc::clone(&counted), async {
             let _ = stopped.await;
@@ -266,6 +279,7 @@ async fn run(
         k,
         instances,
         strategy,
+        shared,
         per_sec: renames as f64 / window.seconds,
         latency_ms: median(&mut latencies),
         requests: window.requests as f64 / renames.max(1) as f64,

@@ -24,7 +24,12 @@ struct Held {
 /// The locks a client holds, by lock document id. Ordered by id, so that renewals and
 /// releases send their items in the same order every time (a seeded replay depends on it).
 #[derive(Debug, Default)]
-pub(crate) struct HeldLocks(BTreeMap<String, Held>);
+pub(crate) struct HeldLocks {
+    own: BTreeMap<String, Held>,
+    /// The intention locks borrowed from the process's [`Lender`](crate::lender::Lender),
+    /// with how many guards of this client borrowed each.
+    borrowed: BTreeMap<String, (LockItem, u32)>,
+}
 
 /// What giving up holds on some locks left to release in the store.
 #[derive(Debug, Default)]
@@ -39,14 +44,41 @@ pub(crate) struct GivenUp {
 }
 
 impl HeldLocks {
-    /// Returns true if the client holds nothing.
+    /// Returns true if the client holds nothing, of its own or borrowed.
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.own.is_empty() && self.borrowed.is_empty()
+    }
+
+    /// Records that a guard borrowed `items`.
+    pub(crate) fn borrow(&mut self, items: &[LockItem]) {
+        for item in items {
+            self.borrowed
+                .entry(item.id.clone())
+                .or_insert_with(|| (item.clone(), 0))
+                .1 += 1;
+        }
+    }
+
+    /// Records that a guard gave back what it borrowed, `ids`.
+    pub(crate) fn unborrow(&mut self, ids: &[String]) {
+        for id in ids {
+            if let Some((_, n)) = self.borrowed.get_mut(id) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.borrowed.remove(id);
+                }
+            }
+        }
+    }
+
+    /// Returns the ids of what guards of this client borrowed.
+    pub(crate) fn borrowed_ids(&self) -> Vec<String> {
+        self.borrowed.keys().cloned().collect()
     }
 
     /// Returns true if the client holds the lock `id`.
     pub(crate) fn contains(&self, id: &str) -> bool {
-        self.0.contains_key(id)
+        self.own.contains_key(id)
     }
 
     /// Returns the items of `items` that are not held yet. Those held in a covering mode need
@@ -57,7 +89,7 @@ impl HeldLocks {
     pub(crate) fn needed(&self, items: &[LockItem]) -> Result<Vec<LockItem>> {
         let mut needed = Vec::new();
         for item in items {
-            match self.0.get(&item.id) {
+            match self.own.get(&item.id) {
                 Some(h) if h.taken.item.mode.covers(item.mode) => {}
                 Some(_) => return Err(LockError::Upgrade { path: item.label() }),
                 None => needed.push(item.clone()),
@@ -68,7 +100,7 @@ impl HeldLocks {
 
     /// Records `taken` as held until `expires_at`, by no guard yet ([`HeldLocks::add_refs`]).
     pub(crate) fn hold(&mut self, taken: Taken, expires_at: i64) {
-        self.0.insert(
+        self.own.insert(
             taken.item.id.clone(),
             Held {
                 taken,
@@ -82,7 +114,7 @@ impl HeldLocks {
     /// Counts one more guard on each of `ids` that is held.
     pub(crate) fn add_refs<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>) {
         for id in ids {
-            if let Some(h) = self.0.get_mut(id) {
+            if let Some(h) = self.own.get_mut(id) {
                 h.refcount += 1;
             }
         }
@@ -94,7 +126,7 @@ impl HeldLocks {
     pub(crate) fn give_up(&mut self, ids: &[String], skew_ms: i64) -> GivenUp {
         let mut given_up = GivenUp::default();
         for id in ids {
-            let Some(h) = self.0.get_mut(id) else {
+            let Some(h) = self.own.get_mut(id) else {
                 continue;
             };
             if h.lost {
@@ -104,7 +136,7 @@ impl HeldLocks {
             if h.refcount > 0 {
                 continue;
             }
-            if let Some(h) = self.0.remove(id) {
+            if let Some(h) = self.own.remove(id) {
                 if !h.lost {
                     let until = h.expires_at.saturating_sub(skew_ms);
                     given_up.leased.insert(h.taken.item.label(), until);
@@ -118,33 +150,49 @@ impl HeldLocks {
     /// Forgets `ids`, whatever holds them.
     pub(crate) fn forget(&mut self, ids: &[String]) {
         for id in ids {
-            self.0.remove(id);
+            self.own.remove(id);
         }
     }
 
     /// Returns true if any held lock is lost.
     pub(crate) fn any_lost(&self) -> bool {
-        self.0.values().any(|h| h.lost)
+        self.own.values().any(|h| h.lost)
+    }
+
+    /// Returns until when every lock of `ids` is held (the earliest expiry written), 0 if any
+    /// is lost or not held.
+    pub(crate) fn held_until(&self, ids: &[String]) -> i64 {
+        let mut until = i64::MAX;
+        for id in ids {
+            match self.own.get(id) {
+                Some(h) if !h.lost => until = until.min(h.expires_at),
+                _ => return 0,
+            }
+        }
+        until
     }
 
     /// Returns the earliest expiry of a held lock, if any is held.
     pub(crate) fn earliest_expiry(&self) -> Option<i64> {
-        self.0.values().map(|h| h.expires_at).min()
+        self.own.values().map(|h| h.expires_at).min()
     }
 
-    /// Returns the held items (with the mode each document really has), by id.
+    /// Returns the held items (with the mode each document really has), by id, and the
+    /// borrowed ones: what a job's journal records for recovery to take over.
     pub(crate) fn items(&self) -> Vec<LockItem> {
-        self.0.values().map(|h| h.taken.item.clone()).collect()
+        let own = self.own.values().map(|h| h.taken.item.clone());
+        own.chain(self.borrowed.values().map(|(item, _)| item.clone()))
+            .collect()
     }
 
     /// Returns the held ids, sorted.
     pub(crate) fn ids(&self) -> Vec<String> {
-        self.0.keys().cloned().collect()
+        self.own.keys().cloned().collect()
     }
 
     /// Returns the ids of the held locks not known to be lost: those to renew.
     pub(crate) fn renewable(&self) -> Vec<String> {
-        self.0
+        self.own
             .iter()
             .filter(|(_, h)| !h.lost)
             .map(|(id, _)| id.clone())
@@ -155,7 +203,7 @@ impl HeldLocks {
     pub(crate) fn renewed(&mut self, renewal: Renewal, expires_at: i64) -> Option<String> {
         match renewal {
             Renewal::Renewed { id, written } => {
-                if let Some(h) = self.0.get_mut(&id) {
+                if let Some(h) = self.own.get_mut(&id) {
                     if let Some((version, source)) = written {
                         h.taken.version = version;
                         h.taken.source = source;
@@ -165,7 +213,7 @@ impl HeldLocks {
                 None
             }
             Renewal::Lost { id } => {
-                let h = self.0.get_mut(&id)?;
+                let h = self.own.get_mut(&id)?;
                 h.lost = true;
                 Some(h.taken.item.label())
             }

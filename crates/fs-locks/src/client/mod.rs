@@ -15,6 +15,7 @@ use crate::calls::Calls;
 use crate::clock::LeaseClock;
 use crate::error::{LateRenewal, LockError, Result};
 use crate::events::{EventSink, LockEvent};
+use crate::lender::Lender;
 use crate::lock_doc::Owner;
 use crate::orphans::Orphans;
 use crate::plan::LockItem;
@@ -51,6 +52,8 @@ pub(crate) struct Settings {
     pub(crate) memo: ProtocolMemo,
     pub(crate) cancel: Option<watch::Receiver<bool>>,
     pub(crate) orphans: Option<Arc<dyn Orphans>>,
+    /// Where tree locks borrow their intention locks, if the process shares them.
+    pub(crate) lender: Option<Arc<dyn Lender>>,
 }
 
 struct Inner {
@@ -225,6 +228,22 @@ impl LockClient {
         self.settings().orphans.as_ref()
     }
 
+    /// Returns where tree locks borrow their intention locks, if anywhere.
+    pub(crate) fn lender(&self) -> Option<&Arc<dyn Lender>> {
+        self.settings().lender.as_ref()
+    }
+
+    /// Returns the clock skew this client allows between processes: a lease is over for its
+    /// holder that much before it is over for anyone else.
+    pub fn max_clock_skew(&self) -> Duration {
+        self.settings().max_clock_skew
+    }
+
+    /// Returns how often the held locks are renewed.
+    pub(crate) fn renew_every(&self) -> Duration {
+        self.settings().renew_every
+    }
+
     /// Returns the clock skew allowed, in milliseconds.
     pub(crate) fn max_clock_skew_ms(&self) -> i64 {
         i64::try_from(self.settings().max_clock_skew.as_millis()).unwrap_or(i64::MAX)
@@ -295,12 +314,25 @@ impl LockClient {
     /// earliest expiry it wrote, less now and the allowed clock skew; zero once any of them
     /// is lost or past that point, `None` when it holds nothing. A job checks this after each
     /// read and before writing what it read: past it, a recoverer may have taken over.
+    ///
+    /// The intention locks borrowed from the process's lender count too: a job's own locks
+    /// protect nothing once the hold on their ancestors is over.
     pub async fn lease_left(&self) -> Option<Duration> {
         let held = self.held().await;
         if held.any_lost() {
             return Some(Duration::ZERO);
         }
-        let earliest = held.earliest_expiry()?;
+        let borrowed = held.borrowed_ids();
+        let own = held.earliest_expiry();
+        drop(held);
+        let lent = match self.lender() {
+            Some(lender) if !borrowed.is_empty() => Some(lender.held_until(&borrowed).await),
+            _ => None,
+        };
+        let earliest = match (own, lent) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b)?,
+        };
         let left = earliest
             .saturating_sub(self.now_ms())
             .saturating_sub(self.max_clock_skew_ms());

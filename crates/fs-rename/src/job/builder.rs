@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fs_locks::{LockProtocol, Orphans, ProtocolMemo};
+use fs_locks::{LockProtocol, Orphans, ProtocolMemo, SharedIntentions};
 use fs_store::SharedStore;
 
 use super::Renamer;
@@ -42,6 +42,8 @@ pub struct RenamerBuilder {
     pub(super) orphans: Option<Arc<dyn Orphans>>,
     /// See [`RenamerBuilder::refresh_apart`].
     pub(super) refresh_apart: bool,
+    /// See [`RenamerBuilder::share_intentions`].
+    pub(super) shared: Option<SharedIntentions>,
 }
 
 impl RenamerBuilder {
@@ -171,6 +173,17 @@ impl RenamerBuilder {
         self
     }
 
+    /// Makes the jobs' tree locks borrow the intention locks on their ancestors from
+    /// `shared`, the process's, instead of each taking its own (see
+    /// [`SharedIntentions`]): a shared ancestor's lock document is written once per process,
+    /// not twice per job. For a process that runs many jobs under the same directories (the
+    /// service). Every recovery that may clear this tree's expired locks must be of a version
+    /// that knows these holds (`docs/locking.md`). Default: off.
+    pub fn share_intentions(mut self, shared: SharedIntentions) -> RenamerBuilder {
+        self.shared = Some(shared);
+        self
+    }
+
     /// Returns the renamer.
     pub fn build(self) -> Renamer {
         Renamer { config: self }
@@ -199,6 +212,7 @@ impl Renamer {
             known: None,
             orphans: None,
             refresh_apart: false,
+            shared: None,
         }
     }
 }

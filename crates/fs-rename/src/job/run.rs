@@ -112,6 +112,9 @@ impl Renamer {
         if let Some(orphans) = c.orphans.clone() {
             builder = builder.orphans(orphans);
         }
+        if let Some(shared) = &c.shared {
+            builder = shared.lend_to(builder);
+        }
         if let Some(sink) = c.progress.clone() {
             builder = builder.on_event(Arc::new(move |event| {
                 sink(match event {

@@ -3,7 +3,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use fs_locks::{ForeignShares, LeaseClock, LockClient, LockError, Observed, Reaped};
+use fs_locks::{
+    borrowed_from, is_hold, ExpiredHolder, ForeignShares, LeaseClock, LockClient, LockError,
+    LockInfo, Observed, Reaped,
+};
 
 use super::{Recovery, RecoveryReport};
 use crate::error::{RenameError, Result};
@@ -20,6 +23,8 @@ impl Recovery {
         report: &mut RecoveryReport,
     ) -> Result<()> {
         let client = self.lock_client("recover: sweep".to_owned(), None);
+        // Before the listing: what it shows was written before this instant.
+        let listed_at = LeaseClock::new().now_ms();
         let locks = match client.list_locks().await {
             Ok(locks) => locks,
             Err(LockError::Store {
@@ -35,6 +40,7 @@ impl Recovery {
             now: LeaseClock::new().now_ms(),
             spare,
         };
+        let borrowers = Borrowers::of(&locks, listed_at, &client);
         // Each job is fenced once per run, however many of its locks are cleared.
         let mut fenced: HashMap<String, bool> = HashMap::new();
         for lock in locks {
@@ -69,7 +75,13 @@ impl Recovery {
             let mut backoff = resend::SWEEP.start();
             loop {
                 let cleared = self
-                    .clear_expired(&client, journal, &lock.id, spare, &mut fenced, report)
+                    .clear_expired(
+                        (&client, journal, &borrowers),
+                        &lock.id,
+                        spare,
+                        &mut fenced,
+                        report,
+                    )
                     .await;
                 match cleared {
                     Ok(Reaped::Exclusive(_)) => report.locks_released += 1,
@@ -110,12 +122,12 @@ impl Recovery {
     }
 
     /// Clears what has expired on the lock `id`, read afresh: each expired holder whose job
-    /// (if it names one) is fenced first, except the holders in `spare`. `fenced` keeps, for
-    /// each job fenced in this run, whether its locks may be cleared.
+    /// (if it names one) is fenced first, except the holders in `spare`; an expired hold (an
+    /// intention lock a process lent to its jobs) only once none of its borrowers may act.
+    /// `fenced` keeps, for each job fenced in this run, whether its locks may be cleared.
     async fn clear_expired(
         &self,
-        client: &LockClient,
-        journal: &Journal,
+        (client, journal, borrowers): (&LockClient, &Journal, &Borrowers),
         id: &str,
         spare: &HashSet<String>,
         fenced: &mut HashMap<String, bool>,
@@ -125,9 +137,19 @@ impl Recovery {
             return Ok(Reaped::Nothing);
         };
         let fencer = format!("recovery {}", client.owner().process_id);
+        let journal = (journal, fencer.as_str());
         let mut reap: Vec<&str> = Vec::new();
         for holder in &expired.expired {
             if spare.contains(&holder.process_id) {
+                continue;
+            }
+            if is_hold(&holder.process_id) {
+                if self
+                    .hold_may_go(journal, borrowers, holder, fenced, report)
+                    .await?
+                {
+                    reap.push(&holder.process_id);
+                }
                 continue;
             }
             let Some(job) = &holder.job else {
@@ -135,33 +157,78 @@ impl Recovery {
                 reap.push(&holder.process_id);
                 continue;
             };
-            let may_clear = match fenced.get(job) {
-                Some(known) => *known,
-                None => {
-                    let may_clear = match journal
-                        .fence(job, &fencer, LeaseClock::new().now_ms())
-                        .await?
-                    {
-                        FenceOutcome::Fenced { new } => {
-                            if new {
-                                report.fenced += 1;
-                                tracing::info!(job = %job, holder = %holder.process_id, "fenced a journal id before clearing its expired locks (its job died before journaling, or finished without releasing them)");
-                            }
-                            true
-                        }
-                        // It journaled after all: its locks protect a rename the next run
-                        // recovers.
-                        FenceOutcome::Open(_) => false,
-                    };
-                    fenced.insert(job.clone(), may_clear);
-                    may_clear
-                }
-            };
-            if may_clear {
+            if self
+                .fence_once(journal, job, &holder.process_id, fenced, report)
+                .await?
+            {
                 reap.push(&holder.process_id);
             }
         }
         Ok(client.reap_expired_holders(&expired, &reap).await?)
+    }
+
+    /// Whether the expired hold `hold` may be cleared: it expired before the listing began
+    /// (clocks' skew included), so every lock document a borrower wrote while the hold was
+    /// its own is listed (a borrower checks its hold's lease after writing its own locks, and
+    /// before it journals), and each borrower listed is fenced, or has no journal and its own
+    /// locks are over. A borrower that journaled keeps the hold for its recovery.
+    async fn hold_may_go(
+        &self,
+        journal: (&Journal, &str),
+        borrowers: &Borrowers,
+        hold: &ExpiredHolder,
+        fenced: &mut HashMap<String, bool>,
+        report: &mut RecoveryReport,
+    ) -> Result<bool> {
+        if hold.expires_at.saturating_add(borrowers.skew) >= borrowers.listed_at {
+            return Ok(false);
+        }
+        for borrower in borrowers.of_hold(&hold.process_id) {
+            let Some(job) = &borrower.job else {
+                if borrower.expires_at >= borrowers.listed_at {
+                    return Ok(false);
+                }
+                continue;
+            };
+            if !self
+                .fence_once(journal, job, &hold.process_id, fenced, report)
+                .await?
+            {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Fences `job` (as `journal.1`) unless this run did already; returns whether its locks may be cleared
+    /// (false if it journaled: its locks protect a rename the next run recovers).
+    async fn fence_once(
+        &self,
+        journal: (&Journal, &str),
+        job: &str,
+        holder: &str,
+        fenced: &mut HashMap<String, bool>,
+        report: &mut RecoveryReport,
+    ) -> Result<bool> {
+        if let Some(known) = fenced.get(job) {
+            return Ok(*known);
+        }
+        let (journal, fencer) = journal;
+        let may_clear = match journal
+            .fence(job, fencer, LeaseClock::new().now_ms())
+            .await?
+        {
+            FenceOutcome::Fenced { new } => {
+                if new {
+                    report.fenced += 1;
+                    tracing::info!(job = %job, holder = %holder, "fenced a journal id before clearing its expired locks (its job died before journaling, or finished without releasing them)");
+                }
+                true
+            }
+            FenceOutcome::Open(_) => false,
+        };
+        fenced.insert(job.to_owned(), may_clear);
+        Ok(may_clear)
     }
 
     /// Removes the fences older than the retention.
@@ -186,6 +253,60 @@ impl Recovery {
             }
         }
         Ok(())
+    }
+}
+
+/// A holder of a lock that borrowed its intention locks from a hold, as listed.
+struct Borrower {
+    job: Option<String>,
+    expires_at: i64,
+}
+
+/// The borrowers of every hold, as the listing of a sweep shows them, and when that listing
+/// began.
+struct Borrowers {
+    listed_at: i64,
+    skew: i64,
+    by_hold: HashMap<String, Vec<Borrower>>,
+}
+
+impl Borrowers {
+    fn of(locks: &[LockInfo], listed_at: i64, client: &LockClient) -> Borrowers {
+        let mut by_hold: HashMap<String, Vec<Borrower>> = HashMap::new();
+        let mut add = |pid: &str, job: &Option<String>, expires_at: i64| {
+            if let Some(hold) = borrowed_from(pid) {
+                by_hold.entry(hold.to_owned()).or_default().push(Borrower {
+                    job: job.clone(),
+                    expires_at,
+                });
+            }
+        };
+        for lock in locks {
+            match &lock.observed {
+                Observed::Exclusive {
+                    process_id: Some(pid),
+                    job,
+                    expires_at,
+                    ..
+                } => add(pid, job, expires_at.unwrap_or(i64::MAX)),
+                Observed::Exclusive { .. } => {}
+                Observed::Group { holders, .. } => {
+                    for (pid, h) in holders {
+                        add(pid, &h.job, h.expires_at);
+                    }
+                }
+            }
+        }
+        let skew = i64::try_from(client.max_clock_skew().as_millis()).unwrap_or(i64::MAX);
+        Borrowers {
+            listed_at,
+            skew,
+            by_hold,
+        }
+    }
+
+    fn of_hold(&self, hold: &str) -> &[Borrower] {
+        self.by_hold.get(hold).map_or(&[], Vec::as_slice)
     }
 }
 

@@ -46,6 +46,10 @@ pub struct ServeConfig {
     /// both; the lock, journal and jobs indices one shard and the replicas). Default: the
     /// server's defaults.
     pub layout: fs_model::IndexLayout,
+    /// Whether the jobs' tree locks borrow the intention locks on their ancestors from the
+    /// instance, which holds each once (`fs_locks::SharedIntentions`), instead of each job
+    /// taking its own. Every recoverer of the tree must know these holds. Default: off.
+    pub share_intentions: bool,
 }
 
 impl ServeConfig {
@@ -74,6 +78,7 @@ impl ServeConfig {
             rewrite: fs_rename::Rewrite::Auto,
             recover_every: Some(Duration::from_secs(30)),
             layout: fs_model::IndexLayout::default(),
+            share_intentions: false,
         }
     }
 

@@ -58,6 +58,8 @@ struct Inner {
     /// What a job refused by a dead job's locks does: finish that job (one recovery at a
     /// time for the whole instance), rather than wait out its lease.
     orphans: Arc<FinishOrphans>,
+    /// The intention locks the instance lends its jobs, if it shares them.
+    shared: Option<fs_locks::SharedIntentions>,
 }
 
 #[derive(Default)]
@@ -89,6 +91,9 @@ impl Jobs {
                     config.lease,
                     config.wait,
                 ),
+                shared: config
+                    .share_intentions
+                    .then(|| shared_intentions(&store, &config)),
                 store,
                 slots: Arc::new(Semaphore::new(config.max_jobs)),
                 config,
@@ -445,7 +450,11 @@ impl Jobs {
     fn renamer(&self, id: &str, job: &Job) -> Renamer {
         let c = &self.inner.config;
         let (sink_jobs, sink_id) = (self.clone(), id.to_owned());
-        Renamer::builder(Arc::clone(&self.inner.store), c.index.clone())
+        let mut builder = Renamer::builder(Arc::clone(&self.inner.store), c.index.clone());
+        if let Some(shared) = &self.inner.shared {
+            builder = builder.share_intentions(shared.clone());
+        }
+        builder
             .strategy(job.strategy)
             .lease(c.lease)
             .wait(c.wait)
@@ -695,4 +704,18 @@ impl RenameHooks for StoreJournalId {
                 ),
             })
     }
+}
+
+/// The intention locks an instance lends its jobs (`--share-intentions`), leased as theirs.
+fn shared_intentions(store: &SharedStore, config: &ServeConfig) -> fs_locks::SharedIntentions {
+    let lock_index = fs_model::lock_index_name(&config.index);
+    fs_locks::SharedIntentions::new(
+        fs_locks::LockClient::builder(Arc::clone(store), lock_index)
+            .holder(format!(
+                "serve {}: intention locks lent to its jobs",
+                config.instance
+            ))
+            .lease(config.lease)
+            .protocol(config.protocol),
+    )
 }

@@ -22,6 +22,7 @@ pub async fn run(
         strategy,
         recover_every,
         instance,
+        share_intentions,
     } = &cli.verb
     else {
         anyhow::bail!("not the serve verb");
@@ -42,6 +43,7 @@ pub async fn run(
         config.instance.clone_from(name);
     }
     config.protocol = cli.lock_protocol;
+    config.share_intentions = *share_intentions;
     config.rewrite = cli.rewrite;
     config.layout = cli.layout()?;
     config.validate()?;
