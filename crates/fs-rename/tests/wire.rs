@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::*;
-use fs_locks::LockError;
-use fs_rename::{Entry, RenameError, RenameHooks, Renamer};
+use fs_locks::{LockClient, LockError, SharedIntentions};
+use fs_rename::{Entry, RenameError, RenameHooks, Renamer, RenamerBuilder};
 use fs_testkit::Backend;
 
 const README: &str = "/clinton/projects/elasticsearch/README.txt";
@@ -88,14 +88,38 @@ impl RenameHooks for BookClient {
     }
 }
 
+/// A renamer on `env`, its jobs borrowing their intention locks from their process's holds
+/// if `share` (`serve --share-intentions`): a hold is one more holder entry, so the book's
+/// clients meet it as they meet a job's own.
+fn renamer(env: &Env, share: bool) -> RenamerBuilder {
+    let builder = Renamer::builder(Arc::clone(&env.store), env.index.clone());
+    if !share {
+        return builder;
+    }
+    let holds = SharedIntentions::new(LockClient::builder(
+        Arc::clone(&env.store),
+        env.lock_index(),
+    ));
+    builder.share_intentions(holds)
+}
+
 #[tokio::test]
 async fn the_books_exclusive_request_gets_409_while_fsrename_renames() {
+    the_books_exclusive_request_gets_409(false).await;
+}
+
+#[tokio::test]
+async fn the_books_exclusive_request_gets_409_while_fsrename_renames_sharing_intentions() {
+    the_books_exclusive_request_gets_409(true).await;
+}
+
+async fn the_books_exclusive_request_gets_409(share: bool) {
     let env = tree().await;
     let book = Arc::new(BookClient {
         lock_index: env.lock_index(),
         answers: Mutex::default(),
     });
-    let renamer = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+    let renamer = renamer(&env, share)
         .hooks(Arc::clone(&book) as Arc<dyn RenameHooks>)
         .build();
     renamer
@@ -137,6 +161,15 @@ async fn the_books_exclusive_request_gets_409_while_fsrename_renames() {
 
 #[tokio::test]
 async fn fsrename_waits_for_the_books_exclusive_lock_and_names_it() {
+    waits_for_the_books_exclusive_lock(false).await;
+}
+
+#[tokio::test]
+async fn fsrename_sharing_intentions_waits_for_the_books_exclusive_lock_and_names_it() {
+    waits_for_the_books_exclusive_lock(true).await;
+}
+
+async fn waits_for_the_books_exclusive_lock(share: bool) {
     let env = tree().await;
     let index = env.lock_index();
     // The lock index exists once the tree does; the book's client takes /clinton/projects.
@@ -146,7 +179,7 @@ async fn fsrename_waits_for_the_books_exclusive_lock_and_names_it() {
         r#"{"lock_type":"exclusive"}"#,
     );
     assert_eq!(status, 201, "{body}");
-    let renamer = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+    let renamer = renamer(&env, share)
         .wait(Duration::from_millis(300))
         .build();
     let to = p("/clinton/projects/elasticsearch/README.asciidoc");
