@@ -203,9 +203,8 @@ impl Lender for SharedIntentions {
     async fn orphan(&self, ids: &[String]) {
         let pool = &self.pool;
         let mut holds = pool.holds.lock().await;
-        let (release, forget) = holds.return_borrowed(ids, true);
-        // An orphaned hold is never released: `release` is empty.
-        drop(release);
+        // An orphaned hold is never released: only `forget` can name it.
+        let (_, forget) = holds.return_borrowed(ids, true);
         if !forget.is_empty() {
             tracing::info!(locks = ?forget, "a shared intention lock of a job stopped half-way is left to expire for recovery");
             pool.client.forget(&forget).await;

@@ -200,8 +200,9 @@ impl Recovery {
         Ok(true)
     }
 
-    /// Fences `job` (as `journal.1`) unless this run did already; returns whether its locks may be cleared
-    /// (false if it journaled: its locks protect a rename the next run recovers).
+    /// Fences `job` (as `journal.1`) unless this run did already; returns whether its locks
+    /// may be cleared (false if it journaled: its locks protect a rename the next run
+    /// recovers).
     async fn fence_once(
         &self,
         journal: (&Journal, &str),
