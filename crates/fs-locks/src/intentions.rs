@@ -14,7 +14,10 @@
 //! - **Given back at once to a conflicting waiter.** A probe reads the held documents every
 //!   `min(renew_every, 1 s)`; a hold with a live waiter whose mode conflicts stops lending,
 //!   and the last of its running jobs to finish releases it.
-//! - **Given back when idle.** The last borrower to give a hold back releases it, inline.
+//! - **Given back when idle a short while.** A hold nobody borrows any more stays for
+//!   [`SharedIntentions::linger`] ([`DEFAULT_LINGER`]), lent again at no cost to a job that
+//!   comes meanwhile, and is released after it; at once if a conflicting request is waiting
+//!   (the probe), and by [`SharedIntentions::release_idle`] when the process stops.
 //! - **Leases.** Holds are renewed as any lock; a borrower's lease includes its holds'.
 //! - **Jobs stopped half-way.** A hold lent to a job that abandoned its locks (they protect a
 //!   half-done change) stops lending, is renewed while its other borrowers run, and is then
@@ -23,7 +26,7 @@
 //!   sweep: the borrowers are named after the hold, see [`crate::lender`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -38,6 +41,12 @@ use crate::plan::LockItem;
 
 /// The longest time between two looks at the held documents' waiters.
 const PROBE_AT_MOST_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a hold that no job borrows stays held by default: long enough that a process
+/// whose jobs come one after another (a client that submits its next job once the last is
+/// done) does not release and take the shared ancestor's document again between them, short
+/// beside the probe's period and a lease, so that nobody waits on an idle hold for long.
+pub const DEFAULT_LINGER: Duration = Duration::from_millis(250);
 
 /// The intention locks of one process, lent to the lock clients built with
 /// [`SharedIntentions::lend_to`]. Cheap to clone; clones are the same holds.
@@ -54,6 +63,8 @@ struct Pool {
     /// is not lent meanwhile.
     holds: Mutex<Holds>,
     probing: AtomicBool,
+    /// How long a hold nobody borrows stays before it is released, in milliseconds.
+    linger_ms: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -63,6 +74,9 @@ struct Holds {
     /// again (taking its own entry again would renew, then release, what protects a job that
     /// stopped half-way).
     left: BTreeSet<String>,
+    /// Numbers the idle spells, so that a release scheduled for one spell leaves a hold that
+    /// was borrowed and given back again since to its own.
+    spells: u64,
 }
 
 #[derive(Debug)]
@@ -73,6 +87,8 @@ struct Hold {
     lending: bool,
     /// A borrower stopped half-way: left to expire once the others are done.
     orphaned: bool,
+    /// Nobody borrows it since the spell numbered so: released once it has lasted the linger.
+    idle: Option<u64>,
 }
 
 impl SharedIntentions {
@@ -86,8 +102,33 @@ impl SharedIntentions {
                 client,
                 holds: Mutex::new(Holds::default()),
                 probing: AtomicBool::new(false),
+                linger_ms: AtomicU64::new(millis(DEFAULT_LINGER)),
             }),
         }
+    }
+
+    /// Sets how long a hold that no job borrows any more stays held before it is released
+    /// ([`DEFAULT_LINGER`]), for these holds and their clones; zero releases it as the last
+    /// borrower gives it back.
+    #[must_use]
+    pub fn linger(self, linger: Duration) -> SharedIntentions {
+        self.pool.linger_ms.store(millis(linger), Ordering::Relaxed);
+        self
+    }
+
+    /// Releases the holds that no job borrows now (they would otherwise linger, or, if the
+    /// process stops, expire with their lease): what a process does when it stops, once its
+    /// jobs are done.
+    pub async fn release_idle(&self) {
+        let pool = &self.pool;
+        let mut holds = pool.holds.lock().await;
+        let idle: Vec<String> = holds
+            .held
+            .iter()
+            .filter(|(_, h)| h.borrowers == 0)
+            .map(|(id, _)| id.clone())
+            .collect();
+        pool.release(&mut holds, &idle).await;
     }
 
     /// Makes the clients built by `builder` borrow their ancestors' intention locks from these
@@ -170,6 +211,7 @@ impl Lender for SharedIntentions {
                     borrowers: 0,
                     lending: true,
                     orphaned: false,
+                    idle: None,
                 };
                 holds.held.insert(item.id, hold);
             }
@@ -179,6 +221,7 @@ impl Lender for SharedIntentions {
         for item in items {
             if let Some(h) = holds.held.get_mut(&item.id) {
                 h.borrowers += 1;
+                h.idle = None;
                 lent.push(h.item.clone());
             }
         }
@@ -188,16 +231,34 @@ impl Lender for SharedIntentions {
     async fn give_back(&self, ids: &[String]) {
         let pool = &self.pool;
         let mut holds = pool.holds.lock().await;
-        let (release, forget) = holds.return_borrowed(ids, false);
+        let (idle, forget) = holds.return_borrowed(ids, false);
         if !forget.is_empty() {
             pool.client.forget(&forget).await;
         }
-        if release.is_empty() {
+        if idle.is_empty() {
             return;
         }
-        if let Err(e) = pool.client.release_ids(&release).await {
-            tracing::warn!(error = %e, "could not release a shared intention lock; its lease will expire it");
+        // A hold given up to a waiter goes at once; the others linger, in case another job
+        // comes.
+        let (now, later): (Vec<String>, Vec<String>) = idle.into_iter().partition(|id| {
+            pool.linger().is_zero() || holds.held.get(id).is_some_and(|h| !h.lending)
+        });
+        pool.release(&mut holds, &now).await;
+        if later.is_empty() {
+            return;
         }
+        holds.spells += 1;
+        let spell = holds.spells;
+        for id in &later {
+            if let Some(h) = holds.held.get_mut(id) {
+                h.idle = Some(spell);
+            }
+        }
+        tokio::spawn(release_after_linger(
+            Arc::downgrade(&self.pool),
+            later,
+            spell,
+        ));
     }
 
     async fn orphan(&self, ids: &[String]) {
@@ -218,9 +279,10 @@ impl Lender for SharedIntentions {
 
 impl Holds {
     /// Counts one borrower less on each of `ids` (one that stopped half-way if `orphan`);
-    /// returns the holds nobody borrows any more: to release, and to leave to expire.
+    /// returns the holds nobody borrows any more: idle (still held, to release now or after
+    /// the linger), and left to expire (forgotten here).
     fn return_borrowed(&mut self, ids: &[String], orphan: bool) -> (Vec<String>, Vec<String>) {
-        let (mut release, mut forget) = (Vec::new(), Vec::new());
+        let (mut idle, mut forget) = (Vec::new(), Vec::new());
         for id in ids {
             let Some(h) = self.held.get_mut(id) else {
                 continue;
@@ -236,13 +298,35 @@ impl Holds {
             if h.orphaned {
                 self.left.insert(id.clone());
                 forget.push(id.clone());
+                self.held.remove(id);
             } else {
-                release.push(id.clone());
+                idle.push(id.clone());
             }
-            self.held.remove(id);
         }
-        (release, forget)
+        (idle, forget)
     }
+}
+
+/// Releases those of `ids` still idle since `spell` once the pool's linger is over.
+async fn release_after_linger(pool: Weak<Pool>, ids: Vec<String>, spell: u64) {
+    let Some(linger) = pool.upgrade().map(|p| p.linger()) else {
+        return;
+    };
+    tokio::time::sleep(linger).await;
+    let Some(pool) = pool.upgrade() else {
+        return;
+    };
+    let mut holds = pool.holds.lock().await;
+    let still: Vec<String> = ids
+        .into_iter()
+        .filter(|id| {
+            holds
+                .held
+                .get(id)
+                .is_some_and(|h| h.borrowers == 0 && h.idle == Some(spell))
+        })
+        .collect();
+    pool.release(&mut holds, &still).await;
 }
 
 /// Looks at the held documents' waiters every `every`, until the pool is dropped.
@@ -256,7 +340,29 @@ async fn probe_loop(pool: Weak<Pool>, every: Duration) {
     }
 }
 
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 impl Pool {
+    fn linger(&self) -> Duration {
+        Duration::from_millis(self.linger_ms.load(Ordering::Relaxed))
+    }
+
+    /// Releases the holds `ids` (nobody borrows them), under the holds' lock, so that none is
+    /// lent while it goes.
+    async fn release(&self, holds: &mut Holds, ids: &[String]) {
+        if ids.is_empty() {
+            return;
+        }
+        for id in ids {
+            holds.held.remove(id);
+        }
+        if let Err(e) = self.client.release_ids(ids).await {
+            tracing::warn!(error = %e, "could not release a shared intention lock; its lease will expire it");
+        }
+    }
+
     /// Reads the documents of the holds still lending; a hold with a live waiter whose mode
     /// conflicts with it stops lending (its last borrower releases it). Reads too the
     /// documents where a hold was left to expire: once recovery has cleared it, the process
@@ -304,5 +410,13 @@ impl Pool {
                 hold.lending = false;
             }
         }
+        // An idle hold that lends no more has nothing to wait for.
+        let drained: Vec<String> = holds
+            .held
+            .iter()
+            .filter(|(_, h)| h.borrowers == 0 && !h.lending)
+            .map(|(id, _)| id.clone())
+            .collect();
+        self.release(&mut holds, &drained).await;
     }
 }

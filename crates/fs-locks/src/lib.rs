@@ -12,8 +12,8 @@
 //! - [`TreeLockRequest`]: which documents a tree lock takes, in which order.
 //! - [`SharedIntentions`]: the intention locks of a process that runs many jobs, held once
 //!   per ancestor and lent to its jobs' clients ([`SharedIntentions::lend_to`]), which then
-//!   take only their targets; recovery finds the jobs that borrowed an expired hold by their
-//!   process ids ([`borrowed_from`]).
+//!   take only their targets; kept a short while once idle ([`DEFAULT_LINGER`]); recovery
+//!   finds the jobs that borrowed an expired hold by their process ids ([`borrowed_from`]).
 //! - Leases: every lock records an expiry that a background task renews; expired locks are
 //!   only touched by the explicit [`LockClient::reap_expired`] (or its two halves,
 //!   [`LockClient::read_expired`] and [`LockClient::reap_expired_holders`], between which
@@ -122,7 +122,7 @@ pub use events::{EventSink, LockEvent};
 pub use foreign::ForeignShares;
 pub use fs_model::LockMode;
 pub use guard::LockGuard;
-pub use intentions::SharedIntentions;
+pub use intentions::{SharedIntentions, DEFAULT_LINGER};
 pub use lease::{ExpiredHolder, ExpiredLock, Reaped};
 pub use lender::{borrowed_from, is_hold};
 pub use listing::LockInfo;

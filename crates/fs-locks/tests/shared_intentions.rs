@@ -1,7 +1,8 @@
 //! Intention locks shared by the jobs of one process ([`SharedIntentions`]), on every backend
 //! and protocol: one holder entry per process on a shared ancestor however many jobs run
-//! under it, given back when the last job is done, given up to a conflicting request, left
-//! to expire when a job stops half-way, and excluding others as a job's own lock would.
+//! under it, kept a short while once the last job is done and then given back, given up to a
+//! conflicting request, left to expire when a job stops half-way, and excluding others as a
+//! job's own lock would.
 
 mod common;
 
@@ -79,15 +80,82 @@ async fn jobs_under_one_parent_share_one_holder_entry(env: Env) {
     for guard in guards {
         guard.release().await.expect("release");
     }
+    // Idle, the holds linger: a job that comes meanwhile borrows them as they are.
+    assert_eq!(
+        shared.holds().await,
+        [("/p".to_owned(), 0), ("/p/q".to_owned(), 0)],
+        "the holds linger once the last job is done"
+    );
+    let next = job(&env, &shared, "job 3");
+    let guard = next.lock_tree(&p("/p/q/t3")).await.expect("lock");
+    assert_eq!(guard.borrowed(), ["/p", "/p/q"], "lent from the idle holds");
+    assert_eq!(
+        shared.holds().await,
+        [("/p".to_owned(), 1), ("/p/q".to_owned(), 1)],
+        "the same holds, lent again"
+    );
+    for id in ["/p", "/p/q"] {
+        assert_eq!(
+            holders(&env, id).await,
+            [shared.hold_id()],
+            "still the hold alone"
+        );
+    }
+    guard.release().await.expect("release");
+    // Then, the linger over, they are given back.
+    let deadline = tokio::time::Instant::now() + fs_locks::DEFAULT_LINGER * 20;
+    while lock_count(&env).await > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "idle holds still held long after the linger"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(
         shared.holds().await.is_empty(),
-        "the last job gave the holds back"
+        "the holds were given back once idle for the linger"
+    );
+}
+
+async fn without_a_linger_the_last_job_gives_the_holds_back(env: Env) {
+    let shared = shared(&env).linger(Duration::ZERO);
+    let a = job(&env, &shared, "job a");
+    let guard = a.lock_tree(&p("/p/a")).await.expect("lock");
+    assert_eq!(guard.borrowed(), ["/p"]);
+    guard.release().await.expect("release");
+    assert!(shared.holds().await.is_empty(), "given back at once");
+    assert_eq!(lock_count(&env).await, 0, "no lock left");
+}
+
+async fn a_waiter_ends_an_idle_hold_and_stopping_releases_the_rest(env: Env) {
+    let shared = shared(&env).linger(Duration::from_secs(600));
+    let a = job(&env, &shared, "job a");
+    let guard = a.lock_tree(&p("/p/a/x")).await.expect("lock");
+    assert_eq!(guard.borrowed(), ["/p", "/p/a"]);
+    guard.release().await.expect("release");
+    assert_eq!(shared.holds().await.len(), 2, "lingering");
+    // A request for `/p/a` itself waits for the idle hold on it, which the probe releases;
+    // the hold on `/p` is compatible and lingers.
+    let other = client_builder(&env, "mv /p/a")
+        .wait(Duration::from_secs(20))
+        .build();
+    let started = tokio::time::Instant::now();
+    let granted = other.lock_tree(&p("/p/a")).await.expect("granted");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "an idle hold kept a waiter for {:?}",
+        started.elapsed()
     );
     assert_eq!(
-        lock_count(&env).await,
-        0,
-        "no lock left once the jobs are done"
+        shared.holds().await,
+        [("/p".to_owned(), 0)],
+        "only the conflicting hold went"
     );
+    granted.release().await.expect("release");
+    // A process that stops releases what lingers.
+    shared.release_idle().await;
+    assert!(shared.holds().await.is_empty());
+    assert_eq!(lock_count(&env).await, 0, "no lock left");
 }
 
 async fn a_conflicting_request_drains_the_hold(env: Env) {
@@ -174,6 +242,7 @@ async fn a_job_stopped_half_way_leaves_its_hold_to_expire(env: Env) {
     expected.sort();
     assert_eq!(on, expected);
     gd.release().await.expect("release d");
+    // (The holds this process took since linger; what is checked below is what it left.)
     // Once recovery has cleared it (here a reap of what expired), the process lends there
     // again.
     tokio::time::sleep(lease * 2).await;
@@ -190,6 +259,7 @@ async fn a_job_stopped_half_way_leaves_its_hold_to_expire(env: Env) {
         let lent = !ge.borrowed().is_empty();
         ge.release().await.expect("release e");
         if lent {
+            shared.release_idle().await;
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "never lent again");
@@ -204,4 +274,6 @@ on_every_backend!(
     jobs_under_one_parent_share_one_holder_entry,
     a_conflicting_request_drains_the_hold,
     a_job_stopped_half_way_leaves_its_hold_to_expire,
+    without_a_linger_the_last_job_gives_the_holds_back,
+    a_waiter_ends_an_idle_hold_and_stopping_releases_the_rest,
 );

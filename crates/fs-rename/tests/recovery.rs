@@ -792,13 +792,15 @@ async fn a_job_cancelled_before_its_first_write_gives_its_locks_back(env: Env) {
     }
 }
 
-/// The process's shared intention locks on `store`, leased for `lease`.
+/// The process's shared intention locks on `store`, leased for `lease`, given back as the
+/// last job is done (no linger: the tests count what is left once the jobs end).
 fn shared(store: &SharedStore, env: &Env, lease: Duration) -> SharedIntentions {
     SharedIntentions::new(
         LockClient::builder(Arc::clone(store), env.lock_index())
             .holder("intentions of a test process")
             .lease(lease),
     )
+    .linger(Duration::ZERO)
 }
 
 /// The holders' process ids on the lock document `id`, sorted.

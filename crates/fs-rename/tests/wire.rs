@@ -96,10 +96,12 @@ fn renamer(env: &Env, share: bool) -> RenamerBuilder {
     if !share {
         return builder;
     }
+    // No linger: the tests look for what fsrename left the moment its job is done.
     let holds = SharedIntentions::new(LockClient::builder(
         Arc::clone(&env.store),
         env.lock_index(),
-    ));
+    ))
+    .linger(Duration::ZERO);
     builder.share_intentions(holds)
 }
 

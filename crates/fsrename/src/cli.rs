@@ -461,9 +461,11 @@ pub enum Verb {
         /// Holds the intention locks on the jobs' ancestors once for the whole instance and
         /// lends them to its jobs, instead of each job taking its own: a directory many jobs
         /// run under has its lock document written once per instance, not twice per job.
-        /// Given back at once to a request that conflicts. Only where every `fsrename
-        /// recover` (and every service) on this tree is of this version or later: an older
-        /// recovery would clear an expired hold without fencing the jobs that borrowed it.
+        /// Kept 250 ms after the last job that needed it, for the next one; given back at
+        /// once to a request that conflicts, and when the service stops. Only where every
+        /// `fsrename recover` (and every service) on this tree is of this version or later: an
+        /// older recovery would clear an expired hold without fencing the jobs that borrowed
+        /// it.
         #[arg(long)]
         share_intentions: bool,
     },

@@ -221,6 +221,13 @@ async fn run(
     let index = "bench-service";
     let tree = FsTree::new(Arc::clone(&counted), index);
     super::drop_tree(&tree).await.ok();
+    // The jobs index too: every run would otherwise add its jobs' records to the last run's,
+    // and an instance reads them all when it starts (adoption), so later runs would pay for
+    // earlier ones.
+    counted
+        .delete_index(&fs_model::jobs_index_name(index))
+        .await
+        .ok();
     tree.ensure_indices().await?;
     // The destinations' parent must exist for the renames to be accepted.
     tree.insert_all(vec![fs_model::FsDoc::dir(

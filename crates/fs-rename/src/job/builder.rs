@@ -69,6 +69,16 @@ impl RenamerBuilder {
         self
     }
 
+    /// Shares `memo`, the lock protocol decided by the first client that needs it, with
+    /// every renamer built with the same memo (set after [`RenamerBuilder::lock_protocol`],
+    /// which starts a memo of its own). A process that builds a renamer per job (the service)
+    /// decides once: deciding reads a stored script on the server, a request each job would
+    /// otherwise make (on a cluster, one its master answers).
+    pub fn protocol_memo(mut self, memo: ProtocolMemo) -> RenamerBuilder {
+        self.protocol_memo = memo;
+        self
+    }
+
     /// Sets the locking scheme. Default: [`Strategy::Tree`].
     pub fn strategy(mut self, strategy: Strategy) -> RenamerBuilder {
         self.strategy = strategy;

@@ -60,6 +60,9 @@ struct Inner {
     orphans: Arc<FinishOrphans>,
     /// The intention locks the instance lends its jobs, if it shares them.
     shared: Option<fs_locks::SharedIntentions>,
+    /// The lock protocol as the first job decided it, for every later job (`Auto` reads a
+    /// stored script to decide).
+    protocol: fs_locks::ProtocolMemo,
 }
 
 #[derive(Default)]
@@ -94,6 +97,7 @@ impl Jobs {
                 shared: config
                     .share_intentions
                     .then(|| shared_intentions(&store, &config)),
+                protocol: fs_locks::ProtocolMemo::new(),
                 store,
                 slots: Arc::new(Semaphore::new(config.max_jobs)),
                 config,
@@ -459,6 +463,7 @@ impl Jobs {
             .lease(c.lease)
             .wait(c.wait)
             .lock_protocol(c.protocol)
+            .protocol_memo(self.inner.protocol.clone())
             .rewrite(c.rewrite)
             // Many jobs at once: their refreshes off the server's write threads.
             .refresh_apart(true)
@@ -642,6 +647,10 @@ impl Jobs {
             }
         }
         self.inner.slots.close();
+        // The intention locks kept for the next job: there is none.
+        if let Some(shared) = &self.inner.shared {
+            shared.release_idle().await;
+        }
     }
 }
 
