@@ -1933,40 +1933,15 @@ async fn under_one_parent(service: &Service, clients: usize, files: usize) -> u6
     count
 }
 
-/// Asserts that fsck finds the service's tree clean, with no lock left.
-/// Counts the reads of stored scripts made through it.
-#[derive(Debug)]
-struct ScriptReads {
-    inner: SharedStore,
-    reads: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl fs_store::StoreLayer for ScriptReads {
-    fn inner(&self) -> &dyn fs_store::DocStore {
-        &*self.inner
-    }
-
-    fn around<'a, T: Send + 'a>(
-        &'a self,
-        call: fs_store::Call,
-        next: futures::future::BoxFuture<'a, fs_store::Result<T>>,
-    ) -> futures::future::BoxFuture<'a, fs_store::Result<T>> {
-        if call == fs_store::Call::StoredScript {
-            self.reads
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        next
-    }
-}
-
 /// The lock protocol (`auto`) is decided once per instance, not once per job: deciding reads
 /// a stored script, a request each job made before (on a cluster, one the master answers).
 #[tokio::test]
 async fn an_instance_decides_its_lock_protocol_once_for_all_its_jobs() {
     let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let store: SharedStore = Arc::new(ScriptReads {
+    let store: SharedStore = Arc::new(CallsOf {
         inner: Backend::Embedded.store(),
-        reads: Arc::clone(&reads),
+        kind: fs_store::Call::StoredScript,
+        calls: Arc::clone(&reads),
     });
     let service = Service::start_on(Backend::Embedded, store, |_| {}).await;
     under_one_parent(&service, 1, 3).await;
@@ -1984,6 +1959,65 @@ async fn an_instance_decides_its_lock_protocol_once_for_all_its_jobs() {
     service.stop().await;
 }
 
+/// Counts the store calls of one kind made through it.
+#[derive(Debug)]
+struct CallsOf {
+    inner: SharedStore,
+    kind: fs_store::Call,
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl fs_store::StoreLayer for CallsOf {
+    fn inner(&self) -> &dyn fs_store::DocStore {
+        &*self.inner
+    }
+
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: fs_store::Call,
+        next: futures::future::BoxFuture<'a, fs_store::Result<T>>,
+    ) -> futures::future::BoxFuture<'a, fs_store::Result<T>> {
+        if call == self.kind {
+            self.calls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        next
+    }
+}
+
+/// A job's journal id goes out with its start, so the job journals without a write of its
+/// record of its own: on the embedded store a job's record is updated twice (its start and
+/// its end; its journal entry and close go with its rewrite and its release), where the
+/// journal id's own write made it three times.
+#[tokio::test]
+async fn a_job_journals_without_a_record_write_of_its_own() {
+    let updates = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let store: SharedStore = Arc::new(CallsOf {
+        inner: Backend::Embedded.store(),
+        kind: fs_store::Call::Index,
+        calls: Arc::clone(&updates),
+    });
+    let service = Service::start_on(Backend::Embedded, store, |_| {}).await;
+    under_one_parent(&service, 1, 3).await;
+    let (mut here, mut there) = ("/p/s0".to_owned(), "/p/t0".to_owned());
+    let before = updates.load(std::sync::atomic::Ordering::Relaxed);
+    let jobs = 6;
+    for _ in 0..jobs {
+        let job = service.finished(&service.submit(&here, &there).await).await;
+        assert_eq!(job["state"], "done", "{job:#}");
+        assert!(job["journal"].is_string(), "{job:#}");
+        std::mem::swap(&mut here, &mut there);
+    }
+    let updates = updates.load(std::sync::atomic::Ordering::Relaxed) - before;
+    // One more for a heartbeat that may fall in the window.
+    assert!(
+        updates <= 2 * jobs + 1,
+        "{updates} updates of job records for {jobs} jobs"
+    );
+    service.stop().await;
+}
+
+/// Asserts that fsck finds the service's tree clean, with no lock left.
 async fn assert_clean(service: &Service) {
     // An instance that shares its jobs' intention locks keeps them a short while after its
     // last job (`fs_locks::DEFAULT_LINGER`): they are given back within it.
@@ -2173,7 +2207,8 @@ async fn a_served_rename_refreshes_apart_from_its_bulk_and_before_its_release() 
 /// it again from the start ("destination already exists": reported failed, its copy in place).
 /// A job now journals only once its journal id is stored; if it cannot be, the job stops
 /// before its first write, failed, and nothing is written. Through the proxy, whose trap
-/// refuses every write of the jobs index once the job has taken its locks.
+/// refuses every write of the jobs index once the job is accepted (its record created): the
+/// job's start, which carries its journal id, and the id's own write before journaling.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_whose_journal_id_cannot_be_stored_writes_nothing() {
     let proxy = fs_testkit::start_es_proxy(fs_testkit::EsProxyOptions::default());
@@ -2186,11 +2221,11 @@ async fn a_job_whose_journal_id_cannot_be_stored_writes_nothing() {
     })
     .await;
     service.build(1, 1, 2).await;
-    let (locks, records) = (
-        format!("/{}-lock/", service.index),
+    let (accepted, records) = (
+        format!("/{}-jobs/_create/", service.index),
         format!("/{}-jobs/_doc/", service.index),
     );
-    proxy.trap(&locks, &records, usize::MAX);
+    proxy.trap(&accepted, &records, usize::MAX);
     let id = service.submit("/t000", "/moved").await;
     // Its end cannot be stored either: until it is, the instance shows the job as the jobs
     // index has it (an instance adopting the job would read that), here not at all (503).

@@ -44,6 +44,8 @@ pub struct RenamerBuilder {
     pub(super) refresh_apart: bool,
     /// See [`RenamerBuilder::share_intentions`].
     pub(super) shared: Option<SharedIntentions>,
+    /// See [`RenamerBuilder::first_journal_id`]. Taken by the first attempt.
+    pub(super) first_journal_id: Option<Arc<std::sync::Mutex<Option<String>>>>,
 }
 
 impl RenamerBuilder {
@@ -194,6 +196,18 @@ impl RenamerBuilder {
         self
     }
 
+    /// Makes `id` the journal id of the first attempt of the job (a job fenced off before it
+    /// journals starts over with an id of its own), instead of one chosen when it starts: for
+    /// a caller that stores the id with its record of the job before the job runs (the
+    /// service), so that its [`RenameHooks::journaling`](crate::RenameHooks::journaling)
+    /// finds it stored and need not write it. `id` must be new (a random UUID): a journal id
+    /// names one attempt, and fences and entries are looked up by it. Default: chosen when
+    /// the job starts.
+    pub fn first_journal_id(mut self, id: impl Into<String>) -> RenamerBuilder {
+        self.first_journal_id = Some(Arc::new(std::sync::Mutex::new(Some(id.into()))));
+        self
+    }
+
     /// Returns the renamer.
     pub fn build(self) -> Renamer {
         Renamer { config: self }
@@ -223,6 +237,7 @@ impl Renamer {
             orphans: None,
             refresh_apart: false,
             shared: None,
+            first_journal_id: None,
         }
     }
 }

@@ -64,7 +64,9 @@ impl Renamer {
         let tree = FsTree::new(Arc::clone(&store), c.index.clone());
         // The journal id is chosen before any lock is taken, and every lock records it: a
         // recovery that clears these locks after they expire fences this id first.
-        let job_id = fs_model::entropy::uuid();
+        let job_id = self
+            .first_journal_id()
+            .unwrap_or_else(fs_model::entropy::uuid);
         let locks = self.lock_client(store, &tree, task, &job_id);
 
         let started = Instant::now();
@@ -88,6 +90,12 @@ impl Renamer {
         };
         report.round_trips += counted.round_trips();
         result
+    }
+
+    /// The journal id given for the first attempt, if any and not taken yet.
+    fn first_journal_id(&self) -> Option<String> {
+        let first = self.config.first_journal_id.as_ref()?;
+        first.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     fn lock_client(

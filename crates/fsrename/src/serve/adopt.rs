@@ -5,11 +5,12 @@
 //! leases), or that stopped cleanly, is dead: its unfinished jobs are taken over by the first
 //! live instance that claims each of them (a conditional write of the job document, so one
 //! instance wins). What the new owner does depends on how far the job got, which it reads
-//! from the job's journal id (stored just before the job's first write) and the journal:
+//! from the job's journal id (stored when the job starts, and the job's first write waits for
+//! it to be) and the journal:
 //!
 //! | the job document | the journal | taken over as |
 //! | --- | --- | --- |
-//! | no journal id (queued, waiting for locks) | — | run again from the start: nothing was written |
+//! | no journal id (queued) | — | run again from the start: nothing was written |
 //! | journal id | fenced, or nothing (then fenced by the new owner before its claim) | run again from the start: nothing was written, and the dead job can no longer write |
 //! | journal id | open entry | left to recovery, which rolls it forward once its locks expire; `done` when the entry closes |
 //! | journal id | closed | `done`: the dead instance finished it and died before saying so |
@@ -21,10 +22,11 @@
 //! its jobs taken over. Its next write of such a job is refused (see `records.rs`), and it
 //! stops writing the job's document and shows the job as its new owner stored it. Its own run
 //! of the job cannot write: a job journals only once its journal id is stored with the job
-//! (`StoreJournalId` in `jobs.rs`), and that write is refused once the job is another
-//! instance's, so the run stops before its first write. Either the job journaled before it
-//! was claimed (the new owner finds the journal id, and the table above applies) or it runs
-//! once, by its new owner. And a job's end is stored before it is shown, so no client is told
+//! (with its start, or by `StoreJournalId` in `jobs.rs`), and that write is refused once the
+//! job is another instance's. Either the id was stored before the job was claimed (the new
+//! owner finds it, and the table above applies: an id with no entry is fenced, so the old
+//! run's entry cannot land, and its next attempt's id cannot be stored) or the old run stops
+//! before its first write; the job runs once, by one of them. And a job's end is stored before it is shown, so no client is told
 //! "failed" of a job that an adopter then runs from an older record. (Found by the
 //! Jepsen-style test, `docs/reliability.md`: before, the job ran twice, and the second run
 //! failed on the first one's effect.)

@@ -132,8 +132,9 @@ pub struct Job {
     /// The instance that died with the job, if another took it over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adopted_from: Option<String>,
-    /// The journal id of its run, from just before its first write: an instance taking the
-    /// job over reads in the journal whether its writes happened (`Journal::state_of`).
+    /// The journal id of its run, from when it starts (stored before its first write): an
+    /// instance taking the job over reads in the journal whether its writes happened
+    /// (`Journal::state_of`).
     #[serde(default)]
     pub journal: Option<String>,
     /// Epoch milliseconds.

@@ -13,7 +13,7 @@ use fs_rename::{
     FinishOrphans, JobKind, RenameError, RenameEvent, RenameHooks, RenameOutcome, Renamer, Strategy,
 };
 use fs_store::{SharedStore, Version};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedMutexGuard, Semaphore};
 use tokio::task::JoinSet;
 
 use super::config::ServeConfig;
@@ -79,6 +79,8 @@ struct Table {
     /// Jobs whose end could not be stored yet: shown as the jobs index has them until it is
     /// (`Jobs::find`), since an instance that adopts the job reads that record, not this one.
     unstored: std::collections::HashSet<String>,
+    /// The journal id in each job's record as this instance last stored it.
+    stored_journals: HashMap<String, String>,
 }
 
 impl Jobs {
@@ -271,10 +273,22 @@ impl Jobs {
     /// fatal: the job goes on, and other instances show its last stored state until the next
     /// write. A job taken over by another instance is no longer written from here.
     pub async fn persist(&self, id: &str) {
+        self.persist_in_turn(id, None).await;
+    }
+
+    /// [`Jobs::persist`], in the record's turn `held` if given (taken before).
+    async fn persist_in_turn(&self, id: &str, held: Option<OwnedMutexGuard<()>>) {
         if !self.table().versions.contains_key(id) {
             return;
         }
-        match self.store_state(id, Duration::ZERO).await {
+        let held = match held {
+            Some(held) => held,
+            None => self.turn(id).lock_owned().await,
+        };
+        match self
+            .store_changed_in_turn(id, |_| {}, Duration::ZERO, held)
+            .await
+        {
             Ok(()) => {}
             Err(e @ RecordError::Taken { .. }) => {
                 tracing::warn!(job = %id, error = %e, "this instance was taken for dead: the job is no longer written from here");
@@ -303,8 +317,23 @@ impl Jobs {
         change: impl FnOnce(&mut Job),
         patience: Duration,
     ) -> Result<(), RecordError> {
-        let turn = Arc::clone(self.table().turns.entry(id.to_owned()).or_default());
-        let _turn = turn.lock().await;
+        let held = self.turn(id).lock_owned().await;
+        self.store_changed_in_turn(id, change, patience, held).await
+    }
+
+    /// Whose turn it is to write job `id`'s record.
+    fn turn(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        Arc::clone(self.table().turns.entry(id.to_owned()).or_default())
+    }
+
+    /// [`Jobs::store_changed`] in the record's turn, `_turn`.
+    async fn store_changed_in_turn(
+        &self,
+        id: &str,
+        change: impl FnOnce(&mut Job),
+        patience: Duration,
+        _turn: OwnedMutexGuard<()>,
+    ) -> Result<(), RecordError> {
         let (job, version) = {
             let table = self.table();
             let Some(mut job) = table.jobs.get(id).cloned() else {
@@ -326,7 +355,14 @@ impl Jobs {
             tries += 1;
             match self.inner.records.write(&job, version).await {
                 Ok(version) => {
-                    self.table().versions.insert(id.to_owned(), version);
+                    let mut table = self.table();
+                    table.versions.insert(id.to_owned(), version);
+                    match &job.journal {
+                        Some(journal) => {
+                            table.stored_journals.insert(id.to_owned(), journal.clone())
+                        }
+                        None => table.stored_journals.remove(id),
+                    };
                     return Ok(());
                 }
                 Err(e @ RecordError::Taken { .. }) => {
@@ -367,10 +403,21 @@ impl Jobs {
     }
 
     /// [`Jobs::persist`] in the background: a write the job need not wait for. It still goes
-    /// out before any later write of the same record (their turns), and shutdown waits for it.
+    /// out before any later write of the same record: it takes the record's turn now, if no
+    /// write has it (otherwise it waits for its turn), and shutdown waits for it.
     pub fn persist_soon(&self, id: &str) {
         let (jobs, id) = (self.clone(), id.to_owned());
-        self.spawn(async move { jobs.persist(&id).await });
+        let held = self.turn(&id).try_lock_owned().ok();
+        self.spawn(async move { jobs.persist_in_turn(&id, held).await });
+    }
+
+    /// Whether job `id`'s record, as this instance stored it last, holds `journal_id` (and the
+    /// job is still this instance's to write): waits for a write of the record under way.
+    async fn journal_stored(&self, id: &str, journal_id: &str) -> bool {
+        let _turn = self.turn(id).lock_owned().await;
+        let table = self.table();
+        table.versions.contains_key(id)
+            && table.stored_journals.get(id).map(String::as_str) == Some(journal_id)
     }
 
     async fn run(&self, id: String) {
@@ -379,15 +426,21 @@ impl Jobs {
             return;
         };
         let Some(job) = self.get(&id) else { return };
+        // The journal id of the job's first attempt goes out with its start: stored while the
+        // job waits for its locks, it is there when the job is about to journal, which then
+        // needs no write of its own (`StoreJournalId`). An instance that adopts the job
+        // meanwhile finds the id with no entry, and fences it (`adopt.rs`).
+        let journal_id = fs_model::entropy::uuid();
         self.update(&id, |j| {
             j.enter(JobState::WaitingForLocks);
             j.started_at = Some(now_ms());
+            j.journal = Some(journal_id.clone());
         });
-        // Only for other instances to show: the job goes on meanwhile. Its one write on the
-        // critical path is the journal id's, before its first write (`StoreJournalId`), which
-        // an instance that adopts the job must find.
+        // The job goes on meanwhile. Its one write on the critical path is the journal id's,
+        // before its first write (`StoreJournalId`), which an instance that adopts the job
+        // must find: usually this one, done by then.
         self.persist_soon(&id);
-        let renamer = self.renamer(&id, &job);
+        let renamer = self.renamer(&id, &job, journal_id);
         let outcome = match &job.work {
             Work::Rename { from, to } => renamer.rename_reporting(from, to).await,
             Work::Copy { from, to } => renamer.copy_reporting(from, to).await,
@@ -451,7 +504,7 @@ impl Jobs {
 
     /// The renamer that runs job `id`: the service's settings, its events into the job's
     /// record, its journal id stored with it, cancelled at shutdown.
-    fn renamer(&self, id: &str, job: &Job) -> Renamer {
+    fn renamer(&self, id: &str, job: &Job, journal_id: String) -> Renamer {
         let c = &self.inner.config;
         let (sink_jobs, sink_id) = (self.clone(), id.to_owned());
         let mut builder = Renamer::builder(Arc::clone(&self.inner.store), c.index.clone());
@@ -475,6 +528,7 @@ impl Jobs {
                 jobs: self.clone(),
                 id: id.to_owned(),
             }))
+            .first_journal_id(journal_id)
             .build()
     }
 
@@ -665,6 +719,7 @@ fn forget_old(table: &mut Table, history: usize) {
             table.versions.remove(&id);
             table.turns.remove(&id);
             table.unstored.remove(&id);
+            table.stored_journals.remove(&id);
             finished -= 1;
         } else {
             keep.push_back(id);
@@ -697,6 +752,12 @@ impl RenameHooks for StoreJournalId {
             j.enter(JobState::Rewriting);
             j.journal = Some(journal_id.to_owned());
         });
+        // The first attempt's id went out with the job's start (`Jobs::run`): once that write
+        // is stored, the job may journal. Other instances show the job waiting for its locks
+        // until its next write. A restart after a fence has an id of its own, written here.
+        if self.jobs.journal_stored(&self.id, journal_id).await {
+            return Ok(());
+        }
         // Tried for as long as other instances take this one for alive: past that, the job
         // may be adopted anyway.
         let patience = Liveness::for_lease(self.jobs.config().lease).dead_after;
