@@ -192,6 +192,7 @@ async fn run(streams: usize, seconds: f64, workers: usize, kind: Embedded) -> an
         std::slice::from_ref(&base),
         &counting,
         None,
+        None,
         workers,
         |w| [format!("/a{w}"), format!("/b{w}")],
         WARM_UP,
@@ -259,19 +260,23 @@ pub(crate) struct Window {
     pub(crate) jobs: Vec<Value>,
     /// The CPU the machine used in the window.
     pub(crate) cpu: crate::cpu::CpuUse,
+    /// What the calls in the window held the SQLite connection for, where one was given.
+    pub(crate) connection: Option<fs_store::ConnectionUse>,
 }
 
 /// Keeps `clients` clients renaming through the service at `bases` (client `i` through
 /// instance `i` modulo their number), client `i` its own pair of paths (`pair(i)`) there and
 /// back; after `warm_up`, counts for `seconds` the store's requests (through `counting`), its
-/// lock-index writes (through `lock_writes`, if given) and the renames finished with their
-/// latencies; then stops the clients and waits for them.
+/// lock-index writes (through `lock_writes`, if given), what its SQLite connection was held
+/// for (`connection`, if given) and the renames finished with their latencies; then stops the
+/// clients and waits for them.
 #[allow(clippy::too_many_arguments)] // Each is one knob of the window; a struct would only rename them.
 pub(crate) async fn renaming_window(
     http: &reqwest::Client,
     bases: &[String],
     counting: &CountingStore,
     lock_writes: Option<&LockWrites>,
+    connection: Option<&fs_store::SqliteStore>,
     clients: usize,
     pair: impl Fn(usize) -> [String; 2],
     warm_up: Duration,
@@ -315,6 +320,7 @@ pub(crate) async fn renaming_window(
     tokio::time::sleep(warm_up).await;
     let before = counting.round_trips();
     let locks_before = lock_writes.map(LockWrites::counts).unwrap_or_default();
+    let connection_before = connection.map(fs_store::SqliteStore::connection_use);
     let cpu_before = crate::cpu::CpuMark::now();
     counting_on.store(true, Ordering::Relaxed);
     let started = Instant::now();
@@ -323,6 +329,9 @@ pub(crate) async fn renaming_window(
     let locks = lock_writes
         .map(|l| l.counts().since(locks_before))
         .unwrap_or_default();
+    let connection = connection
+        .zip(connection_before)
+        .map(|(store, before)| store.connection_use().since(&before));
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = match (cpu_before, crate::cpu::CpuMark::now()) {
         (Some(before), Some(after)) => before.to(after),
@@ -348,6 +357,7 @@ pub(crate) async fn renaming_window(
         first_failure,
         jobs,
         cpu,
+        connection,
     })
 }
 
@@ -416,6 +426,7 @@ mod tests {
             &reqwest::Client::new(),
             std::slice::from_ref(&base),
             &counting,
+            None,
             None,
             2,
             |w| [format!("/a{w}"), format!("/b{w}")],

@@ -515,7 +515,38 @@ fn service(s: &mut String, results: &[BackendResults], plan: &Plan) {
                 }
             }
         }
+        service_connection(s, r, plan);
         let _ = writeln!(s);
+    }
+}
+
+/// Where the time of the SQLite connection under the service went, for a backend with one.
+fn service_connection(s: &mut String, r: &BackendResults, plan: &Plan) {
+    if r.service.iter().all(|c| c.connection.is_none()) {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\nWhere the SQLite connection's time goes: one connection serves every call of the store in turn, so where it is busy most of the window a job's rate is one over the time its calls hold it. *busy* is the share of the window some call held it; then the time a job's calls held it, in µs, in all and by kind of call, the costliest first (calls a job in brackets), in the round of median rate:\n\n| instances | K | locks | busy | µs / job | by call |\n| --- | --- | --- | --- | --- | --- |"
+    );
+    for &n in &plan.service_instances {
+        for &k in &plan.service_ks {
+            for c in r.service.iter().filter(|c| c.k == k && c.instances == n) {
+                let Some(used) = &c.connection else { continue };
+                let name = if c.shared {
+                    "Tree, shared".to_owned()
+                } else {
+                    format!("{:?}", c.strategy)
+                };
+                let _ = writeln!(
+                    s,
+                    "| {n} | {k} | {name} | {:.0} % | {:.0} | {} |",
+                    used.busy * 100.0,
+                    used.micros_per_job(),
+                    used.describe()
+                );
+            }
+        }
     }
 }
 

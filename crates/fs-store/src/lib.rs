@@ -20,6 +20,7 @@
 //!   retry policy of the workspace.
 //! - [`SqliteStore`]: the embedded implementation, a database file shared safely by several
 //!   processes, or in memory; optionally near-real-time, like Elasticsearch's search.
+//!   [`ConnectionUse`] says what its calls held its one connection for, by kind.
 //! - [`ElasticStore`]: the same trait on Elasticsearch 7.x/8.x or OpenSearch over HTTP, through
 //!   the official client; [`ElasticConfig`] says where and how.
 //! - [`Scan`]: reads a paged search page by page and closes what the store keeps open for it
@@ -80,7 +81,7 @@ pub use scripted::{
     UpdateItemResult, UpdateOutcome, UpdateResult,
 };
 pub use server_rename::{PrefixMove, ServerRename, TaskFailure, TaskId, TaskState};
-pub use sqlite::{SqliteOptions, SqliteStore};
+pub use sqlite::{CallUse, ConnectionUse, SqliteOptions, SqliteStore};
 pub use store::{DocStore, SharedStore};
 pub use types::{
     BulkItemResult, BulkOp, Chain, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,

@@ -284,6 +284,48 @@ async fn counting_store_counts_every_call() {
     assert_eq!(counted.round_trips(), 4);
 }
 
+/// The benchmarks split a job's time on the one connection by kind of call: every call is
+/// counted under its own name, a failed one too, and a snapshot taken before is subtracted.
+#[tokio::test]
+async fn the_connection_use_counts_each_call_by_kind() {
+    use fs_store::{BulkOp, DocStore, StoreError};
+    let store = SqliteStore::in_memory().expect("store");
+    store
+        .create_index("c", &serde_json::json!({}))
+        .await
+        .expect("index");
+    let before = store.connection_use();
+    store
+        .create("c", "a", serde_json::json!({}))
+        .await
+        .expect("create");
+    let refused = store.create("c", "a", serde_json::json!({})).await;
+    assert!(matches!(refused, Err(StoreError::Conflict { .. })));
+    store
+        .bulk(
+            "c",
+            vec![BulkOp::Delete {
+                id: "a".to_owned(),
+                if_version: None,
+            }],
+        )
+        .await
+        .expect("bulk");
+    store.get("c", "a").await.expect("get");
+    let used = store.connection_use().since(&before);
+    let counts: Vec<(&str, u64)> = used.calls.iter().map(|(k, c)| (*k, c.count)).collect();
+    assert_eq!(counts, vec![("bulk", 1), ("mget", 1), ("write", 2)]);
+    assert!(used.held() > std::time::Duration::ZERO);
+    assert_eq!(
+        store
+            .connection_use()
+            .calls
+            .get("create_index")
+            .map(|c| c.count),
+        Some(1)
+    );
+}
+
 #[tokio::test]
 async fn a_snapshot_sees_unrefreshed_writes_and_publishes_none_of_them() {
     use fs_store::{DocStore, Scope, SearchRequest};

@@ -96,14 +96,30 @@ pub enum Embedded {
 
 /// Opens the embedded store `kind`; the directory, if any, lives as long as the guard.
 pub fn embedded(kind: Embedded) -> anyhow::Result<(SharedStore, Option<tempfile::TempDir>)> {
+    let (store, _, dir) = embedded_with_connection(kind)?;
+    Ok((store, dir))
+}
+
+/// [`embedded`], with the SQLite store itself where there is one, whose connection's use the
+/// service measurement reads ([`fs_store::SqliteStore::connection_use`]).
+pub fn embedded_with_connection(
+    kind: Embedded,
+) -> anyhow::Result<(
+    SharedStore,
+    Option<fs_store::SqliteStore>,
+    Option<tempfile::TempDir>,
+)> {
     Ok(match kind {
         Embedded::File => {
             let dir = tempfile::tempdir()?;
             let store = fs_store::SqliteStore::open(dir.path().join("bench.db"))?;
-            (Arc::new(store), Some(dir))
+            (Arc::new(store.clone()), Some(store), Some(dir))
         }
-        Embedded::Memory => (Arc::new(fs_store::SqliteStore::in_memory()?), None),
-        Embedded::NearRealTime => (Backend::Embedded.store(), None),
+        Embedded::Memory => {
+            let store = fs_store::SqliteStore::in_memory()?;
+            (Arc::new(store.clone()), Some(store), None)
+        }
+        Embedded::NearRealTime => (Backend::Embedded.store(), None, None),
     })
 }
 

@@ -8,7 +8,8 @@ use fs_store::SharedStore;
 use fs_testkit::LatencyStore;
 
 use super::{
-    concurrency, embedded, locks, renames, service, BackendResults, Embedded, Measurement, Plan,
+    concurrency, embedded_with_connection, locks, renames, service, BackendResults, Embedded,
+    Measurement, Plan,
 };
 
 /// One backend to measure.
@@ -20,15 +21,20 @@ struct Bench {
     max_docs: usize,
     /// The server's URL, for the server-side peer, on a server named by URL.
     url: Option<String>,
+    /// The SQLite store under it, if any: the service measurement splits the time of its one
+    /// connection by kind of call.
+    connection: Option<fs_store::SqliteStore>,
 }
 
 /// The backends measured: the embedded store, osmem over HTTP, the embedded store behind a
 /// network round trip (`remote`: a store whose cost is latency, not the client's CPU), and
 /// each server given as `es=URL`.
-fn backends(plan: &Plan, embedded: SharedStore) -> anyhow::Result<Vec<Bench>> {
+fn backends(
+    plan: &Plan,
+    (embedded, embedded_connection): (SharedStore, Option<fs_store::SqliteStore>),
+) -> anyhow::Result<Vec<Bench>> {
     let memory = fs_store::SqliteStore::in_memory().context("opening an in-memory store")?;
-    let memory: SharedStore = Arc::new(memory);
-    let remote: SharedStore = Arc::new(LatencyStore::new(memory, plan.rtt));
+    let remote: SharedStore = Arc::new(LatencyStore::new(Arc::new(memory.clone()), plan.rtt));
     let about = match plan.embedded {
         Embedded::File => "a SQLite database file with the default options, as `fsrename` opens it",
         Embedded::Memory => "SQLite in memory, realtime search",
@@ -42,16 +48,21 @@ fn backends(plan: &Plan, embedded: SharedStore) -> anyhow::Result<Vec<Bench>> {
             store,
             max_docs,
             url: None,
+            connection: None,
         };
         out.push(match wanted.as_str() {
-            "embedded" => bench(
-                "embedded",
-                format!(
-                    "{about}; in process, so every call runs on the client's cores, one at a time"
-                ),
-                Arc::clone(&embedded),
-                usize::MAX,
-            ),
+            "embedded" => Bench {
+                connection: embedded_connection.clone(),
+                ..bench(
+                    "embedded",
+                    format!(
+                        "{about}; in process, so every call runs on the client's cores, one at a \
+                         time"
+                    ),
+                    Arc::clone(&embedded),
+                    usize::MAX,
+                )
+            },
             // Started only when asked for: a run on other backends needs no osmem-server.
             "osmem" => bench(
                 "osmem",
@@ -64,16 +75,19 @@ fn backends(plan: &Plan, embedded: SharedStore) -> anyhow::Result<Vec<Bench>> {
                 osmem(),
                 plan.osmem_max_docs,
             ),
-            "remote" => bench(
-                "remote",
-                format!(
-                    "SQLite in memory behind {} ms per call, waited without CPU: a store whose \
-                     capacity is its own, as a real Elasticsearch cluster's is",
-                    plan.rtt.as_secs_f64() * 1e3
-                ),
-                Arc::clone(&remote),
-                usize::MAX,
-            ),
+            "remote" => Bench {
+                connection: Some(memory.clone()),
+                ..bench(
+                    "remote",
+                    format!(
+                        "SQLite in memory behind {} ms per call, waited without CPU: a store \
+                         whose capacity is its own, as a real Elasticsearch cluster's is",
+                        plan.rtt.as_secs_f64() * 1e3
+                    ),
+                    Arc::clone(&remote),
+                    usize::MAX,
+                )
+            },
             other => {
                 let url = other
                     .strip_prefix("es=")
@@ -88,6 +102,7 @@ fn backends(plan: &Plan, embedded: SharedStore) -> anyhow::Result<Vec<Bench>> {
                     store: Arc::new(store),
                     max_docs: usize::MAX,
                     url: Some(url.to_owned()),
+                    connection: None,
                 }
             }
         });
@@ -140,14 +155,15 @@ impl Measured<'_> {
 
 pub async fn run_all(plan: &Plan) -> anyhow::Result<Vec<BackendResults>> {
     let mut out = Vec::new();
-    let (embedded, _dir) = embedded(plan.embedded)?;
+    let (embedded, connection, _dir) = embedded_with_connection(plan.embedded)?;
     for Bench {
         name,
         about,
         store,
         max_docs: max,
         url,
-    } in backends(plan, embedded)?
+        connection,
+    } in backends(plan, (embedded, connection))?
     {
         eprintln!("== {name}: {about}");
         // A measurement that fails (a server that gives out half-way, say) is reported and
@@ -183,7 +199,10 @@ pub async fn run_all(plan: &Plan) -> anyhow::Result<Vec<BackendResults>> {
             )
             .await;
         let service = measured
-            .run(Measurement::Service, service::service(&store, plan))
+            .run(
+                Measurement::Service,
+                service::service(&store, connection.as_ref(), plan),
+            )
             .await;
         let r = BackendResults {
             name,

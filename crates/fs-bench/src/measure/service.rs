@@ -55,6 +55,55 @@ pub struct ServiceRow {
     pub first_failure: Option<String>,
     /// Where a job's time went, in the round of median rate.
     pub split: Split,
+    /// Where the SQLite connection's time went, in the same round (a store with one).
+    pub connection: Option<ConnectionSplit>,
+}
+
+/// Where the time of the one SQLite connection under the service went (`embedded`, `remote`):
+/// it serves every call in turn, so when it is busy most of the window, a job's rate is one
+/// over the time the job's calls hold it.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectionSplit {
+    /// The share of the window some call held the connection.
+    pub busy: f64,
+    /// Per kind of call: calls a job, and the connection's time a job in microseconds.
+    pub per_job: Vec<(&'static str, f64, f64)>,
+}
+
+impl ConnectionSplit {
+    /// `used` over a window of `seconds` in which `jobs` jobs finished.
+    fn of(used: &fs_store::ConnectionUse, seconds: f64, jobs: usize) -> ConnectionSplit {
+        let jobs = jobs.max(1) as f64;
+        ConnectionSplit {
+            busy: used.held().as_secs_f64() / seconds.max(f64::MIN_POSITIVE),
+            per_job: used
+                .calls
+                .iter()
+                .map(|(&kind, call)| {
+                    let micros = call.held.as_secs_f64() * 1e6;
+                    (kind, call.count as f64 / jobs, micros / jobs)
+                })
+                .collect(),
+        }
+    }
+
+    /// The connection's time a job, in all, in microseconds.
+    pub fn micros_per_job(&self) -> f64 {
+        self.per_job.iter().map(|(_, _, micros)| micros).sum()
+    }
+
+    /// `kind µs (calls)`, for each kind of call, the costliest first; a kind that held the
+    /// connection less than a microsecond a job is left out.
+    pub fn describe(&self) -> String {
+        let mut calls = self.per_job.clone();
+        calls.retain(|(_, _, micros)| *micros >= 0.5);
+        calls.sort_by(|a, b| b.2.total_cmp(&a.2));
+        calls
+            .iter()
+            .map(|(kind, n, micros)| format!("{kind} {micros:.0} ({n:.1})"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 /// Where the time of a job served over HTTP goes, as means in milliseconds over the jobs of
@@ -119,11 +168,16 @@ impl Split {
 }
 
 /// Runs the rounds for each number of instances and each K of the plan's.
-pub async fn service(store: &SharedStore, plan: &Plan) -> anyhow::Result<Vec<ServiceRow>> {
+/// `connection`, the SQLite store under `store` if there is one, has its time split by call.
+pub async fn service(
+    store: &SharedStore,
+    connection: Option<&fs_store::SqliteStore>,
+    plan: &Plan,
+) -> anyhow::Result<Vec<ServiceRow>> {
     let mut out = Vec::new();
     for &instances in &plan.service_instances {
         for &k in &plan.service_ks {
-            out.extend(rounds(store, k, instances, plan).await?);
+            out.extend(rounds((store, connection), k, instances, plan).await?);
         }
     }
     Ok(out)
@@ -131,7 +185,7 @@ pub async fn service(store: &SharedStore, plan: &Plan) -> anyhow::Result<Vec<Ser
 
 /// The plan's rounds at `k` clients over `instances` instances: a row per strategy.
 async fn rounds(
-    store: &SharedStore,
+    (store, connection): (&SharedStore, Option<&fs_store::SqliteStore>),
     k: usize,
     instances: usize,
     plan: &Plan,
@@ -143,13 +197,14 @@ async fn rounds(
         let mut requests: Vec<Vec<f64>> = vec![Vec::new(); STRATEGIES.len()];
         let mut lock_writes: Vec<Vec<f64>> = vec![Vec::new(); STRATEGIES.len()];
         let mut shared_lock_writes: Vec<Vec<f64>> = vec![Vec::new(); STRATEGIES.len()];
-        let mut splits: Vec<Vec<(f64, Split)>> = vec![Vec::new(); STRATEGIES.len()];
+        let mut splits: Vec<Vec<(f64, Split, Option<ConnectionSplit>)>> =
+            vec![Vec::new(); STRATEGIES.len()];
         let mut failed = [0; STRATEGIES.len()];
         let mut first_failure: [Option<String>; STRATEGIES.len()] = Default::default();
         for round in 0..plan.service_rounds {
             for step in 0..STRATEGIES.len() {
                 let which = (round + step) % STRATEGIES.len();
-                let run = run(store, k, instances, STRATEGIES[which], plan).await?;
+                let run = run((store, connection), k, instances, STRATEGIES[which], plan).await?;
                 let p = run.split;
                 eprintln!(
                     "service K = {k} on {instances} instance(s) {:?}{}: {:.1} renames/s, median {:.1} ms, {:.1} requests/job, {:.1} lock writes/job ({:.1} on /p); mean ms: queued {:.1}, locking {:.1}, checking {:.1}, rewriting {:.1}, releasing {:.1}, other {:.1}, seen after {:.1}; CPU ms a job: here {:.1}, others {:.1}; cores {:.0} % busy",
@@ -158,12 +213,20 @@ async fn rounds(
                     p.queued, p.locking, p.checking, p.rewriting, p.releasing, p.other, p.seen_after,
                     p.own_cpu, p.others_cpu, p.busy * 100.0
                 );
+                if let Some(c) = &run.connection {
+                    eprintln!(
+                        "  the SQLite connection {:.0} % busy, {:.0} µs a job: {}",
+                        c.busy * 100.0,
+                        c.micros_per_job(),
+                        c.describe()
+                    );
+                }
                 rates[which].push(run.per_sec);
                 latencies[which].push(run.latency_ms);
                 requests[which].push(run.requests);
                 lock_writes[which].push(run.lock_writes);
                 shared_lock_writes[which].push(run.shared_lock_writes);
-                splits[which].push((run.per_sec, run.split));
+                splits[which].push((run.per_sec, run.split, run.connection));
                 if run.failed > 0 {
                     eprintln!(
                         "  {} job(s) failed; {}",
@@ -180,10 +243,12 @@ async fn rounds(
         for (i, (strategy, shared)) in STRATEGIES.into_iter().enumerate() {
             let per_sec = median(&mut rates[i]);
             // The split of the round whose rate is the median.
-            let split = splits[i]
+            let (split, connection) = splits[i]
                 .iter()
                 .min_by(|a, b| (a.0 - per_sec).abs().total_cmp(&(b.0 - per_sec).abs()))
-                .map_or_else(Split::default, |(_, split)| *split);
+                .map_or_else(Default::default, |(_, split, connection)| {
+                    (*split, connection.clone())
+                });
             out.push(ServiceRow {
                 k,
                 instances,
@@ -197,6 +262,7 @@ async fn rounds(
                 failed: failed[i],
                 first_failure: first_failure[i].take(),
                 split,
+                connection,
             });
         }
     }
@@ -207,7 +273,7 @@ async fn rounds(
 /// sharing their jobs' intention locks if `shared`), `k` clients spread over them for the
 /// plan's seconds.
 async fn run(
-    store: &SharedStore,
+    (store, connection): (&SharedStore, Option<&fs_store::SqliteStore>),
     k: usize,
     instances: usize,
     (strategy, shared): (Strategy, bool),
@@ -265,6 +331,7 @@ async fn run(
         &bases,
         &counting,
         Some(&lock_writes),
+        connection,
         k,
         |i| [format!("/p/s{i}"), format!("/p/t{i}")],
         WARM_UP,
@@ -295,5 +362,45 @@ async fn run(
         failed: window.failed,
         first_failure: window.first_failure,
         split,
+        connection: window
+            .connection
+            .as_ref()
+            .map(|used| ConnectionSplit::of(used, window.seconds, renames)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_split_is_per_job_and_costliest_first() {
+        let before = fs_store::ConnectionUse::default();
+        let mut used = before.clone();
+        used.calls.insert(
+            "search",
+            fs_store::CallUse {
+                count: 10,
+                held: Duration::from_millis(2),
+            },
+        );
+        used.calls.insert(
+            "bulk",
+            fs_store::CallUse {
+                count: 5,
+                held: Duration::from_millis(6),
+            },
+        );
+        used.calls.insert(
+            "mget",
+            fs_store::CallUse {
+                count: 1,
+                held: Duration::from_micros(1),
+            },
+        );
+        let split = ConnectionSplit::of(&used.since(&before), 0.01, 5);
+        assert!((split.busy - 0.8001).abs() < 1e-9);
+        assert!((split.micros_per_job() - 1_600.2).abs() < 1e-6);
+        assert_eq!(split.describe(), "bulk 1200 (1.0), search 400 (2.0)");
+    }
 }

@@ -11,11 +11,12 @@ mod scripted;
 mod search;
 mod sql;
 mod text;
+mod usage;
 mod writer;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use fs_model::FindQuery;
@@ -29,6 +30,7 @@ use crate::store::DocStore;
 use crate::types::{
     BulkItemResult, BulkOp, Chain, Chained, Page, Scope, SearchRequest, StoredDoc, Version,
 };
+pub use usage::{CallUse, ConnectionUse};
 use writer::Writer;
 
 /// How a [`SqliteStore`] is opened.
@@ -110,6 +112,9 @@ struct Inner {
     location: String,
     /// The lock scripts stored with `put_script`, run atomically by `bulk_update`.
     scripts: crate::scripted::StoredLockScripts,
+    /// What the calls held the connection for. Only written while the connection is held,
+    /// so its lock is never waited for there.
+    used: Mutex<ConnectionUse>,
 }
 
 impl SqliteStore {
@@ -171,6 +176,7 @@ impl SqliteStore {
                 inline: options.inline,
                 location,
                 scripts: crate::scripted::StoredLockScripts::default(),
+                used: Mutex::new(ConnectionUse::default()),
             }),
         })
     }
@@ -190,37 +196,61 @@ impl SqliteStore {
     /// stored source is not JSON.
     pub async fn snapshot(&self, index: &str) -> Result<Vec<StoredDoc>> {
         let index = index.to_owned();
-        self.run(move |conn, _| ops::snapshot(conn, &index)).await
+        self.run("snapshot", move |conn, _| ops::snapshot(conn, &index))
+            .await
     }
 
-    /// Runs `f` on the connection on the blocking pool.
-    async fn run<T, F>(&self, f: F) -> Result<T>
+    /// What the calls made so far held the connection for, by kind: a snapshot, to compare
+    /// with a later one ([`ConnectionUse::since`]). The benchmarks read it to tell where a
+    /// job's time on the one connection goes (`docs/benchmarks.md`).
+    pub fn connection_use(&self) -> ConnectionUse {
+        self.inner
+            .used
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Runs `f`, a call of `kind`, on the connection on the blocking pool.
+    async fn run<T, F>(&self, kind: &'static str, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection, bool) -> Result<T> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
         if inner.inline {
-            let mut conn = inner
-                .conn
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            return f(&mut conn, inner.near_real_time);
+            return inner.call(kind, f);
         }
-        tokio::task::spawn_blocking(move || {
-            // A panic while holding the lock leaves no transaction open (rusqlite rolls back
-            // on drop), so a poisoned connection is still sound to use.
-            let mut conn = inner
-                .conn
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            f(&mut conn, inner.near_real_time)
-        })
-        .await
-        .map_err(|e| StoreError::Backend {
-            context: format!("calling {}", self.inner.location),
-            message: format!("the blocking task failed: {e}"),
-        })?
+        tokio::task::spawn_blocking(move || inner.call(kind, f))
+            .await
+            .map_err(|e| StoreError::Backend {
+                context: format!("calling {}", self.inner.location),
+                message: format!("the blocking task failed: {e}"),
+            })?
+    }
+}
+
+impl Inner {
+    /// Runs `f`, a call of `kind`, on the connection, on this thread; counts the time it held
+    /// the connection.
+    fn call<T>(
+        &self,
+        kind: &'static str,
+        f: impl FnOnce(&mut Connection, bool) -> Result<T>,
+    ) -> Result<T> {
+        // A panic while holding the lock leaves no transaction open (rusqlite rolls back on
+        // drop), so a poisoned connection is still sound to use.
+        let mut conn = self
+            .conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let taken = Instant::now();
+        let result = f(&mut conn, self.near_real_time);
+        self.used
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .add(kind, taken.elapsed());
+        result
     }
 }
 
@@ -233,14 +263,18 @@ impl DocStore for SqliteStore {
     async fn create_index(&self, index: &str, body: &Value) -> Result<bool> {
         validate_index_name(index)?;
         let (index, body) = (index.to_owned(), body.clone());
-        self.run(move |conn, _| ops::create_index(conn, &index, &body))
-            .await
+        self.run("create_index", move |conn, _| {
+            ops::create_index(conn, &index, &body)
+        })
+        .await
     }
 
     async fn delete_index(&self, index: &str) -> Result<bool> {
         let index = index.to_owned();
-        self.run(move |conn, _| ops::delete_index(conn, &index))
-            .await
+        self.run("delete_index", move |conn, _| {
+            ops::delete_index(conn, &index)
+        })
+        .await
     }
 
     async fn get(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
@@ -250,36 +284,45 @@ impl DocStore for SqliteStore {
 
     async fn mget(&self, index: &str, ids: &[String]) -> Result<Vec<Option<StoredDoc>>> {
         let (index, ids) = (index.to_owned(), ids.to_vec());
-        self.run(move |conn, _| ops::mget(conn, &index, &ids)).await
+        self.run("mget", move |conn, _| ops::mget(conn, &index, &ids))
+            .await
     }
 
     async fn write(&self, index: &str, op: BulkOp) -> Result<Version> {
         let index = index.to_owned();
-        self.run(move |conn, nrt| Writer::write(conn, &index, nrt, |w| w.apply(&op)))
-            .await
+        self.run("write", move |conn, nrt| {
+            Writer::write(conn, &index, nrt, |w| w.apply(&op))
+        })
+        .await
     }
 
     async fn bulk(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
         let index = index.to_owned();
-        self.run(move |conn, nrt| Writer::write(conn, &index, nrt, |w| w.bulk(&ops)))
-            .await
+        self.run("bulk", move |conn, nrt| {
+            Writer::write(conn, &index, nrt, |w| w.bulk(&ops))
+        })
+        .await
     }
 
     async fn search(&self, index: &str, request: SearchRequest) -> Result<Page> {
         let index = index.to_owned();
-        self.run(move |conn, nrt| search::search(conn, nrt, &index, &request))
-            .await
+        self.run("search", move |conn, nrt| {
+            search::search(conn, nrt, &index, &request)
+        })
+        .await
     }
 
     async fn count(&self, index: &str, scope: &Scope) -> Result<u64> {
         let (index, scope) = (index.to_owned(), scope.clone());
-        self.run(move |conn, nrt| search::count(conn, nrt, &index, &scope))
-            .await
+        self.run("count", move |conn, nrt| {
+            search::count(conn, nrt, &index, &scope)
+        })
+        .await
     }
 
     async fn refresh(&self, index: &str) -> Result<()> {
         let index = index.to_owned();
-        self.run(move |conn, nrt| ops::refresh(conn, nrt, &index))
+        self.run("refresh", move |conn, nrt| ops::refresh(conn, nrt, &index))
             .await
     }
 
@@ -301,7 +344,7 @@ impl IndexAdmin for SqliteStore {
     /// from an empty one, as on Elasticsearch.
     async fn indices_exist(&self, indices: &[&str]) -> Result<bool> {
         let indices: Vec<String> = indices.iter().map(|i| (*i).to_owned()).collect();
-        self.run(move |conn, _| {
+        self.run("indices_exist", move |conn, _| {
             for index in &indices {
                 match sql::index_seq(conn, index) {
                     Ok(_) => {}
@@ -327,7 +370,7 @@ impl RefreshedBulk for SqliteStore {
     /// transaction found the index.)
     async fn bulk_refreshed(&self, index: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
         let index = index.to_owned();
-        self.run(move |conn, nrt| {
+        self.run("bulk_refreshed", move |conn, nrt| {
             let results = Writer::write(conn, &index, nrt, |w| w.bulk(&ops))?;
             if nrt {
                 ops::refresh(conn, nrt, &index)?;
@@ -346,7 +389,7 @@ impl ChainedBulk for SqliteStore {
         let (first, ops) = (chain.first, chain.then);
         let (first_index, index) = (chain.first_index.to_owned(), chain.index.to_owned());
         let refresh = chain.refresh;
-        self.run(move |conn, nrt| {
+        self.run("bulk_after", move |conn, nrt| {
             let chained =
                 Writer::chained(conn, nrt, (&first_index, &first), &index, |w| w.bulk(&ops))?;
             if refresh {
@@ -377,7 +420,9 @@ fn refresh_landed<T>(
 impl Find for SqliteStore {
     async fn find(&self, index: &str, query: &FindQuery, size: usize) -> Result<Vec<StoredDoc>> {
         let (index, query) = (index.to_owned(), query.clone());
-        self.run(move |conn, nrt| text::find(conn, nrt, &index, &query, size))
-            .await
+        self.run("find", move |conn, nrt| {
+            text::find(conn, nrt, &index, &query, size)
+        })
+        .await
     }
 }

@@ -39,7 +39,7 @@ impl ScriptedUpdates for SqliteStore {
     ) -> Result<Vec<UpdateItemResult>> {
         let scripts = self.scripts_of(&items);
         let index = index.to_owned();
-        self.run(move |conn, nrt| {
+        self.run("bulk_update", move |conn, nrt| {
             Writer::write(conn, &index, nrt, |w| {
                 update_all(w, &index, &items, &scripts)
             })
@@ -61,7 +61,7 @@ impl ScriptedUpdates for SqliteStore {
         let scripts = self.scripts_of(&items);
         let (first_index, index) = (chain.first_index.to_owned(), chain.index.to_owned());
         let refresh = chain.refresh;
-        self.run(move |conn, nrt| {
+        self.run("bulk_update_after", move |conn, nrt| {
             let chained = Writer::chained(conn, nrt, (&first_index, &first), &index, |w| {
                 update_all(w, &index, &items, &scripts)
             })?;
