@@ -112,8 +112,8 @@ struct Inner {
     location: String,
     /// The lock scripts stored with `put_script`, run atomically by `bulk_update`.
     scripts: crate::scripted::StoredLockScripts,
-    /// What the calls held the connection for. Only written while the connection is held,
-    /// so its lock is never waited for there.
+    /// What the calls held the connection for. Written only while the connection is held, so
+    /// calls never wait for each other on it; a snapshot takes it just for a clone.
     used: Mutex<ConnectionUse>,
 }
 
