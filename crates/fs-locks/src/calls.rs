@@ -134,6 +134,7 @@ impl<'a> Calls<'a> {
             .bulk_update_after(fs_store::Chain {
                 first_index: &first.index,
                 first: first.op,
+                with_first: first.with,
                 index: self.index,
                 then: items,
                 refresh: false,
@@ -148,6 +149,18 @@ impl<'a> Calls<'a> {
         first: FirstWrite,
     ) -> Result<std::result::Result<Version, StoreError>> {
         let context = format!("writing `{}/{}`", first.index, first.op.id());
+        if let Some(with) = &first.with {
+            // Alone, the write could land without the writes that must go with it.
+            return Ok(Err(StoreError::Rejected {
+                context,
+                status: None,
+                message: format!(
+                    "{} writes to `{}` go with it, and this store cannot make them in one transaction with the release",
+                    with.ops.len(),
+                    with.index
+                ),
+            }));
+        }
         self.round_trips += 1;
         let mut answers = self
             .store

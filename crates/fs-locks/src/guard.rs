@@ -3,6 +3,7 @@
 use crate::client::LockClient;
 use crate::error::Result;
 use crate::outcome::{FirstWrite, Grant, ReleaseReport, ReleasedAfter};
+use crate::release::IfFirstFails;
 
 /// A set of held locks. Release it with [`LockGuard::release`]; a guard dropped without that
 /// still releases its locks, in a background task, and logs a warning: code paths should
@@ -92,13 +93,39 @@ impl LockGuard {
     pub async fn release_after(mut self, first: FirstWrite) -> ReleasedAfter {
         self.released = true;
         let ids = std::mem::take(&mut self.ids);
-        let released = self.client.release_ids_after(&ids, Some(first)).await;
+        let released = self
+            .client
+            .release_ids_after(&ids, Some(first), IfFirstFails::GiveUp)
+            .await;
         // Where the write or the release failed, what the job's locks protect is not known
         // to be finished: what it borrowed is left to expire with them.
         let failed = !matches!(released, ReleasedAfter::Released(Ok(_)));
         let borrowed = std::mem::take(&mut self.borrowed);
         self.client.return_borrowed(&borrowed, failed).await;
         released
+    }
+
+    /// [`LockGuard::release_after`], where a `first` that does not land changes nothing: the
+    /// guard comes back ([`ReleasedOrKept::Kept`]) still holding its locks, for the job to go
+    /// on the usual way. So a small rename can send its whole rewrite with its journal entry
+    /// and its release ([`FirstWrite::with`]), and fall back to the usual steps if any of it
+    /// does not land.
+    pub async fn release_after_or_keep(mut self, first: FirstWrite) -> ReleasedOrKept {
+        let released = self
+            .client
+            .release_ids_after(&self.ids, Some(first), IfFirstFails::Keep)
+            .await;
+        let released = match released {
+            ReleasedAfter::FirstFailed(why) => return ReleasedOrKept::Kept(self, why),
+            ReleasedAfter::Released(released) => released,
+        };
+        self.released = true;
+        self.ids.clear();
+        let borrowed = std::mem::take(&mut self.borrowed);
+        self.client
+            .return_borrowed(&borrowed, released.is_err())
+            .await;
+        ReleasedOrKept::Released(released)
     }
 
     /// Makes a drop without [`LockGuard::release`] leave the locks to expire instead of
@@ -122,6 +149,16 @@ impl LockGuard {
         let borrowed = std::mem::take(&mut self.borrowed);
         self.client.return_borrowed(&borrowed, true).await;
     }
+}
+
+/// How [`LockGuard::release_after_or_keep`] ended.
+#[derive(Debug)]
+pub enum ReleasedOrKept {
+    /// The write landed (with what goes with it); then the locks were released, or their
+    /// release failed, as [`LockGuard::release`] tells it.
+    Released(Result<ReleaseReport>),
+    /// The write did not land (why): nothing changed, and the guard still holds its locks.
+    Kept(LockGuard, fs_store::StoreError),
 }
 
 impl Drop for LockGuard {

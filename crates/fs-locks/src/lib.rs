@@ -8,7 +8,9 @@
 //!   [global lock](LockClient::lock_global) and [document locks](LockClient::lock_documents).
 //! - [`LockGuard`]: held locks; [`LockGuard::release`] gives them back deepest first;
 //!   [`LockGuard::release_after`] only once a write they protect landed (a journal entry
-//!   closed), in the same transaction where the store can ([`LockClient::chains_release`]).
+//!   closed), in the same transaction where the store can ([`LockClient::chains_release`]);
+//!   [`LockGuard::release_after_or_keep`] with writes that go with that one
+//!   ([`FirstWrite::with`]: a small rename sent whole), keeping the locks if any does not land.
 //! - [`TreeLockRequest`]: which documents a tree lock takes, in which order.
 //! - [`SharedIntentions`]: the intention locks of a process that runs many jobs, held once
 //!   per ancestor and lent to its jobs' clients ([`SharedIntentions::lend_to`]), which then
@@ -121,7 +123,7 @@ pub use error::{Blocker, LateRenewal, LockError, Result};
 pub use events::{EventSink, LockEvent};
 pub use foreign::ForeignShares;
 pub use fs_model::LockMode;
-pub use guard::LockGuard;
+pub use guard::{LockGuard, ReleasedOrKept};
 pub use intentions::{SharedIntentions, DEFAULT_LINGER};
 pub use lease::{ExpiredHolder, ExpiredLock, Reaped};
 pub use lender::{borrowed_from, is_hold};

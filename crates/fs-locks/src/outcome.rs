@@ -43,6 +43,11 @@ pub struct FirstWrite {
     pub index: String,
     /// The write: conditional, so that it fails rather than overwrite a change it did not see.
     pub op: BulkOp,
+    /// Writes that land with it or not at all (a small rename's whole rewrite, with its
+    /// journal entry): only where the store chains the release
+    /// ([`LockClient::chains_release`](crate::LockClient::chains_release)); elsewhere such a
+    /// write is refused and nothing changes.
+    pub with: Option<fs_store::WithFirst>,
 }
 
 /// How [`LockGuard::release_after`](crate::LockGuard) ended.

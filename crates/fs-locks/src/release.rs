@@ -6,6 +6,16 @@ use crate::error::{LockError, Result};
 use crate::outcome::{FirstWrite, ReleaseReport, ReleasedAfter};
 use crate::protocol::Giveback;
 
+/// What a release does with its locks when the write it depends on does not land
+/// ([`LockClient::release_ids_after`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IfFirstFails {
+    /// Gives them up: no longer renewed, they are left to expire.
+    GiveUp,
+    /// Keeps them held, as if the release had not been asked for.
+    Keep,
+}
+
 impl LockClient {
     /// Returns true if the store makes a write and the release of this client's locks in one
     /// request and one transaction ([`crate::LockGuard::release_after`]): the scripted
@@ -44,7 +54,10 @@ impl LockClient {
 
     /// Gives up one hold on each of `ids`; releases in the store those no guard holds any more.
     pub(crate) async fn release_ids(&self, ids: &[String]) -> Result<ReleaseReport> {
-        match self.release_ids_after(ids, None).await {
+        match self
+            .release_ids_after(ids, None, IfFirstFails::GiveUp)
+            .await
+        {
             ReleasedAfter::Released(result) => result,
             // Nothing to write first, so nothing failed there.
             ReleasedAfter::FirstFailed(cause) => Err(LockError::Store {
@@ -56,12 +69,19 @@ impl LockClient {
 
     /// [`LockClient::release_ids`], after `first` if there is one: where the protocol and the
     /// store chain them, in one request; else `first` alone, then the release once it landed.
+    /// If `first` does not land, the holds on `ids` are given up ([`IfFirstFails::GiveUp`]:
+    /// the locks are left to expire) or kept as they were ([`IfFirstFails::Keep`]: the guard
+    /// goes on holding them).
     pub(crate) async fn release_ids_after(
         &self,
         ids: &[String],
         first: Option<FirstWrite>,
+        if_fails: IfFirstFails,
     ) -> ReleasedAfter {
         let mut held = self.held().await;
+        // Nothing can change the holds meanwhile (renewals wait for this lock), so putting
+        // these back undoes the give-up exactly.
+        let before = (if_fails == IfFirstFails::Keep).then(|| held.clone());
         let given_up = held.give_up(ids, self.max_clock_skew_ms());
         let mut calls = self.calls();
         let released = match self.release_steps().await {
@@ -74,6 +94,11 @@ impl LockClient {
             }
             Err(e) => Err(e),
         };
+        if let (Ok(released), Some(before)) = (&released, before) {
+            if released.first_failed.is_some() {
+                *held = before;
+            }
+        }
         drop(held);
         let mut released = match released {
             Ok(released) => released,

@@ -6,7 +6,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use fs_locks::{FirstWrite, LockError, LockProtocol, ReleasedAfter, TreeLockRequest};
+use fs_locks::{
+    FirstWrite, LockError, LockProtocol, ReleasedAfter, ReleasedOrKept, TreeLockRequest,
+};
 use fs_store::BulkOp;
 use serde_json::json;
 
@@ -245,6 +247,7 @@ async fn a_release_after_a_write(env: Env) {
             source: json!({"state": "closed"}),
             if_version: Some(version),
         },
+        with: None,
     };
     let chains = a.chains_release().await;
     let guard = a.lock_tree(&p("/clinton/a")).await.expect("lock");
@@ -275,6 +278,92 @@ async fn a_release_after_a_write(env: Env) {
         lock_doc(&env, "/clinton").await.expect("left")["lock_type"],
         "shared"
     );
+}
+
+/// A release with writes that go with its first one ([`FirstWrite::with`], a small rename
+/// sent whole): where the store chains them, all land and the locks go in one round trip; a
+/// write among them that fails changes nothing, and the guard comes back holding its locks,
+/// still its own to use and release. A store that cannot chain them refuses, changing
+/// nothing.
+async fn a_release_with_writes_lands_whole_or_keeps_the_locks(env: Env) {
+    let a = client(&env, "a");
+    let (journal, tree) = (
+        format!("{}-journal", env.locks),
+        format!("{}-tree", env.locks),
+    );
+    for index in [&journal, &tree] {
+        env.store
+            .create_index(index, &json!({}))
+            .await
+            .expect("index for the writes");
+    }
+    env.store
+        .create(&tree, "taken", json!({"path": "/taken"}))
+        .await
+        .expect("taken");
+    let first = |entry: &str, ids: &[&str]| FirstWrite {
+        index: journal.clone(),
+        op: BulkOp::Create {
+            id: entry.to_owned(),
+            source: json!({"state": "closed"}),
+        },
+        with: Some(fs_store::WithFirst {
+            index: tree.clone(),
+            ops: ids
+                .iter()
+                .map(|id| BulkOp::Create {
+                    id: (*id).to_owned(),
+                    source: json!({ "path": format!("/{id}") }),
+                })
+                .collect(),
+            refresh: true,
+        }),
+    };
+    let chains = a.chains_release().await;
+
+    let guard = a.lock_tree(&p("/clinton/a")).await.expect("lock");
+    let guard = match guard
+        .release_after_or_keep(first("one", &["x", "taken"]))
+        .await
+    {
+        ReleasedOrKept::Kept(guard, why) => {
+            assert!(
+                if chains {
+                    why.is_conflict()
+                } else {
+                    matches!(why, fs_store::StoreError::Rejected { .. })
+                },
+                "chains: {chains}: {why}"
+            );
+            guard
+        }
+        other => panic!("nothing lands, the guard comes back: {other:?}"),
+    };
+    assert!(env.store.get(&journal, "one").await.expect("get").is_none());
+    assert!(env.store.get(&tree, "x").await.expect("get").is_none());
+    assert_eq!(
+        lock_doc(&env, "/clinton/a").await.expect("kept")["lock_type"],
+        "exclusive"
+    );
+    a.ensure_held("/clinton/a")
+        .await
+        .expect("still held, and renewed as before");
+    assert_blocked_on(
+        client(&env, "b").lock_tree(&p("/clinton")).await,
+        "/clinton",
+    );
+
+    if chains {
+        match guard.release_after_or_keep(first("two", &["x", "y"])).await {
+            ReleasedOrKept::Released(Ok(report)) => assert_eq!(report.round_trips, 1),
+            other => panic!("all lands, the locks go: {other:?}"),
+        }
+        assert!(env.store.get(&journal, "two").await.expect("get").is_some());
+        assert!(env.store.get(&tree, "y").await.expect("get").is_some());
+    } else {
+        guard.release().await.expect("released the usual way");
+    }
+    assert_eq!(lock_count(&env).await, 0);
 }
 
 async fn a_foreign_clients_book_documents_are_respected(env: Env) {
@@ -731,6 +820,7 @@ on_every_backend!(
     upgrading_shared_to_exclusive_is_refused_clearly,
     a_rename_locks_source_and_destination_at_once,
     a_release_after_a_write,
+    a_release_with_writes_lands_whole_or_keeps_the_locks,
     a_foreign_clients_book_documents_are_respected,
     the_global_lock,
     document_locks,

@@ -94,6 +94,14 @@ pub trait RenameHooks: Send + Sync {
     /// moment its effect is in place. Renames only: copies and deletes call
     /// [`RenameHooks::rewritten`] alone.
     async fn committed(&self, _from: &FsPath, _to: &FsPath) {}
+    /// Whether [`RenameHooks::rewritten`] and [`RenameHooks::committed`] must be called while
+    /// the job still holds its locks: yes, unless the hooks say otherwise. Where they need
+    /// not, a small rename on a store that makes several writes in one transaction (the
+    /// embedded store) may write, journal itself and release its locks in one, and calls them
+    /// just after.
+    fn need_locks_after_writes(&self) -> bool {
+        true
+    }
 }
 
 /// Time spent in each phase of a rename. In JSON (`mv --json`, the service's reports) each is

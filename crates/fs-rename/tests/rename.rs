@@ -21,6 +21,16 @@ const SMALL: &[(&str, bool)] = &[
     ("/x/file", false),
 ];
 
+/// The paths of [`SMALL`] once `/a` is renamed to `/x/a2`, sorted.
+const SMALL_MOVED: [&str; 6] = [
+    "/x",
+    "/x/a2",
+    "/x/a2/b",
+    "/x/a2/b/c.txt",
+    "/x/a2/d.txt",
+    "/x/file",
+];
+
 fn renamer(env: &Env) -> Renamer {
     Renamer::builder(Arc::clone(&env.store), env.index.clone()).build()
 }
@@ -37,13 +47,13 @@ async fn a_directory_moves_with_everything_under_it(env: Env) {
     // parent; the journal entry; the rewrite, refreshed in the same request; the journal
     // closed; the release. No refresh before the check: every writer leaves its writes
     // searchable before it releases its locks. Where the store makes several writes in one
-    // transaction (the embedded store), the entry goes with the rewrite and the close with
-    // the release.
+    // transaction (the embedded store), the entry, the rewrite, the close and the release go
+    // in one.
     let chains = env.store.chains_bulk() && env.store.scripted().is_some_and(|s| s.chains());
     assert_eq!(
         report.round_trips,
-        if chains { 4 } else { 6 },
-        "locks, check, journal, write, close, release (in pairs where the store chains them): {report:?}"
+        if chains { 3 } else { 6 },
+        "locks, check, journal, write, close, release (the last four in one where the store chains them): {report:?}"
     );
     let after = paths_by_id(&env).await;
     assert_eq!(
@@ -53,17 +63,7 @@ async fn a_directory_moves_with_everything_under_it(env: Env) {
     );
     let mut moved: Vec<&str> = after.values().map(String::as_str).collect();
     moved.sort();
-    assert_eq!(
-        moved,
-        [
-            "/x",
-            "/x/a2",
-            "/x/a2/b",
-            "/x/a2/b/c.txt",
-            "/x/a2/d.txt",
-            "/x/file"
-        ]
-    );
+    assert_eq!(moved, SMALL_MOVED);
     let doc = env
         .store
         .get(
@@ -193,11 +193,14 @@ async fn a_write_from_a_stale_read_fails_instead_of_overwriting(env: Env) {
         "{err:?}"
     );
     let docs = paths_by_id(&env).await;
-    let id = docs
-        .iter()
-        .find(|(_, p)| *p == "/a/d.txt")
-        .expect("left in place")
-        .0;
+    assert!(docs.values().any(|p| p == "/a/d.txt"), "left in place");
+    assert_changed_by_the_other_writer(&env, "/a/d.txt").await;
+}
+
+/// Asserts that the document at `path` keeps what [`MeddleWith`] wrote.
+async fn assert_changed_by_the_other_writer(env: &Env, path: &str) {
+    let docs = paths_by_id(env).await;
+    let (id, _) = docs.iter().find(|(_, p)| *p == path).expect(path);
     let doc = env
         .store
         .get(&env.index, id)
@@ -208,6 +211,65 @@ async fn a_write_from_a_stale_read_fails_instead_of_overwriting(env: Env) {
         doc.source["size"], 999,
         "the other writer's change survives"
     );
+}
+
+/// A tree-locked rename sent whole (entry, rewrite and release in one transaction, where the
+/// store has them) that meets a write it did not see lands none of it: it does not report
+/// done with a document left behind, and the other writer's change survives.
+async fn a_rename_that_meets_a_stale_write_does_not_land_half_of_it(env: Env) {
+    tree_with(&env, SMALL).await;
+    let seen = Arc::new(Mutex::new(None));
+    let r = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+        .hooks(Arc::new(MeddleUnlocked {
+            meddle: MeddleWith {
+                env: env.clone(),
+                path: "/a/d.txt",
+            },
+            journal_id: Arc::clone(&seen),
+        }))
+        .build();
+    let result = r.rename(&p("/a"), &p("/x/a")).await;
+    let paths = paths_by_id(&env).await;
+    let d = paths
+        .values()
+        .find(|p| p.ends_with("/d.txt"))
+        .expect("d.txt");
+    assert_changed_by_the_other_writer(&env, d).await;
+    let first = seen
+        .lock()
+        .expect("journal id")
+        .clone()
+        .expect("the job journaled");
+    let journal = fs_rename::Journal::new(Arc::clone(&env.store), &env.index);
+    let state = journal.state_of(&first).await.expect("state");
+    match result {
+        Ok(report) => panic!("the stale write cannot be done over: {report:?}, {paths:?}"),
+        Err(e) => assert!(
+            state != fs_rename::JournalState::Closed,
+            "closed as if done ({e}): {paths:?}"
+        ),
+    }
+}
+
+/// [`MeddleWith`], in a job whose hooks need no locks after its writes (as the service's),
+/// recording the job's journal id.
+struct MeddleUnlocked {
+    meddle: MeddleWith,
+    journal_id: Arc<Mutex<Option<String>>>,
+}
+
+#[async_trait]
+impl RenameHooks for MeddleUnlocked {
+    async fn journaling(&self, job_id: &str) -> Result<(), String> {
+        *self.journal_id.lock().expect("journal id") = Some(job_id.to_owned());
+        Ok(())
+    }
+    async fn before_write(&self, page: &[Entry]) {
+        self.meddle.before_write(page).await;
+    }
+    fn need_locks_after_writes(&self) -> bool {
+        false
+    }
 }
 
 /// Changes one document (by path) behind the job's back just before its page is written.
@@ -665,12 +727,50 @@ async fn every_strategy_rides_out_network_faults(first: Env) {
     println!("own landed writes recognised: {resolved}");
 }
 
+/// A job whose journal id was fenced (a recovery cleared its expired locks before it
+/// journaled) writes nothing under that id, whether its writes would go with its entry and
+/// release in one transaction (the embedded store) or the usual way: it meets the fence,
+/// starts over under a new id, and renames once.
+async fn a_fenced_job_writes_nothing_and_starts_over(env: Env) {
+    tree_with(&env, SMALL).await;
+    let journal = fs_rename::Journal::new(Arc::clone(&env.store), &env.index);
+    journal.ensure_index().await.expect("journal index");
+    let fenced = fs_model::entropy::uuid();
+    let outcome = journal
+        .fence(&fenced, "a recovery", 1)
+        .await
+        .expect("fence");
+    assert!(matches!(
+        outcome,
+        fs_rename::FenceOutcome::Fenced { new: true }
+    ));
+    let report = Renamer::builder(Arc::clone(&env.store), env.index.clone())
+        .first_journal_id(fenced.clone())
+        .build()
+        .rename(&p("/a"), &p("/x/a2"))
+        .await
+        .expect("rename after starting over");
+    assert_eq!(report.restarts, 1, "{report:?}");
+    assert_eq!((report.found, report.rewritten), (4, 4));
+    assert_eq!(
+        journal.state_of(&fenced).await.expect("state"),
+        fs_rename::JournalState::Fenced,
+        "the fence stands"
+    );
+    let mut paths: Vec<String> = paths_by_id(&env).await.into_values().collect();
+    paths.sort();
+    assert_eq!(paths, SMALL_MOVED);
+    assert_eq!(locks_left(&env).await, 0);
+}
+
 on_every_backend!(
+    a_fenced_job_writes_nothing_and_starts_over,
     a_directory_moves_with_everything_under_it,
     a_file_rename_moves_one_document,
     each_check_has_its_own_error,
     every_strategy_renames_and_cleans_up,
     a_write_from_a_stale_read_fails_instead_of_overwriting,
+    a_rename_that_meets_a_stale_write_does_not_land_half_of_it,
     a_conflict_with_pages_in_flight_reports_what_was_written,
     a_failed_last_refresh_keeps_the_locks_of_a_complete_rename,
     transient_item_failures_are_retried,

@@ -85,4 +85,5 @@ pub use sqlite::{CallUse, ConnectionUse, SqliteOptions, SqliteStore};
 pub use store::{DocStore, SharedStore};
 pub use types::{
     BulkItemResult, BulkOp, Chain, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
+    WithFirst,
 };

@@ -75,10 +75,26 @@ pub struct Chain<'a, T> {
     pub first: BulkOp,
     /// The index the batch goes to.
     pub index: &'a str,
+    /// Writes that land with the first one or not at all, made right after it: a small
+    /// rename's whole rewrite, sent with its journal entry and the release of its locks. Any
+    /// of them that fails rolls the transaction back and answers [`Chained::FirstFailed`].
+    pub with_first: Option<WithFirst>,
     /// The batch, run only if the first write landed: one result each, in order.
     pub then: Vec<T>,
     /// Whether the batch is made searchable (a refresh of `index`) before the answer, as by
     /// a refreshed bulk request; nothing is refreshed when the first write did not land.
+    pub refresh: bool,
+}
+
+/// Writes that land together with a chained request's first write, or none of them does
+/// ([`Chain::with_first`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WithFirst {
+    /// The index they go to.
+    pub index: String,
+    /// The writes, in order.
+    pub ops: Vec<BulkOp>,
+    /// Whether they are made searchable (a refresh of `index`) before the answer.
     pub refresh: bool,
 }
 

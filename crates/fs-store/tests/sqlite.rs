@@ -358,3 +358,105 @@ async fn a_snapshot_sees_unrefreshed_writes_and_publishes_none_of_them() {
     let err = store.snapshot("missing").await.expect_err("no such index");
     assert!(err.to_string().contains("missing"), "{err}");
 }
+
+/// The writes that go with a chained request's first write land with it or not at all: one
+/// that fails rolls back the first write too (and nothing after runs); when all land, they
+/// are searchable at once, also near real time.
+#[tokio::test]
+async fn writes_with_the_first_land_with_it_or_not_at_all() {
+    use fs_store::{
+        BulkOp, Chain, Chained, ChainedBulk, DocStore, Scope, SearchRequest, StoreError, WithFirst,
+    };
+    let options = SqliteOptions::new().near_real_time(true);
+    let store = SqliteStore::in_memory_with(options).expect("store");
+    for index in ["journal", "tree", "locks"] {
+        store
+            .create_index(index, &serde_json::json!({}))
+            .await
+            .expect("index");
+    }
+    store
+        .create("tree", "taken", serde_json::json!({"path": "/taken"}))
+        .await
+        .expect("taken");
+    store.refresh("tree").await.expect("refresh");
+    let chain = |entry: &str, paths: &[&str]| Chain {
+        first_index: "journal",
+        first: BulkOp::Create {
+            id: entry.to_owned(),
+            source: serde_json::json!({"state": "closed"}),
+        },
+        with_first: Some(WithFirst {
+            index: "tree".to_owned(),
+            ops: paths
+                .iter()
+                .map(|p| BulkOp::Create {
+                    id: p.trim_start_matches('/').to_owned(),
+                    source: serde_json::json!({ "path": p }),
+                })
+                .collect(),
+            refresh: true,
+        }),
+        index: "locks",
+        then: vec![BulkOp::Create {
+            id: format!("lock-{entry}"),
+            source: serde_json::json!({}),
+        }],
+        refresh: false,
+    };
+    let refused = store
+        .bulk_after(chain("one", &["/a", "/taken"]))
+        .await
+        .expect("answer");
+    assert!(
+        matches!(&refused, Chained::FirstFailed(StoreError::Conflict { .. })),
+        "the second write finds `taken` there: {refused:?}"
+    );
+    assert!(store.get("journal", "one").await.expect("get").is_none());
+    assert!(store.get("tree", "a").await.expect("get").is_none());
+    assert!(store.get("locks", "lock-one").await.expect("get").is_none());
+
+    let ran = store
+        .bulk_after(chain("two", &["/a", "/b"]))
+        .await
+        .expect("answer");
+    assert!(
+        matches!(&ran, Chained::Ran(_, results) if results.len() == 1 && results[0].is_ok()),
+        "{ran:?}"
+    );
+    assert!(store.get("journal", "two").await.expect("get").is_some());
+    assert!(store.get("locks", "lock-two").await.expect("get").is_some());
+    let page = store
+        .search(
+            "tree",
+            SearchRequest {
+                scope: Scope::All,
+                size: 10,
+                after: None,
+                single_page: true,
+            },
+        )
+        .await
+        .expect("search");
+    let mut ids: Vec<&str> = page.docs.iter().map(|d| d.id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["a", "b", "taken"], "searchable without a refresh");
+
+    let missing = Chain {
+        with_first: Some(WithFirst {
+            index: "gone".to_owned(),
+            ops: Vec::new(),
+            refresh: false,
+        }),
+        ..chain("three", &[])
+    };
+    let refused = store.bulk_after(missing).await.expect("answer");
+    assert!(
+        matches!(
+            &refused,
+            Chained::FirstFailed(StoreError::IndexNotFound { .. })
+        ),
+        "{refused:?}"
+    );
+    assert!(store.get("journal", "three").await.expect("get").is_none());
+}

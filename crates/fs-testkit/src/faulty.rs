@@ -328,6 +328,7 @@ mod tests {
             .bulk_after(Chain {
                 first_index: "journal",
                 first: entry,
+                with_first: None,
                 index: "tree",
                 then: ops,
                 refresh: true,

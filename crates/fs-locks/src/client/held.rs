@@ -8,7 +8,7 @@ use crate::plan::LockItem;
 use crate::protocol::Renewal;
 
 /// A lock held by this client.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Held {
     taken: Taken,
     /// How many guards of this client hold it (reentrancy).
@@ -23,7 +23,7 @@ struct Held {
 
 /// The locks a client holds, by lock document id. Ordered by id, so that renewals and
 /// releases send their items in the same order every time (a seeded replay depends on it).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct HeldLocks {
     own: BTreeMap<String, Held>,
     /// The intention locks borrowed from the process's [`Lender`](crate::lender::Lender),

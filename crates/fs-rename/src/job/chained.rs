@@ -10,9 +10,8 @@
 
 use fs_locks::LockClient;
 use fs_model::FsPath;
-use fs_store::{BulkOp, Chain, Chained, StoreError, Version};
+use fs_store::{Chain, Chained, StoreError, Version};
 
-use super::before_write::Hold;
 use super::Renamer;
 use crate::error::{RenameError, Result};
 use crate::journal::{Journal, JournalEntry};
@@ -55,23 +54,16 @@ impl Renamer {
         (entry, journal): (&JournalEntry, &Journal),
         report: &mut RenameReport,
     ) -> Result<Journaled> {
-        self.before_page(
-            Hold::open(tree, locks),
-            &entries,
-            from,
-            (report.rewritten, report.found),
-        )
-        .await?;
-        let ops = entries
-            .iter()
-            .map(|e| self.rename_op(tree, e, (from, to)))
-            .collect::<Result<Vec<BulkOp>>>()?;
+        let ops = self
+            .whole_rename_ops((tree, locks), (from, to), &entries, report)
+            .await?;
         let first = journal.open_write(entry)?;
         let sent = tree
             .store()
             .bulk_after(Chain {
                 first_index: journal.index(),
                 first,
+                with_first: None,
                 index: tree.index(),
                 then: ops,
                 refresh: true,

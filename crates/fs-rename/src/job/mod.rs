@@ -30,7 +30,9 @@
 //! Where the store makes several writes in one transaction (the embedded store), a rename
 //! whose check read its whole (small) subtree sends its entry with its writes
 //! (`chained.rs`), and a job whose writes are searchable closes its entry with the release
-//! (`release.rs`): the same guarantees, two round trips fewer.
+//! (`release.rs`): the same guarantees, two round trips fewer. A small rename holding one
+//! guard goes further: entry, rewrite and release in one transaction (`at_once.rs`), three
+//! round trips fewer; what a job that cannot give everything back leaves is `left.rs`.
 //!
 //! A job whose entry is closed has happened, so a release that fails afterwards does not make
 //! it fail: it is reported done, with the locks it left in [`RenameReport::locks_left`] and a
@@ -48,6 +50,7 @@ use fs_locks::LockClient;
 use fs_model::FsPath;
 use fs_store::{CountingStore, SharedStore};
 
+mod at_once;
 mod before_write;
 mod builder;
 mod bulk;
@@ -57,6 +60,7 @@ mod delete;
 mod delete_order;
 mod document_locks;
 mod journaling;
+mod left;
 mod read_back;
 mod release;
 mod rewrite;

@@ -363,6 +363,30 @@ impl Renamer {
         Ok(())
     }
 
+    /// The writes that move the whole of a small subtree (`entries`, as the check read it)
+    /// in one request, once the checks before a page passed (`before_page`): for the paths
+    /// that send them in one transaction with more (`chained.rs`, `at_once.rs`). An `Err`
+    /// comes before anything was sent.
+    pub(super) async fn whole_rename_ops(
+        &self,
+        (tree, locks): (&FsTree, &fs_locks::LockClient),
+        (from, to): (&FsPath, &FsPath),
+        entries: &[Entry],
+        report: &RenameReport,
+    ) -> Result<Vec<BulkOp>> {
+        self.before_page(
+            Hold::open(tree, locks),
+            entries,
+            from,
+            (report.rewritten, report.found),
+        )
+        .await?;
+        entries
+            .iter()
+            .map(|e| self.rename_op(tree, e, (from, to)))
+            .collect()
+    }
+
     /// The write that moves `entry` from under `from` to under `to`: conditional on the
     /// version read (unless the job writes unversioned).
     pub(super) fn rename_op(

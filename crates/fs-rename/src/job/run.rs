@@ -8,6 +8,7 @@ use fs_locks::{LockClient, LockEvent, LockGuard};
 use fs_store::{CountingStore, SharedStore, StoredDoc};
 use tokio::time::Instant;
 
+use super::at_once::AtOnce;
 use super::before_write::Hold;
 use super::server_rewrite;
 use super::task::Checked;
@@ -327,6 +328,28 @@ impl Renamer {
                     job: job_id.to_owned(),
                     reason,
                 })?;
+        }
+        // A small rename whose writes, entry and release can go in one transaction
+        // (`at_once.rs`); if they did not land, it goes on below with what it read.
+        let mut read = read;
+        if let (Task::Rename { from, to }, Some(entries)) = (task, &read.known) {
+            if self.renames_at_once(tree, locks, entries, guards).await {
+                let entries = read.known.take().unwrap_or_default();
+                let sent = self
+                    .rename_at_once(
+                        tree,
+                        (locks, guards),
+                        (task, job_id),
+                        (from, to),
+                        entries,
+                        report,
+                    )
+                    .await?;
+                match sent {
+                    AtOnce::Done => return Ok(None),
+                    AtOnce::NotLanded(entries) => read.known = Some(entries),
+                }
+            }
         }
         let entry = self.journal_entry(locks, task, job_id).await;
         let journal = Journal::new(Arc::clone(tree.store()), tree.index());

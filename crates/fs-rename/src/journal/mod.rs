@@ -403,6 +403,29 @@ impl Journal {
                 source: self.tombstone_source(job_id, CLOSED_BY)?,
                 if_version: Some(version),
             },
+            with: None,
+        })
+    }
+
+    /// The entry of a job whose writes (`with`) and release all go in the one transaction
+    /// that writes it (`job/at_once.rs`): created closed, since the tree is never half-renamed
+    /// by it, and with `_create`, so that a fence at `job_id` fails it, and the transaction,
+    /// as it fails an open entry's `_create`.
+    ///
+    /// # Errors
+    /// [`RenameError::BadDocument`] if the tombstone cannot be written as JSON.
+    pub fn closed_write(
+        &self,
+        job_id: &str,
+        with: fs_store::WithFirst,
+    ) -> Result<fs_locks::FirstWrite> {
+        Ok(fs_locks::FirstWrite {
+            index: self.index.clone(),
+            op: fs_store::BulkOp::Create {
+                id: job_id.to_owned(),
+                source: self.tombstone_source(job_id, CLOSED_BY)?,
+            },
+            with: Some(with),
         })
     }
 

@@ -63,6 +63,7 @@ pub async fn chained_writes_land_together_or_not_at_all(store: SharedStore) {
                 id: first.to_owned(),
                 source: file(&format!("/{first}")),
             },
+            with_first: None,
             index,
             then: vec![BulkOp::Create {
                 id: path.trim_start_matches('/').to_owned(),

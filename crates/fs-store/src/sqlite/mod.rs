@@ -29,6 +29,7 @@ use crate::index_name::validate_index_name;
 use crate::store::DocStore;
 use crate::types::{
     BulkItemResult, BulkOp, Chain, Chained, Page, Scope, SearchRequest, StoredDoc, Version,
+    WithFirst,
 };
 pub use usage::{CallUse, ConnectionUse};
 use writer::Writer;
@@ -386,15 +387,16 @@ impl ChainedBulk for SqliteStore {
     /// One transaction: the first write, then (only if it landed) the bulk; a first write
     /// that fails rolls back and changes nothing. The refresh follows in the same call.
     async fn bulk_after(&self, chain: Chain<'_, BulkOp>) -> Result<Chained<BulkItemResult>> {
-        let (first, ops) = (chain.first, chain.then);
+        let (first, with_first, ops) = (chain.first, chain.with_first, chain.then);
         let (first_index, index) = (chain.first_index.to_owned(), chain.index.to_owned());
         let refresh = chain.refresh;
         self.run("bulk_after", move |conn, nrt| {
-            let chained =
-                Writer::chained(conn, nrt, (&first_index, &first), &index, |w| w.bulk(&ops))?;
+            let first = (first_index.as_str(), &first, with_first.as_ref());
+            let chained = Writer::chained(conn, nrt, first, &index, |w| w.bulk(&ops))?;
             if refresh {
                 refresh_landed(conn, nrt, &index, &chained)?;
             }
+            refresh_with_first(conn, nrt, with_first.as_ref(), &chained)?;
             Ok(chained)
         })
         .await
@@ -414,6 +416,20 @@ fn refresh_landed<T>(
         ops::refresh(conn, nrt, index)?;
     }
     Ok(())
+}
+
+/// Refreshes the index of the writes that went with a chained request's first write, where
+/// they asked for it and landed.
+fn refresh_with_first<T>(
+    conn: &mut Connection,
+    nrt: bool,
+    with_first: Option<&WithFirst>,
+    chained: &Chained<T>,
+) -> Result<()> {
+    match with_first {
+        Some(with) if with.refresh => refresh_landed(conn, nrt, &with.index, chained),
+        _ => Ok(()),
+    }
 }
 
 #[async_trait]

@@ -57,17 +57,19 @@ impl ScriptedUpdates for SqliteStore {
         &self,
         chain: Chain<'_, ScriptedUpdate>,
     ) -> Result<Chained<UpdateItemResult>> {
-        let (first, items) = (chain.first, chain.then);
+        let (first, with_first, items) = (chain.first, chain.with_first, chain.then);
         let scripts = self.scripts_of(&items);
         let (first_index, index) = (chain.first_index.to_owned(), chain.index.to_owned());
         let refresh = chain.refresh;
         self.run("bulk_update_after", move |conn, nrt| {
-            let chained = Writer::chained(conn, nrt, (&first_index, &first), &index, |w| {
+            let first = (first_index.as_str(), &first, with_first.as_ref());
+            let chained = Writer::chained(conn, nrt, first, &index, |w| {
                 update_all(w, &index, &items, &scripts)
             })?;
             if refresh {
                 super::refresh_landed(conn, nrt, &index, &chained)?;
             }
+            super::refresh_with_first(conn, nrt, with_first.as_ref(), &chained)?;
             Ok(chained)
         })
         .await

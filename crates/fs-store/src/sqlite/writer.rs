@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::sql::{index_seq, parse_source, sql_error, version, PRIMARY_TERM};
 use crate::error::{Result, StoreError};
-use crate::types::{BulkItemResult, BulkOp, Chained, StoredDoc, Version};
+use crate::types::{BulkItemResult, BulkOp, Chained, StoredDoc, Version, WithFirst};
 
 /// Writes within one transaction, handing out sequence numbers from a counter that is read once
 /// and stored back by [`Writer::finish`].
@@ -59,13 +59,14 @@ impl<'c> Writer<'c> {
         Ok(written)
     }
 
-    /// One transaction: `first` (one write to `first_index`), then, only if it landed, `rest`
-    /// on `index`, committed. A first write that does not land (a conflict, a missing index)
+    /// One transaction: `first` (one write to `first_index`) and the writes `with_first`,
+    /// then, only if they all landed, `rest` on `index`, committed. A first write that does
+    /// not land (a conflict, a missing index), or any write of `with_first` that does not,
     /// rolls back and comes back as [`Chained::FirstFailed`].
     pub(super) fn chained<T>(
         conn: &'c mut Connection,
         nrt: bool,
-        (first_index, first): (&str, &BulkOp),
+        (first_index, first, with_first): (&str, &BulkOp, Option<&WithFirst>),
         index: &str,
         rest: impl FnOnce(&mut Writer<'c>) -> Result<Vec<T>>,
     ) -> Result<Chained<T>> {
@@ -84,6 +85,17 @@ impl<'c> Writer<'c> {
                 })
             }
         };
+        if let Some(with) = with_first {
+            match writer.switch_index(&with.index) {
+                Ok(()) => {}
+                Err(e @ StoreError::IndexNotFound { .. }) => return Ok(Chained::FirstFailed(e)),
+                Err(e) => return Err(e),
+            }
+            // Dropped unfinished, the writer rolls back: the first write goes with them.
+            if let Some(Err(e)) = writer.bulk(&with.ops)?.into_iter().find(Result::is_err) {
+                return Ok(Chained::FirstFailed(e));
+            }
+        }
         writer.switch_index(index)?;
         let results = rest(&mut writer)?;
         writer.finish()?;

@@ -742,6 +742,11 @@ struct StoreJournalId {
 
 #[async_trait]
 impl RenameHooks for StoreJournalId {
+    /// Only `journaling` is implemented: nothing needs the locks after the writes.
+    fn need_locks_after_writes(&self) -> bool {
+        false
+    }
+
     /// The job journals only once its journal id is stored: an instance that adopts the job
     /// after this one died must find the id, or it would run the job again from the start
     /// over what it wrote (found by the Jepsen-style test, `docs/reliability.md`, anomaly 4:
