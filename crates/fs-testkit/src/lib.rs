@@ -212,6 +212,41 @@ pub async fn scroll_contexts_open(url: &str) -> u64 {
         .sum()
 }
 
+/// Returns how many scroll contexts the server at `url` has open now on `indices` (those that
+/// exist; `GET <indices>/_stats/search`, `scroll_current` over every copy): for a test whose
+/// neighbours, running at the same time on the same server, open scrolls of their own, which
+/// the count of [`scroll_contexts_open`] would include.
+///
+/// # Panics
+/// If the server cannot be asked: the test that asks needs the answer.
+pub async fn scroll_contexts_open_on(url: &str, indices: &[&str]) -> u64 {
+    let stats: serde_json::Value = reqwest::Client::new()
+        .get(format!(
+            "{}/{}/_stats/search?ignore_unavailable=true",
+            url.trim_end_matches('/'),
+            indices.join(",")
+        ))
+        .send()
+        .await
+        .expect("GET <indices>/_stats/search")
+        .json()
+        .await
+        .expect("index stats are JSON");
+    stats["indices"]
+        .as_object()
+        .map(|by_index| {
+            by_index
+                .values()
+                .map(|index| {
+                    index["total"]["search"]["scroll_current"]
+                        .as_u64()
+                        .unwrap_or(0)
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
 /// Returns the number of shards of `index` on the server at `url`, as its settings say
 /// (`GET /<index>/_settings`, `index.number_of_shards`).
 ///

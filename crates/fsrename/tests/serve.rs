@@ -1832,10 +1832,6 @@ async fn sixteen_clients_under_one_parent_with_scripted_locks(backend: Backend, 
     let real_url = std::env::var(fs_testkit::REAL_ES_VAR)
         .ok()
         .filter(|_| !proxied);
-    let scrolls_before = match &real_url {
-        Some(url) => fs_testkit::scroll_contexts_open(url).await,
-        None => 0,
-    };
     let service = Arc::new(
         Service::start(backend, |c| {
             c.max_jobs = CLIENTS;
@@ -1900,17 +1896,16 @@ async fn sixteen_clients_under_one_parent_with_scripted_locks(backend: Backend, 
         Ok(service) => service.stop().await,
         Err(_) => panic!("the service is still shared"),
     }
+    let locks = fs_model::lock_index_name(&index);
+    let journal = fs_model::journal_index_name(&index);
     match &real_url {
+        // On this test's indices only: the other real-server tests of this file run at the
+        // same time on the same server, with scrolls of their own open.
         Some(url) => {
-            let after = fs_testkit::scroll_contexts_open(url).await;
-            assert!(
-                after <= scrolls_before,
-                "scroll contexts: {scrolls_before} before, {after} after"
-            );
+            let open = fs_testkit::scroll_contexts_open_on(url, &[&index, &locks, &journal]).await;
+            assert_eq!(open, 0, "scroll contexts left open on this test's indices");
         }
         None => {
-            let locks = fs_model::lock_index_name(&index);
-            let journal = fs_model::journal_index_name(&index);
             fs_testkit::assert_no_open_contexts(&[&index, &locks, &journal]);
         }
     }
