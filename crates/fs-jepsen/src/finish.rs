@@ -57,12 +57,17 @@ pub async fn read_tree(fsrename: &Fsrename) -> Result<Vec<Entry>, String> {
     let mut entries = vec![root()];
     for line in out.lines().filter(|l| !l.trim().is_empty()) {
         let v: Value = serde_json::from_str(line).map_err(|e| format!("ls line {line}: {e}"))?;
-        let kind = match v["doc"]["kind"].as_str() {
+        match v["type"].as_str() {
+            Some("entry") => {}
+            Some("ls_report") => continue,
+            other => return Err(format!("ls line {line}: type {other:?}")),
+        }
+        let kind = match v["kind"].as_str() {
             Some("dir") => Kind::Dir,
             Some("file") => Kind::File,
             other => return Err(format!("ls line {line}: kind {other:?}")),
         };
-        match (v["doc"]["path"].as_str(), v["id"].as_str()) {
+        match (v["path"].as_str(), v["id"].as_str()) {
             (Some(path), Some(id)) => entries.push(Entry {
                 path: path.to_owned(),
                 id: id.to_owned(),
@@ -109,7 +114,7 @@ async fn locks_left(fsrename: &Fsrename) -> bool {
         return true;
     };
     let report: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
-    ["locks_active", "locks_expired"]
+    ["locks_active", "locks_gone", "locks_expired"]
         .iter()
         .any(|field| report[field].as_u64() != Some(0))
 }
@@ -147,11 +152,17 @@ pub async fn leftovers(
     for problem in report["problems"].as_array().into_iter().flatten() {
         found.push(format!("fsck: {problem}"));
     }
-    for field in ["locks_active", "locks_expired", "journals_open"] {
+    for field in ["locks_active", "locks_gone", "locks_expired"] {
         let n = report[field].as_u64().unwrap_or(u64::MAX);
         if n != 0 {
             found.push(format!("fsck: {field} {n}"));
         }
+    }
+    for job in report["unfinished"].as_array().into_iter().flatten() {
+        found.push(format!("fsck: unfinished job {job}"));
+    }
+    if !report["unfinished"].is_array() {
+        found.push(format!("fsck: no `unfinished` in its report: {report}"));
     }
     let Some(es) = es else { return Ok(found) };
     let http = reqwest::Client::builder()

@@ -1,12 +1,13 @@
 //! [`FsDoc`]: the document that stands for one file or directory in the tree index.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{PathError, Result};
 use crate::path::FsPath;
 
 /// Whether a document is a file or a directory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DocKind {
     /// A regular file (or anything that is not a directory).
@@ -18,7 +19,7 @@ pub enum DocKind {
 /// Which file on disk a document stands for: its device and inode, as `stat` reports them.
 /// `fsrename index` records it, and a later run that finds the same identity at another path
 /// (its old path gone) renames the document instead of deleting it and creating a new one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub struct Identity {
     /// The device (`st_dev`).
     pub dev: u64,
@@ -32,7 +33,7 @@ pub struct Identity {
 /// and filtering by depth are cheap term queries. A document's store id is not its path: it is
 /// minted once ([`FsDoc::new_id`]) and kept, so a rename is an update of these fields and never
 /// a delete plus a create.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct FsDoc {
     /// The full path.
     pub path: FsPath,

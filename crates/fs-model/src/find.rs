@@ -8,8 +8,9 @@ use crate::path::FsPath;
 ///
 /// Every part narrows the result: documents at or under [`under`](FindQuery::under), whose
 /// name matches [`name`](FindQuery::name) if given, and whose `content` holds every one of
-/// [`words`](FindQuery::words) if any (case-insensitive, each a whole word). Hits come most
-/// relevant first when words are asked for (then by path), in path order otherwise.
+/// [`words`](FindQuery::words) if any (case-insensitive, each a whole word), and that store
+/// text at all if [`stores_text`](FindQuery::stores_text). Hits come most relevant first when
+/// words are asked for (then by path), in path order otherwise.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FindQuery {
     /// Where to look: this path and everything under it.
@@ -18,6 +19,9 @@ pub struct FindQuery {
     pub name: Option<NameGlob>,
     /// Words the content must hold, lowercased (see [`FindQuery::words_of`]).
     pub words: Vec<String>,
+    /// Only documents that store text (`content`), whatever it holds: what `fsrename find
+    /// --text` asks when no words matched, to tell "no match" from "no text stored here".
+    pub stores_text: bool,
 }
 
 impl FindQuery {
@@ -27,7 +31,14 @@ impl FindQuery {
             under,
             name: None,
             words: Vec::new(),
+            stores_text: false,
         }
+    }
+
+    /// Returns this query narrowed to documents that store text.
+    pub fn storing_text(mut self) -> FindQuery {
+        self.stores_text = true;
+        self
     }
 
     /// Returns this query narrowed to names matching `glob`.

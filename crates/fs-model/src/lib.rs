@@ -18,7 +18,7 @@
 //! - [`rename_script`]: the stored painless script of a rename the server carries out
 //!   (`_update_by_query`), beside the same logic in Rust.
 //! - [`short_duration`] and [`plural`]: durations and counts as messages say them, in every
-//!   layer's words alike.
+//!   layer's words alike; [`millis`]: durations as JSON says them (whole `*_ms`).
 //!
 //! ```
 //! use fs_model::{FsDoc, FsPath};
@@ -46,6 +46,7 @@ mod lock_id;
 mod lock_mode;
 pub mod lock_scripts;
 mod mapping;
+pub mod millis;
 mod path;
 pub mod rename_script;
 
@@ -65,4 +66,7 @@ pub use mapping::{
     lock_index_mappings, lock_index_name, tree_index_body, tree_index_body_with,
     tree_index_mappings, DEFAULT_TREE_INDEX,
 };
-pub use path::{FsPath, MAX_COMPONENT_BYTES, MAX_PATH_BYTES};
+pub use path::{
+    FsPath, BELOW_ROOT_PATTERN, INPUT_PATH_PATTERN, MAX_COMPONENT_BYTES, MAX_PATH_BYTES,
+    PATH_PATTERN,
+};

@@ -20,7 +20,19 @@ use serde::{Deserialize, Serialize};
 /// assert!(!LockMode::IntentExclusive.compatible(LockMode::Shared));
 /// assert!(LockMode::Exclusive.covers(LockMode::IntentShared));
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 pub enum LockMode {
     /// IS: something below is being read. Refuses only [`LockMode::Exclusive`].
     #[serde(rename = "IS")]

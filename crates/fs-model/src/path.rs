@@ -42,6 +42,24 @@ impl FsPath {
         Ok(FsPath(s.to_owned()))
     }
 
+    /// Parses a path as a person types it: as [`FsPath::parse`], but one `/` at the end of a
+    /// path other than the root is dropped (`/clinton/` is `/clinton`), since shells complete
+    /// directories so and `ls -R` prints them so. Returns the path and whether it ended with
+    /// that `/`, which names a directory: a caller may refuse it for a file, as Unix does.
+    ///
+    /// Only for input from people and clients; documents read from a store go through
+    /// [`FsPath::parse`], which keeps refusing a trailing `/`.
+    ///
+    /// # Errors
+    /// As [`FsPath::parse`], for the path without its trailing `/` (`/a//` still has an empty
+    /// component).
+    pub fn parse_input(s: &str) -> Result<(FsPath, bool)> {
+        match s.strip_suffix('/') {
+            Some(dir) if !dir.is_empty() && !dir.ends_with('/') => Ok((FsPath::parse(dir)?, true)),
+            _ => Ok((FsPath::parse(s)?, false)),
+        }
+    }
+
     /// Returns the path as a string slice.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -298,6 +316,43 @@ impl Serialize for FsPath {
     }
 }
 
+/// One or more components, each after a `/`, as a regular expression: a component is anything
+/// without `/` or a control character (Unicode's Cc, as `char::is_control`), with at least one
+/// character that is not a dot, or three dots or more. The byte lengths are not in it: a
+/// pattern counts characters.
+macro_rules! components {
+    () => {
+        r"(/([^/\x00-\x1F\x7F-\x9F]*[^/.\x00-\x1F\x7F-\x9F][^/\x00-\x1F\x7F-\x9F]*|\.\.\.+))+"
+    };
+}
+
+/// What [`FsPath::parse`] accepts, as a regular expression (JSON Schema's `pattern`): `/`, or
+/// components. Paths are also at most [`MAX_PATH_BYTES`] bytes long, which a pattern cannot
+/// count.
+pub const PATH_PATTERN: &str = concat!("^(/|", components!(), ")$");
+
+/// What [`FsPath::parse_input`] accepts: a path as [`PATH_PATTERN`], or one that ends with a
+/// `/` after its last component.
+pub const INPUT_PATH_PATTERN: &str = concat!("^(/|", components!(), "/?)$");
+
+/// Any path but `/`, as a regular expression.
+pub const BELOW_ROOT_PATTERN: &str = concat!("^", components!(), "$");
+
+/// A path is a string in JSON, described by its pattern.
+impl schemars::JsonSchema for FsPath {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Path".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": PATH_PATTERN,
+            "description": "An absolute path in the tree: `/`, or `/a/b`",
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for FsPath {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<FsPath, D::Error> {
         let s = String::deserialize(deserializer)?;
@@ -312,6 +367,25 @@ mod tests {
 
     fn p(s: &str) -> FsPath {
         FsPath::parse(s).expect("valid test path")
+    }
+
+    #[test]
+    fn input_may_end_with_a_slash_that_names_a_directory() {
+        let input = |s: &str| FsPath::parse_input(s).map(|(p, dir)| (p.to_string(), dir));
+        assert_eq!(input("/t/a/"), Ok(("/t/a".to_owned(), true)));
+        assert_eq!(input("/t/a"), Ok(("/t/a".to_owned(), false)));
+        assert_eq!(input("/"), Ok(("/".to_owned(), false)));
+        assert!(matches!(
+            input("/t/a//"),
+            Err(PathError::EmptyComponent { .. })
+        ));
+        assert!(matches!(input("//"), Err(PathError::EmptyComponent { .. })));
+        assert!(matches!(input("t/"), Err(PathError::NotAbsolute { .. })));
+        // Documents keep the strict rule.
+        assert!(matches!(
+            FsPath::parse("/t/a/"),
+            Err(PathError::TrailingSlash { .. })
+        ));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The error type of rename jobs and tree operations.
 
+use crate::kind::JobKind;
 use fs_locks::LockError;
 use fs_model::{FsPath, PathError};
 use fs_store::StoreError;
@@ -84,8 +85,10 @@ pub enum RenameError {
     /// A document changed between the job's read and its conditional write: someone else
     /// wrote it (for a copy: a document holds the copy's id but not what the copy would
     /// write). The job stopped there; what it wrote before stays written.
-    #[error("`{path}` changed while the job was writing it (version conflict); stopped after writing {rewritten} of the {found} documents to move")]
+    #[error("`{path}` changed while the job was writing it (version conflict); stopped after {} {rewritten} of the {found} documents", kind.writing())]
     Conflict {
+        /// What the job was doing.
+        kind: JobKind,
         /// The document that changed.
         path: String,
         /// Documents written before the job stopped.
@@ -136,8 +139,10 @@ pub enum RenameError {
     },
     /// The job was cancelled (the service is shutting down). Before its first write its locks
     /// are released; after it, the error comes wrapped in [`RenameError::Unfinished`].
-    #[error("cancelled after rewriting {rewritten} of {found} documents")]
+    #[error("cancelled after {} {rewritten} of {found} documents", kind.writing())]
     Cancelled {
+        /// What the job was doing.
+        kind: JobKind,
         /// Documents rewritten before the job stopped.
         rewritten: u64,
         /// Documents found so far.
@@ -165,7 +170,7 @@ pub enum RenameError {
     /// The job may not journal its rename: its locks had expired and a recovery cleared them
     /// after fencing its journal entry (or took the entry over). Nothing was rewritten; the
     /// rename can simply be run again.
-    #[error("journal entry `{job}` is fenced off by {by}: this job's locks expired before it journaled, so it stops before its first rewrite (run the rename again)")]
+    #[error("journal entry `{job}` is fenced off by {by}: this job's locks expired before it journaled, so it stops before its first write (run it again)")]
     Fenced {
         /// The journal entry the job would have written.
         job: String,

@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 ///
 /// Serialized as `rename`, `copy`, `delete`; journal entries written before copies and
 /// deletes existed have no kind and read as [`JobKind::Rename`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum JobKind {
     /// `mv`: every document at or under the source gets a new path; ids stay.
@@ -39,6 +41,16 @@ impl JobKind {
             JobKind::Rename => "mv",
             JobKind::Copy => "cp",
             JobKind::Delete => "rm",
+        }
+    }
+
+    /// Returns what a job of this kind does to each document, as messages say how far it
+    /// got: `moving`, `copying`, `deleting` ("cancelled after copying 200 of 900 documents").
+    pub fn writing(self) -> &'static str {
+        match self {
+            JobKind::Rename => "moving",
+            JobKind::Copy => "copying",
+            JobKind::Delete => "deleting",
         }
     }
 

@@ -62,7 +62,7 @@ mod tree;
 pub use consistent::{fsck_consistent, list_consistent};
 pub use error::{RenameError, Result};
 pub use fs_model::short_duration;
-pub use fsck::{fsck, FsckReport};
+pub use fsck::{fsck, FsckReport, Holding, UnfinishedJob, Verdict};
 pub use indexer::{
     index_dir, watch_dir, IndexOptions, IndexProgress, IndexProgressSink, IndexReport, Move,
     Skipped, WatchBatch, WatchEvent, WatchOptions, WatchReport, WatchSink, DEFAULT_CONTENT_MAX,

@@ -6,14 +6,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fs_model::FsPath;
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use crate::kind::JobKind;
 use crate::strategy::Strategy;
 use crate::tree::Entry;
 
 /// Something a running job (a rename, a copy or a delete) did, in order.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum RenameEvent {
     /// A lock attempt was refused; the job backs off and tries again.
@@ -28,7 +29,8 @@ pub enum RenameEvent {
         /// Round trips the acquisition took.
         round_trips: u32,
         /// Time spent waiting for them (in JSON `waited_ms`, milliseconds).
-        #[serde(rename = "waited_ms", serialize_with = "millis")]
+        #[serde(rename = "waited_ms", with = "fs_model::millis")]
+        #[schemars(with = "u64")]
         waited: Duration,
     },
     /// The checks passed; `total` documents are to be moved (copied, deleted).
@@ -105,31 +107,29 @@ pub trait RenameHooks: Send + Sync {
 }
 
 /// Time spent in each phase of a rename. In JSON (`mv --json`, the service's reports) each is
-/// a number of milliseconds, `locking_ms` and so on: serde's own form of a duration,
-/// `{"secs", "nanos"}`, is for programs, not for people reading a report.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+/// a whole number of milliseconds, `locking_ms` and so on ([`fs_model::millis`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct PhaseTimes {
     /// Taking the locks, waiting included.
-    #[serde(rename = "locking_ms", serialize_with = "millis")]
+    #[serde(rename = "locking_ms", with = "fs_model::millis")]
+    #[schemars(with = "u64")]
     pub locking: Duration,
     /// Refreshing and checking source and destination.
-    #[serde(rename = "checking_ms", serialize_with = "millis")]
+    #[serde(rename = "checking_ms", with = "fs_model::millis")]
+    #[schemars(with = "u64")]
     pub checking: Duration,
     /// Scanning and rewriting the documents.
-    #[serde(rename = "rewriting_ms", serialize_with = "millis")]
+    #[serde(rename = "rewriting_ms", with = "fs_model::millis")]
+    #[schemars(with = "u64")]
     pub rewriting: Duration,
     /// Releasing the locks.
-    #[serde(rename = "releasing_ms", serialize_with = "millis")]
+    #[serde(rename = "releasing_ms", with = "fs_model::millis")]
+    #[schemars(with = "u64")]
     pub releasing: Duration,
 }
 
-/// A duration as milliseconds, with microseconds in the fraction.
-fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64((d.as_secs_f64() * 1e6).round() / 1e3)
-}
-
 /// What a job (a rename, a copy or a delete) did and cost.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RenameReport {
     /// What the job did.
     pub kind: JobKind,

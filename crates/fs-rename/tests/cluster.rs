@@ -74,7 +74,7 @@ async fn assert_clean(env: &Env) {
         .await
         .expect("fsck");
     assert!(check.is_clean(), "{check}");
-    assert_eq!(check.journals_open, 0, "journal entries left");
+    assert_eq!(check.journals_open(), 0, "journal entries left");
     assert_eq!(locks_left(env).await, 0, "locks left");
 }
 

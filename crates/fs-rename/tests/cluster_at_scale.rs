@@ -223,7 +223,7 @@ async fn real_cluster_a_million_documents_ride_out_kills_and_pauses() {
             .await
             .expect("fsck");
         assert!(check.is_clean(), "run {run}: {check}");
-        assert_eq!(check.journals_open, 0, "run {run}: journal entries left");
+        assert_eq!(check.journals_open(), 0, "run {run}: journal entries left");
         assert_eq!(locks_left(&env).await, 0, "run {run}: locks left");
         assert_eq!(
             by_query_tasks(&cluster).await,

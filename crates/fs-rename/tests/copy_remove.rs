@@ -79,7 +79,7 @@ async fn assert_clean(env: &Env) {
         .await
         .expect("fsck");
     assert!(report.is_clean(), "{report}");
-    assert_eq!(report.journals_open, 0, "journal entries left: {report}");
+    assert_eq!(report.journals_open(), 0, "journal entries left: {report}");
     assert_eq!(locks_left(env).await, 0, "locks left");
 }
 
@@ -434,7 +434,7 @@ async fn a_delete_killed_half_way_is_finished_by_recovery(env: Env) {
         half.is_clean(),
         "no orphan after a death mid-delete: {half}"
     );
-    assert_eq!(half.journals_open, 1);
+    assert_eq!(half.journals_open(), 1);
 
     tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
     let report = recovery(&env).run().await.expect("recover");
@@ -484,6 +484,7 @@ async fn consistent_reads_hold_a_shared_lock_and_refuse_the_root(env: Env) {
     // A reader that stops the listing: the lock is released all the same.
     let stopped = list_consistent(&tree, &settings, "ls", &p("/src"), true, |_| {
         Err(RenameError::Cancelled {
+            kind: fs_rename::JobKind::Copy,
             rewritten: 0,
             found: 0,
         })

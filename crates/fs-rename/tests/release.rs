@@ -121,7 +121,7 @@ async fn assert_recovered(env: &Env, locks: u64, shares: usize) {
         .await
         .expect("fsck");
     assert!(checked.is_clean(), "{checked}");
-    assert_eq!(checked.journals_open, 0, "{checked}");
+    assert_eq!(checked.journals_open(), 0, "{checked}");
     assert_eq!(checked.locks_expired, 0, "{checked}");
     let journal = Journal::new(Arc::clone(&env.store), &env.index);
     assert_eq!(journal.fences().await.expect("fences").len(), 1);

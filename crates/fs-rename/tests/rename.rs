@@ -323,6 +323,7 @@ async fn a_conflict_with_pages_in_flight_reports_what_was_written(env: Env) {
         ref path,
         rewritten,
         found,
+        ..
     } = err
     else {
         panic!("expected a conflict: {err:?}");
@@ -613,7 +614,7 @@ async fn fsck_reports_locks_without_failing(env: Env) {
     assert!(report.is_clean());
     assert_eq!((report.locks_active, report.locks_expired), (1, 0));
     assert!(
-        report.to_string().contains("held by running jobs"),
+        report.to_string().contains("held by jobs at work"),
         "{report}"
     );
     guard.release().await.expect("release");

@@ -4,7 +4,7 @@
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
-use fsrename::Cli;
+use fsrename::{Cli, Signal};
 
 fn main() -> ExitCode {
     let cli = Cli::parse_args();
@@ -38,8 +38,8 @@ fn main() -> ExitCode {
     ExitCode::from(runtime.block_on(fsrename::run(cli, shutdown_signal())))
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
+/// Resolves on Ctrl-C or SIGTERM, with which of them came first.
+async fn shutdown_signal() -> Signal {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
@@ -57,7 +57,7 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let terminate = std::future::pending::<()>();
     tokio::select! {
-        () = ctrl_c => {}
-        () = terminate => {}
+        () = ctrl_c => Signal::Interrupt,
+        () = terminate => Signal::Terminate,
     }
 }

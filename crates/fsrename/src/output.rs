@@ -11,6 +11,9 @@
 
 use std::fmt::{self, Display};
 use std::io::{self, BufWriter, IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::contract::Contract;
 
 /// The error of a write to standard output after its reader went away (a broken pipe).
 #[derive(Debug)]
@@ -90,6 +93,27 @@ impl Printer {
         Ok(())
     }
 
+    /// Prints `value` as one line of the JSON contract.
+    ///
+    /// # Errors
+    /// As [`Printer::line`].
+    pub fn record<T: Contract>(&mut self, value: &T) -> anyhow::Result<()> {
+        let line = value.to_line()?;
+        self.line(line)
+    }
+
+    /// Prints `value` as the verb's report, its last line of JSON, and notes that it was
+    /// printed: a verb that fails after it has said what it has to say ([`reported`]).
+    ///
+    /// # Errors
+    /// As [`Printer::line`].
+    pub fn report<T: Contract>(&mut self, value: &T) -> anyhow::Result<()> {
+        self.record(value)?;
+        self.flush()?;
+        REPORTED.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
     /// Writes out what is buffered: at the end, and where a verb pauses for long between
     /// lines (the demo between its runs).
     ///
@@ -98,6 +122,15 @@ impl Printer {
     pub fn flush(&mut self) -> anyhow::Result<()> {
         self.out.flush().map_err(write_error)
     }
+}
+
+/// Whether the verb printed its report with [`Printer::report`]: if it fails without one, it
+/// ends with an error line instead (with `--json`), so that its last line says how it ended.
+static REPORTED: AtomicBool = AtomicBool::new(false);
+
+/// Returns true if the verb printed its report.
+pub fn reported() -> bool {
+    REPORTED.load(Ordering::SeqCst)
 }
 
 fn write_error(e: io::Error) -> anyhow::Error {

@@ -433,7 +433,8 @@ async fn round(place: Place, job: Job, kill: Kill, delay: Duration) -> Left {
         "{job:?}: after {left:?}: locks left"
     );
     assert_eq!(
-        report.journals_open, 0,
+        report.journals_open(),
+        0,
         "{job:?}: after {left:?}: journal left"
     );
     assert_eq!(

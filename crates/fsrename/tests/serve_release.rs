@@ -91,7 +91,7 @@ async fn a_job_whose_release_fails_is_done_and_its_locks_are_cleared(backend: Ba
         .await
         .expect("fsck");
     assert!(report.is_clean(), "{report}");
-    assert_eq!(report.journals_open, 0, "{report}");
+    assert_eq!(report.journals_open(), 0, "{report}");
 
     let _ = stop.send(());
     server.wait().await.expect("clean shutdown");

@@ -127,13 +127,10 @@ impl Setup {
             "ls {path}: {}",
             text(&out.stderr)
         );
-        let listed: serde_json::Value =
-            serde_json::from_slice(&out.stdout).expect("ls --json is JSON");
-        let first = listed
-            .as_array()
-            .and_then(|a| a.first())
-            .unwrap_or(&listed)
-            .clone();
+        let stdout = text(&out.stdout);
+        let listed = stdout.lines().next().unwrap_or_default();
+        let first: serde_json::Value =
+            serde_json::from_str(listed).expect("ls --json is JSON Lines");
         first["id"]
             .as_str()
             .unwrap_or_else(|| panic!("no id for {path}: {listed}"))
@@ -255,8 +252,16 @@ fn watch_keeps_what_it_could_not_read(store: Store) {
     let rx = lines_of(&mut watcher);
     wait_for(&rx, "watching for changes");
     chmod(&tree.join("secret"), 0o000);
-    let seen = wait_for(&rx, "could not read");
+    let mut seen = wait_for(&rx, "could not read");
+    // The next batch indexes the directory again (as every directory a batch indexed): still
+    // unreadable, it is neither said nor counted again.
+    seen.extend(wait_for(&rx, "caught up"));
     chmod(&tree.join("secret"), 0o755);
+    assert_eq!(
+        seen.iter().filter(|l| l.contains("could not read")).count(),
+        1,
+        "{seen:#?}"
+    );
     assert!(
         seen.iter()
             .any(|l| l.contains("tree/secret") && l.contains("the store keeps what it holds")),

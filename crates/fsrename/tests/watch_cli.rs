@@ -179,6 +179,9 @@ fn says_what_it_skips_and_nothing_else(embedded: bool) {
     assert_eq!(said("bad\\u{1}name"), 1, "{seen:#?}");
     assert_eq!(said("caf\u{fffd}"), 1, "{seen:#?}");
     assert_eq!(said("WatchNotFound"), 0, "{seen:#?}");
+    // The removals of `rm -rf` are applied a batch after they are seen: that batch says where
+    // they came from, not "0 events".
+    assert_eq!(said("fsrename: 0 events"), 0, "{seen:#?}");
     assert_eq!(
         said("0 renames, 0 directories indexed, 0 files, 0 removed"),
         0,

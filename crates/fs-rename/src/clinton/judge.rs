@@ -9,7 +9,7 @@ use crate::error::RenameError;
 pub(super) fn judge(o: &ScenarioOutcome) -> (bool, String) {
     let readme = o.readme_at.as_deref().unwrap_or("<gone>");
     let same_count = o.documents.0 == o.documents.1;
-    let locks_left = o.fsck.locks_active + o.fsck.locks_expired;
+    let locks_left = o.fsck.locks_active + o.fsck.locks_gone + o.fsck.locks_expired;
     let tidy = same_count && o.fsck.is_clean() && locks_left == 0;
     let moved_all = o.left_under_clinton == 0;
     match o.scenario {

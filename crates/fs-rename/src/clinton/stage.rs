@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use fs_locks::TreeLockRequest;
 use fs_model::FsPath;
 use fs_store::SharedStore;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::judge::judge;
@@ -87,6 +87,9 @@ pub struct Stage {
     index: String,
     pace: Pace,
     narrator: Option<Narrator>,
+    /// Every job task holds one of its receivers, until the task is dropped (see
+    /// [`Stage::jobs_gone`]).
+    jobs: watch::Sender<()>,
 }
 
 impl Stage {
@@ -98,6 +101,7 @@ impl Stage {
             index: index.into(),
             pace: Pace::default(),
             narrator: None,
+            jobs: watch::channel(()).0,
         }
     }
 
@@ -183,6 +187,16 @@ impl Stage {
         Ok(outcome)
     }
 
+    /// Waits until no job task of this stage is left. A run dropped before its end (the demo
+    /// stopped by Ctrl-C) aborts its jobs: each then drops what it holds (its lock guards
+    /// start their releases in the background, `fs_locks::settle_background_releases` waits
+    /// for those), at once if it was waiting, or when the store call it is making returns.
+    /// Wait for this before the process ends: a job still running while the runtime is torn
+    /// down has its store calls fail under it, and says so in warnings.
+    pub async fn jobs_gone(&self) {
+        self.jobs.closed().await;
+    }
+
     /// Runs the two jobs of `scenario` on their own tasks, cued by each other, and waits for
     /// both: job A moves `/clinton`, job B renames its README (the document `readme_id`);
     /// the other job's run may take `pages` pages of writes.
@@ -231,7 +245,9 @@ impl Stage {
         let run = |job: char, from: FsPath, to: FsPath| {
             let renamer = renamer(job, &from, &to);
             let (timeline, cues) = (timeline.clone(), Arc::clone(&cues));
-            tokio::spawn(async move {
+            let alive = self.jobs.subscribe();
+            JobTask(tokio::spawn(async move {
+                let _alive = alive;
                 if job == follower {
                     cues.start_other.notified().await;
                 }
@@ -242,13 +258,25 @@ impl Stage {
                     cues.other_done.notify_one();
                 }
                 outcome
-            })
+            }))
         };
         let (clinton, gormley) = (FsPath::parse(CLINTON)?, FsPath::parse(GORMLEY)?);
         let (readme, asciidoc) = (FsPath::parse(README_TXT)?, FsPath::parse(README_ASCIIDOC)?);
-        let a = run('A', clinton, gormley);
-        let b = run('B', readme, asciidoc);
-        Ok((joined(a.await)?, joined(b.await)?))
+        let mut a = run('A', clinton, gormley);
+        let mut b = run('B', readme, asciidoc);
+        Ok((joined((&mut a.0).await)?, joined((&mut b.0).await)?))
+    }
+}
+
+/// A scenario job's task, aborted when the run that started it is dropped before its end: a
+/// task merely detached would go on moving documents and holding locks, unseen, until the
+/// runtime is torn down under it.
+struct JobTask(tokio::task::JoinHandle<RenameOutcome>);
+
+impl Drop for JobTask {
+    fn drop(&mut self) {
+        // Nothing to abort once the task has ended.
+        self.0.abort();
     }
 }
 

@@ -20,9 +20,6 @@ use super::FsckReport;
 use crate::error::{RenameError, Result};
 use crate::tree::FsTree;
 
-/// Problems beyond this many are counted, not listed.
-const MAX_LISTED: usize = 100;
-
 /// A check under way: the counts and problems so far, and what the documents still to come
 /// may need of those seen.
 pub(super) struct TreeCheck<'a> {
@@ -39,14 +36,13 @@ pub(super) struct TreeCheck<'a> {
 }
 
 impl<'a> TreeCheck<'a> {
-    pub(super) fn new(tree: &'a FsTree, scope: &'a FsPath) -> TreeCheck<'a> {
+    /// A check of `scope` in `tree` that adds to `report` (which knows the unfinished jobs
+    /// whose problems are theirs).
+    pub(super) fn new(tree: &'a FsTree, scope: &'a FsPath, report: FsckReport) -> TreeCheck<'a> {
         TreeCheck {
             tree,
             scope,
-            report: FsckReport {
-                scope: scope.to_string(),
-                ..FsckReport::default()
-            },
+            report,
             open: Vec::new(),
             last: None,
             outside: None,
@@ -64,10 +60,10 @@ impl<'a> TreeCheck<'a> {
         let doc: FsDoc = match serde_json::from_value(hit.source) {
             Ok(doc) => doc,
             Err(e) => {
-                self.problem(format!(
-                    "document `{}` is not a valid tree document: {e}",
-                    hit.id
-                ));
+                self.report.problem(
+                    None,
+                    format!("document `{}` is not a valid tree document: {e}", hit.id),
+                );
                 return Ok(());
             }
         };
@@ -76,22 +72,24 @@ impl<'a> TreeCheck<'a> {
             DocKind::File => self.report.files += 1,
         }
         if !doc.is_consistent() {
-            self.problem(format!(
+            let problem = format!(
                 "`{}` (document `{}`): parent/name/depth ({:?}, {:?}, {}) disagree with the path",
                 doc.path,
                 hit.id,
                 doc.parent.as_ref().map(FsPath::as_str),
                 doc.name,
                 doc.depth
-            ));
+            );
+            self.report.problem(Some(&doc.path), problem);
         }
         match self.last.as_ref().map(|last| doc.path.cmp(last)) {
             Some(std::cmp::Ordering::Equal) => {
                 // Its parent was checked with the first of them.
-                self.problem(format!(
+                let problem = format!(
                     "`{}` is stored twice (again as document `{}`)",
                     doc.path, hit.id
-                ));
+                );
+                self.report.problem(Some(&doc.path), problem);
                 return Ok(());
             }
             Some(std::cmp::Ordering::Less) => return Err(self.out_of_order(&doc.path)),
@@ -100,7 +98,8 @@ impl<'a> TreeCheck<'a> {
         self.close_before(&doc.path);
         self.check_parent(&doc).await?;
         if doc.path.is_root() && doc.kind == DocKind::File {
-            self.problem("the root `/` is stored as a file".to_owned());
+            self.report
+                .problem(None, "the root `/` is stored as a file".to_owned());
         }
         self.open.push((doc.path.clone(), doc.kind));
         self.last = Some(doc.path);
@@ -135,10 +134,13 @@ impl<'a> TreeCheck<'a> {
         };
         let path = &doc.path;
         match kind {
-            None => self.problem(format!(
-                "`{path}`: parent directory `{parent}` does not exist"
-            )),
-            Some(DocKind::File) => self.problem(format!("`{path}`: parent `{parent}` is a file")),
+            None => self.report.problem(
+                Some(path),
+                format!("`{path}`: parent directory `{parent}` does not exist"),
+            ),
+            Some(DocKind::File) => self
+                .report
+                .problem(Some(path), format!("`{path}`: parent `{parent}` is a file")),
             Some(DocKind::Dir) => {}
         }
         Ok(())
@@ -156,14 +158,6 @@ impl<'a> TreeCheck<'a> {
         Ok(kind)
     }
 
-    /// Counts a problem; the first [`MAX_LISTED`] are listed.
-    fn problem(&mut self, problem: String) {
-        self.report.problem_count += 1;
-        if self.report.problems.len() < MAX_LISTED {
-            self.report.problems.push(problem);
-        }
-    }
-
     /// The error for a scan that went back: `path` after a greater one.
     fn out_of_order(&self, path: &FsPath) -> RenameError {
         let last = self.last.as_ref().map_or("", FsPath::as_str);
@@ -179,15 +173,10 @@ impl<'a> TreeCheck<'a> {
         }
     }
 
-    /// The report of the tree's check: the problems counted, the first [`MAX_LISTED`]
-    /// listed.
+    /// The report of the tree's check: the problems counted, the first hundred listed.
     pub(super) fn into_report(self) -> FsckReport {
         let mut report = self.report;
-        let listed = report.problems.len() as u64;
-        if report.problem_count > listed {
-            let more = report.problem_count - listed;
-            report.problems.push(format!("... and {more} more"));
-        }
+        report.close_problems();
         report
     }
 }

@@ -116,7 +116,7 @@ pub struct IndexProgress {
 }
 
 /// An entry that was not indexed, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Skipped {
     /// The local path (non-UTF-8 bytes shown as U+FFFD).
     pub path: String,
@@ -137,7 +137,7 @@ impl Skipped {
 }
 
 /// What an indexing run did.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct IndexReport {
     /// The directory indexed.
     pub dir: PathBuf,
@@ -191,7 +191,9 @@ pub struct IndexReport {
     pub skipped: Vec<Skipped>,
     /// Writes the store refused.
     pub failed: u64,
-    /// Wall time.
+    /// Wall time (in JSON `elapsed_ms`, whole milliseconds).
+    #[serde(rename = "elapsed_ms", serialize_with = "fs_model::millis::serialize")]
+    #[schemars(with = "u64")]
     pub elapsed: Duration,
 }
 

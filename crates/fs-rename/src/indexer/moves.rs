@@ -28,7 +28,7 @@ use crate::ops::mkdir;
 use crate::tree::{Entry, FsTree};
 
 /// A rename the index run made.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct Move {
     /// Where the document was.
     pub from: FsPath,

@@ -18,6 +18,7 @@ use tokio::sync::watch;
 
 use super::Renamer;
 use crate::error::{RenameError, Result};
+use crate::kind::JobKind;
 use crate::tree::{Entry, FsTree};
 
 /// What a job's writes go through: the tree they write, the locks they need (checked before
@@ -118,7 +119,7 @@ impl Renamer {
     /// journal's gate (a page read before the entry landed waits for it), the hook, a
     /// cancellation, and the check that the locks are still this job's (a page read while
     /// they were is written only if they still are). A cancellation reports
-    /// `(rewritten, found)`.
+    /// `(kind, rewritten, found)`: what the job does, and how far it got.
     ///
     /// A gate that stays shut also ends the job as cancelled: the caller, which knows why the
     /// entry did not land, reports that instead.
@@ -127,16 +128,24 @@ impl Renamer {
         hold: Hold<'_>,
         entries: &[Entry],
         path: &FsPath,
-        (rewritten, found): (u64, u64),
+        (kind, rewritten, found): (JobKind, u64, u64),
     ) -> Result<()> {
         if !hold.gate.passed().await {
-            return Err(RenameError::Cancelled { rewritten, found });
+            return Err(RenameError::Cancelled {
+                kind,
+                rewritten,
+                found,
+            });
         }
         if let Some(hooks) = &self.config.hooks {
             hooks.before_write(entries).await;
         }
         if self.config.cancel.as_ref().is_some_and(|c| *c.borrow()) {
-            return Err(RenameError::Cancelled { rewritten, found });
+            return Err(RenameError::Cancelled {
+                kind,
+                rewritten,
+                found,
+            });
         }
         hold.locks.ensure_held(path.as_str()).await?;
         hold.gate.let_through();

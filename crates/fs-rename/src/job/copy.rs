@@ -55,8 +55,13 @@ impl Renamer {
             while let Some(page) = next_entries(&mut scan, hold.tree.index(), context).await? {
                 let entries = page.collect::<Result<Vec<_>>>()?;
                 report.found += entries.len() as u64;
-                self.before_page(hold, &entries, from, (report.rewritten, report.found))
-                    .await?;
+                self.before_page(
+                    hold,
+                    &entries,
+                    from,
+                    (report.kind, report.rewritten, report.found),
+                )
+                .await?;
                 self.copy_page(hold.tree, hold.locks, &entries, (from, to), job_id, report)
                     .await?;
                 self.emit(RenameEvent::Progress {
@@ -274,6 +279,7 @@ fn copy_failure(
     let path = entries[i].doc.path.to_string();
     match e {
         StoreError::Conflict { .. } => RenameError::Conflict {
+            kind: report.kind,
             path: match entries[i].doc.renamed(from, to) {
                 Ok(copy) => copy.path.to_string(),
                 Err(_) => path,

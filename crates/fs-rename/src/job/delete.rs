@@ -76,8 +76,13 @@ impl Renamer {
         total: &OnceLock<u64>,
         report: &mut RenameReport,
     ) -> Result<()> {
-        self.before_page(hold, page, path, (report.rewritten, report.found))
-            .await?;
+        self.before_page(
+            hold,
+            page,
+            path,
+            (report.kind, report.rewritten, report.found),
+        )
+        .await?;
         self.delete_page(hold.tree, page, path, report).await?;
         self.emit(RenameEvent::Progress {
             done: report.rewritten,
@@ -122,6 +127,7 @@ impl Renamer {
             let path = entries[i].doc.path.to_string();
             return Err(match e {
                 StoreError::Conflict { .. } => RenameError::Conflict {
+                    kind: report.kind,
                     path,
                     rewritten: report.rewritten,
                     found: report.found,

@@ -14,6 +14,7 @@ use super::bulk::{ItemAnswer, Unanswered};
 use super::run::Refresh;
 use super::Renamer;
 use crate::error::{RenameError, Result};
+use crate::kind::JobKind;
 use crate::report::{RenameEvent, RenameReport};
 use crate::strategy::Strategy;
 use crate::tree::{Entry, FsTree};
@@ -219,8 +220,13 @@ impl Renamer {
             self.config.refresh_apart && hold.tree.store().capabilities().refreshed_bulk.is_some();
         if entries.len() <= page_size {
             report.found += total;
-            self.before_page(hold, &entries, from, (report.rewritten, report.found))
-                .await?;
+            self.before_page(
+                hold,
+                &entries,
+                from,
+                (report.kind, report.rewritten, report.found),
+            )
+            .await?;
             let mut written = Written::default();
             let result = if entries.is_empty() {
                 hold.tree.refresh().await
@@ -278,7 +284,10 @@ impl Renamer {
         page: &[Entry],
     ) -> (u64, Written, Result<()>) {
         let mut written = Written::default();
-        let result = match self.before_page(hold, page, from, (0, 0)).await {
+        let result = match self
+            .before_page(hold, page, from, (JobKind::Rename, 0, 0))
+            .await
+        {
             Ok(()) => {
                 self.write_page(hold.tree, page, (from, to), false, &mut written)
                     .await
@@ -352,6 +361,7 @@ impl Renamer {
                 let path = entries[i].doc.path.to_string();
                 return Err(match e {
                     StoreError::Conflict { .. } => RenameError::Conflict {
+                        kind: JobKind::Rename,
                         path,
                         rewritten: written.rewritten,
                         found: entries.len() as u64,
@@ -378,7 +388,7 @@ impl Renamer {
             Hold::open(tree, locks),
             entries,
             from,
-            (report.rewritten, report.found),
+            (report.kind, report.rewritten, report.found),
         )
         .await?;
         entries
@@ -456,14 +466,19 @@ impl Written {
 
 /// `e` with the job's counts where it carries a page's own.
 fn recounted(e: RenameError, report: &RenameReport) -> RenameError {
-    let (rewritten, found) = (report.rewritten, report.found);
+    let (kind, rewritten, found) = (report.kind, report.rewritten, report.found);
     match e {
         RenameError::Conflict { path, .. } => RenameError::Conflict {
+            kind,
             path,
             rewritten,
             found,
         },
-        RenameError::Cancelled { .. } => RenameError::Cancelled { rewritten, found },
+        RenameError::Cancelled { .. } => RenameError::Cancelled {
+            kind,
+            rewritten,
+            found,
+        },
         e => e,
     }
 }

@@ -576,15 +576,22 @@ impl Renamer {
 /// said ("stopped after 12 249 of 20 043", not "of the 12 250 read so far").
 fn counted_against(e: RenameError, of_total: impl Fn(u64) -> u64) -> RenameError {
     match e {
-        RenameError::Cancelled { rewritten, found } => RenameError::Cancelled {
+        RenameError::Cancelled {
+            kind,
+            rewritten,
+            found,
+        } => RenameError::Cancelled {
+            kind,
             rewritten,
             found: of_total(found),
         },
         RenameError::Conflict {
+            kind,
             path,
             rewritten,
             found,
         } => RenameError::Conflict {
+            kind,
             path,
             rewritten,
             found: of_total(found),

@@ -26,6 +26,7 @@ use tokio::time::Instant;
 use super::before_write::Hold;
 use super::Renamer;
 use crate::error::{RenameError, Result};
+use crate::kind::JobKind;
 use crate::report::{RenameEvent, RenameReport};
 use crate::rewrite_mode::Rewrite;
 use crate::tree::FsTree;
@@ -95,7 +96,8 @@ impl Renamer {
             });
         };
         // The gate (the journal entry landed), a cancellation, the lease: as before a page.
-        self.before_page(hold, &[], from, (0, 0)).await?;
+        self.before_page(hold, &[], from, (JobKind::Rename, 0, 0))
+            .await?;
         let job = PrefixMove {
             from: from.clone(),
             to: to.clone(),
@@ -227,7 +229,11 @@ impl Renamer {
         (rewritten, found): (u64, u64),
     ) -> Result<()> {
         if self.config.cancel.as_ref().is_some_and(|c| *c.borrow()) {
-            return Err(RenameError::Cancelled { rewritten, found });
+            return Err(RenameError::Cancelled {
+                kind: JobKind::Rename,
+                rewritten,
+                found,
+            });
         }
         hold.locks
             .ensure_held(from.as_str())

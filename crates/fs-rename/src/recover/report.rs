@@ -9,7 +9,7 @@ use crate::kind::JobKind;
 
 /// A job (a rename, a copy or a delete) that recovery finished (or, in a dry run, would
 /// finish).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Recovered {
     /// The journal entry.
     pub job_id: String,
@@ -27,7 +27,7 @@ pub struct Recovered {
 }
 
 /// A journaled job recovery left alone: its owner's locks are still leased.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Running {
     /// The journal entry (the job id).
     pub job_id: String,
@@ -48,7 +48,7 @@ impl Running {
 }
 
 /// What a recovery run did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct RecoveryReport {
     /// True if nothing was changed: the report says what a real run would do.
     pub dry_run: bool,

@@ -607,7 +607,7 @@ async fn simulate(seed: u64, trace: bool, locks: Locks) -> Outcome {
         .expect("fsck");
     assert!(report.is_clean(), "seed {seed}: {report}");
     assert_eq!(
-        report.locks_active + report.locks_expired + report.journals_open,
+        report.locks_active + report.locks_gone + report.locks_expired + report.journals_open(),
         0,
         "seed {seed}: {report}"
     );

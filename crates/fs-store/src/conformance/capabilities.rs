@@ -216,6 +216,15 @@ pub async fn find_by_name_and_words(store: SharedStore) {
     let both = find(under("/a").name(glob("*.md")).text("quick"), 10).await;
     assert_eq!(paths(both), ["/a/b/fox.md"]);
     assert!(find(under("/").text("cat"), 10).await.is_empty());
+    // What stores text at all, whatever it says: the files, not the directories.
+    assert_eq!(
+        paths(find(under("/a").storing_text(), 10).await),
+        ["/a/b/fox.md", "/a/b/notes.txt", "/a/readme.txt"]
+    );
+    assert_eq!(
+        paths(find(under("/a/b").name(glob("*.md")).storing_text(), 10).await),
+        ["/a/b/fox.md"]
+    );
 
     // The content changes: the old words go, the new come.
     let t2 = store.get(&index, "t2").await.expect("get").expect("t2");
@@ -246,6 +255,13 @@ pub async fn find_by_name_and_words(store: SharedStore) {
         paths(find(under("/").text("brown"), 10).await),
         ["/a/b/moved.txt"],
         "moved with its content; the deleted one gone"
+    );
+    // A directory stores no text: nothing under it does.
+    let d2 = store.get(&index, "d2").await.expect("get").expect("d2");
+    assert!(d2.source.get("content").is_none());
+    assert!(
+        find(under("/ab").storing_text(), 10).await.is_empty(),
+        "t4 deleted"
     );
     store.delete_index(&index).await.expect("delete index");
 }

@@ -30,6 +30,9 @@ fn find_body(query: &FindQuery, size: usize) -> Value {
     if let Some(glob) = &query.name {
         filter.push(json!({ "regexp": { "name": { "value": glob.to_lucene_regexp() } } }));
     }
+    if query.stores_text {
+        filter.push(json!({ "exists": { "field": "content" } }));
+    }
     let mut bool_query = json!({ "filter": filter });
     let sort = if query.words.is_empty() {
         json!([{ "path": "asc" }])
@@ -72,5 +75,10 @@ mod tests {
         let by_name = find_body(&FindQuery::under(FsPath::root()), 10);
         assert!(by_name["query"]["bool"].get("must").is_none());
         assert_eq!(by_name["sort"], json!([{ "path": "asc" }]));
+        let with_text = find_body(&FindQuery::under(FsPath::root()).storing_text(), 1);
+        assert_eq!(
+            with_text["query"]["bool"]["filter"][1],
+            json!({ "exists": { "field": "content" } })
+        );
     }
 }

@@ -79,7 +79,15 @@ pub(super) fn find(
     let tx = reading(conn, index, &context)?;
     let mut binds = vec![SqlValue::Text(index.to_owned())];
     let subtree = scope_filter(&Scope::Subtree(query.under.clone()), &mut binds);
-    let sql = if query.words.is_empty() {
+    let sql = if query.words.is_empty() && query.stores_text {
+        // The keys table holds a row for exactly the documents that store text.
+        format!(
+            "SELECT d.id, d.seq_no, d.source, d.path FROM {table}_text_keys k
+             JOIN {table} d ON d.idx = k.idx AND d.id = k.id
+             WHERE d.idx = ?1{subtree}
+             ORDER BY d.path, d.id"
+        )
+    } else if query.words.is_empty() {
         format!(
             "SELECT d.id, d.seq_no, d.source, d.path FROM {table} d WHERE d.idx = ?1{subtree}
              ORDER BY d.path, d.id"

@@ -39,10 +39,11 @@ use fs_rename::{FenceOutcome, Journal, JournalState};
 use fs_store::Version;
 use tokio::sync::watch;
 
-use super::job::{now_ms, Job, JobState, Progress};
 use super::jobs::Jobs;
 use super::liveness::Liveness;
 use super::records::{Heartbeat, RecordError};
+use crate::contract::job::now_ms;
+use crate::contract::{Job, JobState, Progress};
 
 /// Beats until `stop` turns true, and takes over the jobs of dead instances until shutdown
 /// begins. The caller says when to stop: after this instance's own jobs ended, so that its

@@ -26,8 +26,9 @@ use super::bodies::{
 };
 use super::error::{unreadable, ApiError, ErrorBody};
 use super::events::Feed;
-use super::job::{Job, Work};
 use super::jobs::{Jobs, Refusal};
+use crate::contract::job::submittable_strategy;
+use crate::contract::{Job, Work};
 
 /// The most entries `GET /tree` returns in one answer.
 const TREE_LIMIT: usize = 10_000;
@@ -100,21 +101,17 @@ fn path_field(fields: &Map<String, Value>, name: &'static str) -> Result<FsPath,
         .ok_or_else(|| ApiError::bad(name, format!("`{name}` is missing")))?
         .as_str()
         .ok_or_else(|| ApiError::bad(name, format!("`{name}` must be a string")))?;
-    FsPath::parse(text).map_err(|e| ApiError::bad(name, e.to_string()))
+    // A directory's path as a shell completes it (`/a/b/`) is the directory's.
+    FsPath::parse_input(text)
+        .map(|(path, _)| path)
+        .map_err(|e| ApiError::bad(name, e.to_string()))
 }
 
 /// The strategy in the field `strategy`, or the service's default.
 fn strategy_field(jobs: &Jobs, fields: &Map<String, Value>) -> Result<Strategy, ApiError> {
     match fields.get("strategy") {
         None | Some(Value::Null) => Ok(jobs.config().strategy),
-        Some(Value::String(s)) => match s.parse::<Strategy>() {
-            Ok(Strategy::None) => Err(ApiError::bad(
-                "strategy",
-                "`none` exists only for the demonstration",
-            )),
-            Ok(strategy) => Ok(strategy),
-            Err(e) => Err(ApiError::bad("strategy", e)),
-        },
+        Some(Value::String(s)) => submittable_strategy(s).map_err(|e| ApiError::bad("strategy", e)),
         Some(_) => Err(ApiError::bad("strategy", "`strategy` must be a string")),
     }
 }
@@ -411,7 +408,9 @@ async fn locks(State(jobs): State<Jobs>) -> Result<Json<LockList>, ApiError> {
 async fn tree(State(jobs): State<Jobs>, query: QueryMap) -> Result<Json<TreePage>, ApiError> {
     let Query(query) = query?;
     let path = match query.get("path") {
-        Some(p) => FsPath::parse(p).map_err(|e| ApiError::bad("path", e.to_string()))?,
+        Some(p) => FsPath::parse_input(p)
+            .map(|(path, _)| path)
+            .map_err(|e| ApiError::bad("path", e.to_string()))?,
         None => FsPath::root(),
     };
     // Any `usize` from 1, as the description says (`bodies::whole_number`): a depth past the

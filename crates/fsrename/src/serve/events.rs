@@ -45,8 +45,8 @@ use futures::{Stream, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, oneshot, watch, Notify};
 
-use super::bodies::LockView;
 use super::jobs::Jobs;
+use crate::contract::LockView;
 
 /// How often the sampler reads the state while a client listens.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(250);

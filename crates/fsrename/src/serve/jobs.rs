@@ -17,11 +17,12 @@ use tokio::sync::{watch, OwnedMutexGuard, Semaphore};
 use tokio::task::JoinSet;
 
 use super::config::ServeConfig;
-use super::job::{now_ms, Job, JobState, Progress, Work};
 use super::liveness::Liveness;
 use super::metrics::Metrics;
 use super::records::{RecordError, Records};
 use super::recovered;
+use crate::contract::job::now_ms;
+use crate::contract::{Job, JobState, Progress, Work};
 
 /// The pauses between writes of a job's record after its first three tries failed.
 const STORE_AGAIN: fs_store::RetryPolicy =
@@ -449,7 +450,7 @@ impl Jobs {
         let (state, error, follow) = self.settle(&id, &outcome);
         tracing::info!(job = %id, work = %job.work.describe(), state = state.name(),
             documents = outcome.report.rewritten, error = error.as_deref().unwrap_or(""), "job finished");
-        let report = serde_json::to_value(&outcome.report).ok();
+        let report = Some(outcome.report.clone());
         let stopped = match (&follow, &outcome.result) {
             (Some(_), Err(e)) => Some(format!("{e}; recovery finishes it")),
             _ => None,

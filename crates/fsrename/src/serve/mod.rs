@@ -25,7 +25,6 @@ mod config;
 mod error;
 mod events;
 mod guesses;
-mod job;
 mod jobs;
 mod liveness;
 mod metrics;
@@ -46,7 +45,6 @@ use fs_store::SharedStore;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-pub use bodies::LockView;
 pub use config::ServeConfig;
 pub use events::Story;
 use jobs::Jobs;

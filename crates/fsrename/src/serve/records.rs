@@ -20,7 +20,7 @@ use fs_store::{Scan, Scope, SharedStore, StoreError, Version};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::job::Job;
+use crate::contract::Job;
 
 /// The `type` of a job document.
 const JOB: &str = "job";

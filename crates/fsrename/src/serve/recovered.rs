@@ -14,7 +14,7 @@ use fs_store::SharedStore;
 use tokio::sync::watch;
 
 use super::config::ServeConfig;
-use super::job::JobState;
+use crate::contract::JobState;
 
 /// Waits until recovery has finished the journaled job `id` (its entry `journal_id` closed)
 /// and returns how the job ended: done, or failed with why. Runs recovery itself every lease,

@@ -1,21 +1,28 @@
 //! `fsrename cp [-r] SRC DST`: copies under locks.
 
 use anyhow::Context;
-use fs_model::{DocKind, FsPath};
-use fs_rename::JobKind;
+use fs_model::DocKind;
 
-use super::{job, open_existing_tree};
-use crate::cli::{Cli, JobArgs};
+use super::{job, open_existing_tree, refuse_file_as_dir};
+use crate::cli::{Cli, JobArgs, PathArg};
+use crate::contract::Work;
 
 pub async fn run(
     cli: &Cli,
-    from: &FsPath,
-    to: &FsPath,
+    from: &PathArg,
+    to: &PathArg,
     recursive: bool,
     args: &JobArgs,
 ) -> anyhow::Result<u8> {
     let tree = open_existing_tree(cli).await?;
-    let what = format!("cp{} `{from}` `{to}`", if recursive { " -r" } else { "" });
+    let what = format!(
+        "cp{} `{}` `{}`",
+        if recursive { " -r" } else { "" },
+        from.path(),
+        to.path()
+    );
+    refuse_file_as_dir(&tree, &what, from, Some(to)).await?;
+    let (from, to) = (from.path(), to.path());
     if !recursive {
         // cp's rule, checked before any lock: it guards against a slip of the hand, not
         // against a race (the job copies whatever is at SRC once it holds its locks). A
@@ -32,13 +39,12 @@ pub async fn run(
             );
         }
     }
-    job::run(
-        cli,
-        &tree,
-        args,
-        (JobKind::Copy, from, to),
-        &what,
-        |renamer| async move { renamer.copy(from, to).await },
-    )
+    let work = Work::Copy {
+        from: from.clone(),
+        to: to.clone(),
+    };
+    job::run(cli, &tree, args, work, &what, |renamer| async move {
+        renamer.copy_reporting(from, to).await
+    })
     .await
 }

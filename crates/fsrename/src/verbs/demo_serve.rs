@@ -19,6 +19,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::demo::{in_memory_store, Runs};
+use crate::output::to_stderr;
 use crate::serve::{ServeConfig, Server, Story};
 
 /// Files under /clinton with `--serve`: a move of a few seconds at pace 1.
@@ -58,14 +59,26 @@ pub async fn run(
         "The live page: http://{}/\nThe runs start once a page is open there. Ctrl-C stops.\n",
         server.addr()
     ))?;
+    let stage = Stage::new(store, INDEX)
+        .pace(Pace::watchable(slow))
+        .narrator(narrator(story.clone()));
     let told = tokio::select! {
-        code = tell(&story, &mut runs, Stage::new(store, INDEX), files, slow) => Some(code?),
+        code = tell(&story, &mut runs, &stage, files, slow) => Some(code?),
         () = stopped(stopping.clone()) => None,
     };
     if told.is_some() {
         runs.say("The demo is over: the page stays up, with the tree as the last run left it, until Ctrl-C.")?;
+    } else {
+        // The run under way was dropped, which aborts its jobs: gone before the process
+        // ends, they give back what they hold while the runtime still runs.
+        stage.jobs_gone().await;
     }
     server.wait().await?;
+    to_stderr(if told.is_some() {
+        "fsrename: demo stopped; the page is closed"
+    } else {
+        "fsrename: demo stopped before its runs were over; the page is closed"
+    });
     // Stopped before the story was told: 130, as any verb stopped by Ctrl-C.
     Ok(told.unwrap_or(crate::EXIT_INTERRUPTED))
 }
@@ -80,7 +93,7 @@ async fn stopped(mut stopping: watch::Receiver<bool>) {
 async fn tell(
     story: &Story,
     runs: &mut Runs,
-    stage: Stage,
+    stage: &Stage,
     files: usize,
     slow: f64,
 ) -> anyhow::Result<u8> {
@@ -88,7 +101,6 @@ async fn tell(
         tokio::time::sleep(PAGE_POLL).await;
     }
     let pace = Pace::watchable(slow);
-    let stage = stage.pace(pace).narrator(narrator(story.clone()));
     let open: Vec<String> = [CLINTON, GORMLEY]
         .into_iter()
         .flat_map(|top| {

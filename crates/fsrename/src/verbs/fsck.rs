@@ -1,23 +1,27 @@
 //! `fsrename fsck [PATH] [--consistent]`: checks a tree.
 
 use anyhow::Context;
-use fs_model::FsPath;
 use std::time::Duration;
 
-use fs_rename::RenameError;
+use fs_rename::{RenameError, Verdict};
 use fs_store::StoreError;
 
-use super::{lock_settings, print_verdict};
-use crate::cli::Cli;
+use super::{lock_settings, print_report};
+use crate::cli::{Cli, PathArg};
+use crate::{EXIT_FAILED, EXIT_OK, EXIT_UNFINISHED};
 
-/// Checks `scope`; under a shared lock, waiting up to `consistent` for it, if given.
+/// Checks `scope`; under a shared lock, waiting up to `consistent` for it, if given. Exits 0
+/// for a clean tree, [`EXIT_UNFINISHED`] for one whose only problems are jobs not finished,
+/// 1 for a broken one.
 pub async fn run(
     cli: &Cli,
-    scope: &FsPath,
+    scope: &PathArg,
     json: bool,
     consistent: Option<Duration>,
 ) -> anyhow::Result<u8> {
-    let scope = scope.clone();
+    let given = scope.as_given();
+    let names_dir = scope.names_dir();
+    let scope = scope.path().clone();
     let store = cli.store.open_existing(&cli.store_options())?;
     let checked = match consistent {
         Some(wait) => {
@@ -51,7 +55,20 @@ pub async fn run(
             cli.store
         );
     }
-    print_verdict(&report, report.is_clean(), json, |out, report| {
-        out.text(report)
-    })
+    // A directory's subtree counts the directory itself.
+    if names_dir && report.dirs == 0 {
+        anyhow::bail!("fsck `{given}`: not a directory (`{scope}` is a file)");
+    }
+    let code = match report.verdict {
+        Verdict::Clean => EXIT_OK,
+        Verdict::Unfinished => EXIT_UNFINISHED,
+        Verdict::Broken => EXIT_FAILED,
+    };
+    print_report(
+        &mut crate::output::Printer::stdout(),
+        &report,
+        code,
+        json,
+        |out, report| out.text(report),
+    )
 }

@@ -14,6 +14,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{lock_settings, open_tree, print_verdict};
 use crate::cli::Cli;
+use crate::contract::{CaughtUp, Contract};
 use crate::output::{quoted, to_stderr, Printer};
 use crate::{EXIT_INTERRUPTED, EXIT_OK};
 
@@ -39,6 +40,7 @@ pub async fn run(
         Some(at) => at.clone(),
         None => default_target(dir)?,
     };
+    check_dir(cli, dir, &at)?;
     let tree = open_tree(cli).await?;
     let options = IndexOptions {
         batch_size: options.batch_size,
@@ -100,6 +102,7 @@ pub async fn watch(
         Some(at) => at.clone(),
         None => default_target(dir)?,
     };
+    check_dir(cli, dir, &at)?;
     let tree = open_tree(cli).await?;
     // A watcher killed outright left its locks and a journaled change: they are in the way of
     // the first run, which finishes that change first (its holder proven gone on this
@@ -164,9 +167,16 @@ pub async fn watch(
                 // A batch whose only news is a name skipped or an entry unreadable says that
                 // alone.
                 if b.changed() || !b.failures.is_empty() {
+                    // A batch of no events of its own applies what earlier ones left (a
+                    // removal is applied one batch after it is seen, once no rename explains
+                    // it): it says so, not "0 events".
+                    let cause = if b.events == 0 {
+                        "from earlier events".to_owned()
+                    } else {
+                        plural(b.events, "event", "events")
+                    };
                     to_stderr(format_args!(
-                        "fsrename: {}: {}, {} indexed, {}, {} removed{}",
-                        plural(b.events, "event", "events"),
+                        "fsrename: {cause}: {}, {} indexed, {}, {} removed{}",
                         plural(b.renames, "rename", "renames"),
                         plural(b.indexed, "directory", "directories"),
                         plural(b.files, "file", "files"),
@@ -194,20 +204,9 @@ pub async fn watch(
         .with_context(|| format!("watching `{}` as `{at}` in {}", dir.display(), cli.store))?;
     let unread = report.initial.unreadable + report.unreadable;
     let clean = report.failures == 0 && report.initial.failed == 0 && unread == 0;
-    if json {
-        // One line, as every event before it: standard output is JSON Lines.
-        let code = if clean { EXIT_OK } else { crate::EXIT_FAILED };
-        let line = serde_json::json!({"event": "stopped", "report": &report}).to_string();
-        let mut out = Printer::stdout();
-        let code = crate::output::keep_verdict(out.line(line).and_then(|()| out.flush()), code)?;
-        return Ok(if code == EXIT_OK {
-            EXIT_INTERRUPTED
-        } else {
-            code
-        });
-    }
     // The watch ends only when it is told to stop (Ctrl-C, SIGTERM): 130, as the shell reports
-    // an interrupted command, or 1 if it could not keep the store in step with the disk.
+    // an interrupted command (0 for SIGTERM, as a service's end), or 1 if it could not keep
+    // the store in step with the disk.
     let code = print_verdict(&report, clean, json, |out, report| {
         print_summary(out, &report.initial)?;
         out.line(format_args!(
@@ -230,18 +229,38 @@ pub async fn watch(
     })
 }
 
-/// Prints a watch event as one line of JSON on standard output (`--watch --json`): `ready`
-/// with the first run's report, `batch` with what a batch did, `caught_up`; the report comes
-/// last, as `stopped`. A line that cannot be written is dropped: the watch goes on.
+/// Prints a watch event as one line of JSON on standard output (`--watch --json`): the first
+/// run's `index_report`, each `watch_batch`, `watch_caught_up`; the totals come last, as
+/// `watch_report`. A line that cannot be written is dropped: the watch goes on.
 fn json_event(event: &WatchEvent<'_>) {
     use std::io::Write;
     let line = match event {
-        WatchEvent::Ready(r) => serde_json::json!({"event": "ready", "report": r}),
+        WatchEvent::Ready(r) => r.to_line(),
         WatchEvent::Gathering | WatchEvent::Applying { .. } => return,
-        WatchEvent::Batch(b) => serde_json::json!({"event": "batch", "batch": b}),
-        WatchEvent::CaughtUp => serde_json::json!({"event": "caught_up"}),
+        WatchEvent::Batch(b) => b.to_line(),
+        WatchEvent::CaughtUp => CaughtUp::default().to_line(),
     };
-    let _ = writeln!(std::io::stdout().lock(), "{line}");
+    if let Ok(line) = line {
+        let _ = writeln!(std::io::stdout().lock(), "{line}");
+    }
+}
+
+/// Refuses a `dir` that is not a directory (missing, or a file) before the store is
+/// opened: a first run would otherwise leave an empty database behind, after which every verb
+/// answers as for an empty tree.
+fn check_dir(cli: &Cli, dir: &Path, at: &FsPath) -> anyhow::Result<()> {
+    let failed = || format!("indexing `{}` as `{at}` in {}", dir.display(), cli.store);
+    let meta = std::fs::metadata(dir)
+        .with_context(|| format!("`{}`", dir.display()))
+        .with_context(failed)?;
+    if !meta.is_dir() {
+        return Err(anyhow::anyhow!(
+            "`{}` is not a directory: index a directory (its files and subdirectories)",
+            dir.display()
+        ))
+        .with_context(failed);
+    }
+    Ok(())
 }
 
 /// `/` followed by the directory's own name (`/home/me/photos` → `/photos`).

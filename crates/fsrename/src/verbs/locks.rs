@@ -5,8 +5,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use fs_locks::{LeaseClock, LockClient};
 
-use super::open_existing_tree;
+use super::{open_existing_tree, print_report};
 use crate::cli::Cli;
+use crate::contract::{LockView, LocksReport};
 use crate::output::Printer;
 use crate::EXIT_OK;
 
@@ -21,11 +22,12 @@ pub async fn run(cli: &Cli, json: bool) -> anyhow::Result<u8> {
     let mut out = Printer::stdout();
     if json {
         for lock in &locks {
-            let view = crate::serve::LockView::new(lock, now);
-            out.line(serde_json::to_value(view).unwrap_or_default())?;
+            out.record(&LockView::new(lock, now))?;
         }
-        out.flush()?;
-        return Ok(EXIT_OK);
+        let report = LocksReport {
+            locks: locks.len() as u64,
+        };
+        return print_report(&mut out, &report, EXIT_OK, json, |_, _| Ok(()));
     }
     if locks.is_empty() {
         out.line("no locks")?;

@@ -1,12 +1,13 @@
 //! `fsrename ls [PATH] [-R] [--long] [--consistent]`.
 
-use fs_model::{DocKind, FsPath};
+use fs_model::DocKind;
 use std::time::Duration;
 
 use fs_rename::{Entry, RenameError};
 
-use super::{lock_settings, open_existing_tree};
-use crate::cli::Cli;
+use super::{lock_settings, open_existing_tree, print_report};
+use crate::cli::{Cli, PathArg};
+use crate::contract::{EntryLine, LsReport};
 use crate::output::{escaped, Printer};
 use crate::EXIT_OK;
 
@@ -19,7 +20,8 @@ pub struct LsOptions {
     pub consistent: Option<Duration>,
 }
 
-pub async fn run(cli: &Cli, path: &FsPath, options: &LsOptions) -> anyhow::Result<u8> {
+pub async fn run(cli: &Cli, given: &PathArg, options: &LsOptions) -> anyhow::Result<u8> {
+    let path = given.path();
     let tree = open_existing_tree(cli).await?;
     let LsOptions {
         recursive,
@@ -28,16 +30,22 @@ pub async fn run(cli: &Cli, path: &FsPath, options: &LsOptions) -> anyhow::Resul
         ..
     } = *options;
     let mut out = Printer::stdout();
+    let mut entries = 0;
     // The listing's callback can only fail with a `RenameError`: a failed write stops it as a
     // cancellation, and the write's own error (a closed reader, say) is kept here.
     let mut unprinted = None;
     let mut print = |entry: &Entry, full_path: bool| {
+        if given.names_dir() && entry.doc.path == *path && entry.doc.kind == DocKind::File {
+            unprinted = Some(anyhow::anyhow!(
+                "ls `{}`: not a directory (`{path}` is a file)",
+                given.as_given()
+            ));
+            return Err(stop());
+        }
+        entries += 1;
         print_entry(&mut out, entry, full_path, long, json).map_err(|e| {
             unprinted = Some(e);
-            RenameError::Cancelled {
-                rewritten: 0,
-                found: 0,
-            }
+            stop()
         })
     };
     let listed = if let Some(wait) = options.consistent {
@@ -66,7 +74,24 @@ pub async fn run(cli: &Cli, path: &FsPath, options: &LsOptions) -> anyhow::Resul
     }
     listed.map_err(not_there)?;
     out.flush()?;
-    Ok(EXIT_OK)
+    let report = LsReport {
+        path: path.clone(),
+        recursive,
+        consistent: options.consistent.is_some(),
+        entries,
+    };
+    // In words, the entries say it all (an empty directory prints nothing, as `ls`).
+    print_report(&mut out, &report, EXIT_OK, json, |_, _| Ok(()))
+}
+
+/// What stops a listing from its callback. Never shown: the callback keeps the error to
+/// return instead.
+fn stop() -> RenameError {
+    RenameError::Cancelled {
+        kind: fs_rename::JobKind::Rename,
+        rewritten: 0,
+        found: 0,
+    }
 }
 
 /// `ls` names a missing path as missing, not as a job's "source"; other errors say they
@@ -89,7 +114,7 @@ pub(super) fn print_entry(
 ) -> anyhow::Result<()> {
     let doc = &entry.doc;
     if json {
-        return out.line(serde_json::json!({ "id": entry.id, "doc": doc }));
+        return out.record(&EntryLine { id: &entry.id, doc });
     }
     // A name may hold a newline or an escape sequence: printed raw, it would read as two
     // entries or drive the terminal. Escaped as the error messages do (`--json` keeps it

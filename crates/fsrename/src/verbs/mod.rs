@@ -3,6 +3,7 @@
 mod cp;
 mod demo;
 mod demo_serve;
+mod ending;
 mod find;
 mod fsck;
 mod index;
@@ -14,46 +15,43 @@ mod mv;
 mod mv_progress;
 mod recover;
 mod rm;
+mod schema;
 mod serve;
 
 use std::future::Future;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use fs_model::DocKind;
 use fs_rename::{FinishOrphans, FsTree, LockSettings};
 use fs_store::SharedStore;
 
-use crate::cli::{Cli, ConsistentArgs, Verb};
+use crate::cli::{Cli, ConsistentArgs, PathArg, Verb};
+use crate::contract::Contract;
 use crate::output::{self, Printer};
-use crate::{EXIT_FAILED, EXIT_INTERRUPTED, EXIT_LOCK_TIMEOUT, EXIT_OK, EXIT_USAGE};
-
-/// Turns true when the process is told to stop (Ctrl-C, SIGTERM). A job told so winds down
-/// before the process ends: before its journal entry it gives back its locks; after it, it
-/// stops its writes (and its task on the server) and leaves its locks and entry to `recover`,
-/// saying so.
-static STOP: LazyLock<tokio::sync::watch::Sender<bool>> =
-    LazyLock::new(|| tokio::sync::watch::channel(false).0);
-
-/// How long a verb told to stop may take to wind down before the process ends regardless.
-const WIND_DOWN: Duration = Duration::from_secs(10);
-
-/// A receiver that turns true when the process is told to stop (see [`STOP`]).
-pub(crate) fn stop_requested() -> tokio::sync::watch::Receiver<bool> {
-    STOP.subscribe()
-}
+use crate::{Signal, EXIT_FAILED, EXIT_OK};
+pub(crate) use ending::stop_requested;
 
 /// Runs the verb until it ends or `shutdown` resolves (the service instead shuts down
 /// gracefully); prints its errors; returns the exit code (0 if the verb stopped because
 /// standard output lost its reader).
-pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) -> u8 {
+pub async fn run(cli: Cli, shutdown: impl Future<Output = Signal> + Send + 'static) -> u8 {
+    let shutdown = async move { ending::note_signal(shutdown.await) };
+    let code = run_until(&cli, shutdown).await;
+    ending::stopped(&cli, code)
+}
+
+/// [`run`], without the last word on the exit code.
+async fn run_until(cli: &Cli, shutdown: impl Future<Output = ()> + Send + 'static) -> u8 {
     let result = if let Verb::Serve { .. } = &cli.verb {
-        serve::run(&cli, shutdown).await
+        serve::run(cli, shutdown).await
     } else if let Verb::Demo {
         serve: true,
         files,
         listen,
         slow,
+        ..
     } = &cli.verb
     {
         let files = files.unwrap_or(demo_serve::FILES);
@@ -72,9 +70,9 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
     {
         // Stops between two batches of changes, never in the middle of one.
         index::watch(
-            &cli,
+            cli,
             dir,
-            at.as_ref(),
+            at.as_ref().map(PathArg::path),
             (*batch_size, *debounce),
             content.then_some(*content_max),
             *json,
@@ -82,10 +80,10 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
         )
         .await
     } else {
-        let mut verb = Box::pin(run_verb(&cli));
+        let mut verb = Box::pin(run_verb(cli));
         tokio::select! {
             result = &mut verb => result,
-            () = shutdown => return interrupted(&cli, verb).await,
+            () = shutdown => return ending::interrupted(cli, verb).await,
         }
     };
     match result {
@@ -94,69 +92,26 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()> + Send + 'static) 
         // unwound, releasing what it held, on its way here.
         Err(e) if output::is_stdout_closed(&e) => EXIT_OK,
         Err(e) => {
-            output::to_stderr(format_args!("fsrename: {e:#}"));
-            exit_code_of(&e)
+            let code = ending::exit_code_of(&e);
+            ending::report_error(cli, &e, code);
+            code
         }
     }
 }
-
-/// Ends `verb` on Ctrl-C or SIGTERM, giving back what it holds: a job (`mv`, `cp`, `rm`) is
-/// told to stop and winds down (see [`STOP`]); any other verb is dropped at once, its locks
-/// released in the background, and the process waits for those releases before it ends, or
-/// they would die with it and leave the locks for their whole lease.
-async fn interrupted(
-    cli: &Cli,
-    mut verb: std::pin::Pin<Box<impl Future<Output = anyhow::Result<u8>>>>,
-) -> u8 {
-    STOP.send_replace(true);
-    if matches!(
-        cli.verb,
-        Verb::Mv { .. } | Verb::Cp { .. } | Verb::Rm { .. }
-    ) {
-        if let Ok(Err(e)) = tokio::time::timeout(WIND_DOWN, &mut verb).await {
-            if !output::is_stdout_closed(&e) {
-                output::to_stderr(format_args!("fsrename: {e:#}"));
-            }
-        }
-    }
-    drop(verb);
-    if !fs_locks::settle_background_releases(GIVE_BACK).await {
-        output::to_stderr(format_args!(
-            "fsrename: stopped before every lock was given back; their lease ends the rest within {}",
-            fs_model::short_duration(cli.lease)
-        ));
-    }
-    let kept = fs_locks::guards_kept_for_recovery();
-    if kept > 0
-        && !matches!(
-            cli.verb,
-            Verb::Mv { .. } | Verb::Cp { .. } | Verb::Rm { .. }
-        )
-    {
-        // A job of this verb (`index --prune`'s removals) had journaled itself: its tree stays
-        // locked for recovery, as a job's own wind-down says.
-        output::to_stderr(format_args!(
-            "fsrename: stopped {} after its journal entry: `fsrename recover` finishes it once its locks' lease runs out, within {} (`fsrename recover --wait` waits for that)",
-            if kept == 1 { "a job" } else { "jobs" },
-            fs_model::short_duration(cli.lease)
-        ));
-    }
-    EXIT_INTERRUPTED
-}
-
-/// How long a stopped verb's locks may take to be given back before the process ends.
-const GIVE_BACK: Duration = Duration::from_secs(5);
 
 async fn run_verb(cli: &Cli) -> anyhow::Result<u8> {
     match &cli.verb {
-        Verb::Demo { files, slow, .. } => {
-            demo::run(files.unwrap_or(demo::FILES), slow.unwrap_or(0.0)).await
-        }
+        Verb::Demo {
+            files, slow, json, ..
+        } => demo::run(files.unwrap_or(demo::FILES), slow.unwrap_or(0.0), *json).await,
         Verb::Fsck {
             path,
             json,
             consistent,
         } => fsck::run(cli, path, *json, consistent_wait(*consistent)).await,
+        Verb::Schema { name } => schema::run(name.as_deref()),
+        Verb::Completions { shell } => schema::completions(*shell),
+        Verb::Man { dir } => schema::man(dir.as_deref()),
         Verb::Index {
             dir,
             at,
@@ -172,7 +127,7 @@ async fn run_verb(cli: &Cli) -> anyhow::Result<u8> {
                 prune: *prune,
                 content: content.then_some(*content_max),
             };
-            index::run(cli, dir, at.as_ref(), &options, *json).await
+            index::run(cli, dir, at.as_ref().map(PathArg::path), &options, *json).await
         }
         Verb::Find {
             path,
@@ -191,8 +146,12 @@ async fn run_verb(cli: &Cli) -> anyhow::Result<u8> {
             };
             find::run(cli, path, &options).await
         }
-        Verb::Mkdir { parents, path } => make::mkdir(cli, path, *parents).await,
-        Verb::Touch { path } => make::touch(cli, path).await,
+        Verb::Mkdir {
+            parents,
+            path,
+            json,
+        } => make::mkdir(cli, path.path(), *parents, *json).await,
+        Verb::Touch { path, json } => make::touch(cli, path, *json).await,
         Verb::Mv { from, to, job } => mv::run(cli, from, to, job).await,
         Verb::Cp {
             recursive,
@@ -231,29 +190,95 @@ async fn run_verb(cli: &Cli) -> anyhow::Result<u8> {
     }
 }
 
-/// Prints a verb's report on standard output (pretty JSON with `json`, else as `text` writes
-/// it) and returns its verdict, settled before printing: [`EXIT_OK`] if `clean`, else
-/// [`EXIT_FAILED`], whether or not the reader stays to the end ([`output::keep_verdict`]).
-fn print_verdict<R: serde::Serialize>(
+/// Prints a verb's report on standard output (its line of the JSON contract with `json`,
+/// else as `text` writes it) and returns its verdict, settled before printing: [`EXIT_OK`] if
+/// `clean`, else [`EXIT_FAILED`], whether or not the reader stays to the end
+/// ([`output::keep_verdict`]).
+fn print_verdict<R: Contract>(
     report: &R,
     clean: bool,
     json: bool,
     text: impl FnOnce(&mut Printer, &R) -> anyhow::Result<()>,
 ) -> anyhow::Result<u8> {
     let code = if clean { EXIT_OK } else { EXIT_FAILED };
-    let mut out = Printer::stdout();
+    print_report(&mut Printer::stdout(), report, code, json, text)
+}
+
+/// [`print_verdict`] on `out` (after what the verb printed there before), with the exit code
+/// `code` whatever the report says.
+fn print_report<R: Contract>(
+    out: &mut Printer,
+    report: &R,
+    code: u8,
+    json: bool,
+    text: impl FnOnce(&mut Printer, &R) -> anyhow::Result<()>,
+) -> anyhow::Result<u8> {
     let printed = if json {
-        out.line(serde_json::to_string_pretty(report)?)
+        out.report(report)
     } else {
-        text(&mut out, report)
+        text(out, report).and_then(|()| out.flush())
     };
-    output::keep_verdict(printed.and_then(|()| out.flush()), code)
+    output::keep_verdict(printed, code)
+}
+
+/// Refuses a path given with a trailing `/` (a directory's, as shells complete it) where a
+/// file is: `path`, and `to` if `path` is a file. One lookup, and only when a `/` was given:
+/// a guard against a slip of the hand, as Unix's "Not a directory", not against a race.
+async fn refuse_file_as_dir(
+    tree: &FsTree,
+    what: &str,
+    path: &PathArg,
+    to: Option<&PathArg>,
+) -> anyhow::Result<()> {
+    let to_dir = to.is_some_and(PathArg::names_dir);
+    if !path.names_dir() && !to_dir {
+        return Ok(());
+    }
+    let kind = tree
+        .kind_of(path.path())
+        .await
+        .with_context(|| what.to_owned())?;
+    if kind != Some(DocKind::File) {
+        return Ok(());
+    }
+    if path.names_dir() {
+        anyhow::bail!(
+            "{what}: `{}` is not a directory (`{}` is a file)",
+            path.as_given(),
+            path.path()
+        );
+    }
+    let to = to.map(PathArg::as_given).unwrap_or_default();
+    anyhow::bail!(
+        "{what}: `{to}` names a directory, but `{}` is a file",
+        path.path()
+    )
 }
 
 /// Opens the store and its tree, creating the store and the indices if they are missing: for
 /// the verbs that make a tree (`index`, `mkdir`, `touch`).
 async fn open_tree(cli: &Cli) -> anyhow::Result<FsTree> {
     tree_of(cli, cli.store.open(&cli.store_options())?).await
+}
+
+/// Runs `op` first on an empty tree in memory when the store is a database file that does not
+/// exist yet: a new file would hold that same empty tree, so what fails there would fail on
+/// it too, and is refused before the file is made. A verb that fails before it writes leaves
+/// no empty database behind, after which every verb would answer as for an empty tree.
+async fn rehearse_on_new_file<F, Fut>(cli: &Cli, op: F) -> anyhow::Result<()>
+where
+    F: FnOnce(FsTree) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    let crate::StoreLocation::File(path) = &cli.store else {
+        return Ok(());
+    };
+    // An error (a directory that cannot be read) is left to the real open to name.
+    if path.try_exists().unwrap_or(true) {
+        return Ok(());
+    }
+    let store: SharedStore = Arc::new(fs_store::SqliteStore::in_memory()?);
+    op(tree_of(cli, store).await?).await
 }
 
 /// Opens the tree of a store that must be there already, in an index that must be there
@@ -351,40 +376,4 @@ fn tell_finished(orphans: &FinishOrphans) {
 /// How long `--consistent` waits for its lock, if it was given.
 fn consistent_wait(args: ConsistentArgs) -> Option<Duration> {
     args.consistent.then_some(args.wait)
-}
-
-/// Exit 3 for a lock that was not granted in time, else 1.
-fn exit_code_of(e: &anyhow::Error) -> u8 {
-    let timed_out = e.chain().any(|cause| {
-        matches!(
-            cause.downcast_ref::<fs_locks::LockError>(),
-            Some(fs_locks::LockError::Timeout { .. })
-        ) || matches!(
-            cause.downcast_ref::<fs_rename::RenameError>(),
-            Some(fs_rename::RenameError::Lock(
-                fs_locks::LockError::Timeout { .. }
-            ))
-        )
-    });
-    // Asking for what cannot be had (a consistent read, or a lock, of `/`) is a usage error,
-    // as clap's own are: the same command will never succeed.
-    let misused = e.chain().any(|cause| {
-        matches!(
-            cause.downcast_ref::<fs_rename::RenameError>(),
-            Some(
-                fs_rename::RenameError::RootNotLockable
-                    | fs_rename::RenameError::Lock(fs_locks::LockError::RootLock)
-            )
-        ) || matches!(
-            cause.downcast_ref::<fs_locks::LockError>(),
-            Some(fs_locks::LockError::RootLock)
-        )
-    });
-    if timed_out {
-        EXIT_LOCK_TIMEOUT
-    } else if misused {
-        EXIT_USAGE
-    } else {
-        EXIT_FAILED
-    }
 }

@@ -1,21 +1,20 @@
 //! `fsrename mv FROM TO`: renames under locks.
 
-use fs_model::FsPath;
-use fs_rename::JobKind;
+use super::{job, open_existing_tree, refuse_file_as_dir};
+use crate::cli::{Cli, JobArgs, PathArg};
+use crate::contract::Work;
 
-use super::{job, open_existing_tree};
-use crate::cli::{Cli, JobArgs};
-
-pub async fn run(cli: &Cli, from: &FsPath, to: &FsPath, args: &JobArgs) -> anyhow::Result<u8> {
+pub async fn run(cli: &Cli, from: &PathArg, to: &PathArg, args: &JobArgs) -> anyhow::Result<u8> {
     let tree = open_existing_tree(cli).await?;
-    let what = format!("mv `{from}` `{to}`");
-    job::run(
-        cli,
-        &tree,
-        args,
-        (JobKind::Rename, from, to),
-        &what,
-        |renamer| async move { renamer.rename(from, to).await },
-    )
+    let what = format!("mv `{}` `{}`", from.path(), to.path());
+    refuse_file_as_dir(&tree, &what, from, Some(to)).await?;
+    let (from, to) = (from.path(), to.path());
+    let work = Work::Rename {
+        from: from.clone(),
+        to: to.clone(),
+    };
+    job::run(cli, &tree, args, work, &what, |renamer| async move {
+        renamer.rename_reporting(from, to).await
+    })
     .await
 }

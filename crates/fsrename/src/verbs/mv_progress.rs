@@ -10,6 +10,7 @@ use fs_rename::{JobKind, ProgressSink, RenameEvent};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::ProgressMode;
+use crate::contract::Contract;
 use crate::output::to_stderr;
 
 /// How often the line mode reports progress.
@@ -31,7 +32,7 @@ impl Progress {
                 sink: Some(Arc::new(|event: RenameEvent| {
                     // An event that cannot be serialised or shown (stderr closed) is not worth
                     // failing the rename for: stopping half-way would leave it unfinished.
-                    if let Ok(line) = serde_json::to_string(&event) {
+                    if let Ok(line) = event.to_line() {
                         to_stderr(line);
                     }
                 })),

@@ -1,21 +1,20 @@
 //! `fsrename rm [-r] PATH`: removes under locks.
 
-use fs_model::FsPath;
-use fs_rename::JobKind;
+use super::{job, open_existing_tree, refuse_file_as_dir};
+use crate::cli::{Cli, JobArgs, PathArg};
+use crate::contract::Work;
 
-use super::{job, open_existing_tree};
-use crate::cli::{Cli, JobArgs};
-
-pub async fn run(cli: &Cli, path: &FsPath, recursive: bool, args: &JobArgs) -> anyhow::Result<u8> {
+pub async fn run(cli: &Cli, path: &PathArg, recursive: bool, args: &JobArgs) -> anyhow::Result<u8> {
     let tree = open_existing_tree(cli).await?;
-    let what = format!("rm{} `{path}`", if recursive { " -r" } else { "" });
-    job::run(
-        cli,
-        &tree,
-        args,
-        (JobKind::Delete, path, path),
-        &what,
-        |renamer| async move { renamer.remove(path, recursive).await },
-    )
+    let what = format!("rm{} `{}`", if recursive { " -r" } else { "" }, path.path());
+    refuse_file_as_dir(&tree, &what, path, None).await?;
+    let path = path.path();
+    let work = Work::Delete {
+        path: path.clone(),
+        recursive,
+    };
+    job::run(cli, &tree, args, work, &what, |renamer| async move {
+        renamer.remove_reporting(path, recursive).await
+    })
     .await
 }

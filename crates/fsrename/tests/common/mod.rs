@@ -47,6 +47,41 @@ pub fn wait_for(rx: &mpsc::Receiver<String>, what: &str) -> Vec<String> {
     panic!("no line with {what:?} in {seen:#?}");
 }
 
+/// Makes the pipe of `stderr` as small as the kernel allows (a page): a child that writes
+/// more than that while the test does not read waits, half-way through its work, until the test
+/// reads on. A job that reports every page of writes (`--progress json`) is so held after a
+/// few dozen pages, on a fast machine as on a slow one.
+pub fn small_pipe(stderr: &std::process::ChildStderr) {
+    rustix::pipe::fcntl_setpipe_size(stderr, 4096).expect("F_SETPIPE_SZ");
+}
+
+/// Starts `fsrename GLOBAL... serve --listen LISTEN` (no token); returns it and the address
+/// it says it serves on. Its stderr is read on, and dropped, by a thread of its own.
+pub fn serve(global: &[&str], listen: &str) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fsrename"))
+        .args(global)
+        .args(["serve", "--listen", listen])
+        .env_remove("FSRENAME_STORE")
+        .env_remove("FSRENAME_TOKEN")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+    let addr = lines
+        .find_map(|l| {
+            l.split("serving on http://")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .map(str::to_owned)
+        })
+        .expect("serve says where it serves");
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, addr)
+}
+
 /// Sends `which` (`-INT`, `-KILL`) to `child`.
 pub fn signal(child: &Child, which: &str) {
     let status = Command::new("kill")

@@ -203,7 +203,7 @@ impl Applier<'_> {
                 batch.renames += r.moves;
                 batch.indexed += 1;
                 batch.removed += r.pruned;
-                self.note_index_run(&mut batch, &r);
+                self.note_index_run(&mut batch, self.root, &r);
             }
             Err(e) => batch.failures.push(format!("rescan: {e}")),
         }
@@ -480,9 +480,15 @@ impl Applier<'_> {
         };
         match index_unpruned(target, self.index, None).await {
             Ok((r, stale)) => {
-                batch.indexed += 1;
+                // A directory indexed again to be sure (see above) counts only if that found
+                // something the events had not said: a look that changes nothing is no news,
+                // and a batch of nothing else says nothing.
+                let again = self.rechecking.contains(local);
+                if !again || r.created + r.updated + r.moves > 0 {
+                    batch.indexed += 1;
+                }
                 batch.renames += r.moves;
-                self.note_index_run(batch, &r);
+                self.note_index_run(batch, local, &r);
                 // What the index found gone goes once a later batch confirms it.
                 let gone: Vec<Entry> = stale
                     .into_iter()

@@ -85,9 +85,11 @@ impl Default for WatchOptions {
 }
 
 /// What one batch of changes did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct WatchBatch {
-    /// Events in the batch.
+    /// Events in the batch that tell of a change (reads of the tree, the watcher's own
+    /// included, are not counted). 0 for a batch that only applies what earlier batches left:
+    /// removals confirmed, directories looked at again.
     pub events: u64,
     /// Renames applied.
     pub renames: u64,
@@ -130,7 +132,7 @@ impl WatchBatch {
 }
 
 /// What the watch did, until it stopped.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct WatchReport {
     /// The first run.
     pub initial: IndexReport,
@@ -348,16 +350,14 @@ async fn gather(
         quiet: true,
     };
     if let Some(first) = first {
-        gathered.events += 1;
-        push(&mut gathered.changes, first);
+        gathered.events += u64::from(push(&mut gathered.changes, first));
     }
     let deadline = tokio::time::Instant::now() + debounce * 10;
     loop {
         tokio::select! {
             event = rx.recv() => match event {
                 Some(event) => {
-                    gathered.events += 1;
-                    push(&mut gathered.changes, event);
+                    gathered.events += u64::from(push(&mut gathered.changes, event));
                 }
                 None => break,
             },
@@ -386,8 +386,9 @@ impl WatchReport {
     }
 }
 
-/// Turns an event into changes.
-fn push(changes: &mut Vec<Change>, event: notify::Result<notify::Event>) {
+/// Turns an event into changes; returns false for an event that tells of none (a read of the
+/// tree: `find`, an editor, the watcher's own walks), which the batch does not count.
+fn push(changes: &mut Vec<Change>, event: notify::Result<notify::Event>) -> bool {
     let event = match event {
         Ok(event) => event,
         // A directory gone before its watch could be added (removed or moved right after it
@@ -398,35 +399,39 @@ fn push(changes: &mut Vec<Change>, event: notify::Result<notify::Event>) {
                 notify::ErrorKind::PathNotFound | notify::ErrorKind::WatchNotFound
             ) || matches!(&e.kind, notify::ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::NotFound) =>
         {
+            let told = !e.paths.is_empty();
             changes.extend(e.paths.into_iter().map(|p| Change::Dirty(p, None)));
-            return;
+            return told;
         }
         Err(e) => {
             changes.push(Change::Rescan(format!("the watch failed: {e}")));
-            return;
+            return true;
         }
     };
     if event.need_rescan() {
         changes.push(Change::Rescan("the kernel's event queue overflowed".into()));
-        return;
+        return true;
     }
     match event.kind {
-        EventKind::Access(_) => {}
+        EventKind::Access(_) => false,
         EventKind::Modify(ModifyKind::Name(RenameMode::Both)) if event.paths.len() == 2 => {
             let tracker = event.tracker();
             let mut paths = event.paths.into_iter();
             if let (Some(from), Some(to)) = (paths.next(), paths.next()) {
                 changes.push(Change::Rename(from, to, tracker));
             }
+            true
         }
         _ => {
             let tracker = event.tracker();
+            let told = !event.paths.is_empty();
             changes.extend(
                 event
                     .paths
                     .into_iter()
                     .map(|path| Change::Dirty(path, tracker)),
             );
+            told
         }
     }
 }
@@ -466,6 +471,11 @@ struct Applier<'a> {
     /// Names skipped (see [`WatchBatch::skipped`]) since the last batch was reported, and
     /// every name ever said, not to be said again.
     skipped: std::sync::Mutex<(Vec<Skipped>, HashSet<PathBuf>)>,
+    /// Entries said unreadable (see [`WatchBatch::unreadable`]) and not found readable since:
+    /// each is said, and counted, once, not again by every batch that looks at it (the next
+    /// batch indexes a directory again, and finds it as unreadable as before). An index run
+    /// that reads one forgets it: unreadable again later, it is said again.
+    unreadable: std::sync::Mutex<HashSet<PathBuf>>,
     /// The dirty paths (and touched directories) of batches cut while the events went on,
     /// held for a quiet one (see [`Applier::apply`]), and since when.
     held: (
@@ -498,6 +508,7 @@ impl<'a> Applier<'a> {
             rechecking: HashSet::new(),
             stopping,
             skipped: std::sync::Mutex::default(),
+            unreadable: std::sync::Mutex::default(),
             held: (Vec::new(), BTreeSet::new(), None),
         }
     }
@@ -530,12 +541,20 @@ impl Applier<'_> {
         }
     }
 
-    /// Notes what the index run `r`, made for `batch`, could not read, what the store
-    /// refused, and the names it skipped (not its symbolic links, which are never followed).
-    fn note_index_run(&self, batch: &mut WatchBatch, r: &IndexReport) {
-        batch
-            .unreadable
-            .extend(r.unread.iter().map(|s| format!("{}: {}", s.path, s.reason)));
+    /// Notes what the index run `r` of the directory `dir`, made for `batch`, could not read
+    /// (what it was not said before), what the store refused, and the names it skipped (not its
+    /// symbolic links, which are never followed).
+    fn note_index_run(&self, batch: &mut WatchBatch, dir: &Path, r: &IndexReport) {
+        // What the run read under `dir` is readable again (when it listed all it could not
+        // read: it lists the first hundred).
+        if r.unread.len() as u64 == r.unreadable {
+            let still: HashSet<&Path> = r.unread.iter().map(|s| Path::new(&s.path)).collect();
+            self.unreadable_list()
+                .retain(|p| !p.starts_with(dir) || still.contains(p.as_path()));
+        }
+        for s in &r.unread {
+            self.note_unreadable(batch, Path::new(&s.path), &s.reason);
+        }
         for s in r.skipped.iter().filter(|s| !s.is_symlink()) {
             if s.is_refused() {
                 batch.failures.push(format!("{}: {}", s.path, s.reason));
@@ -543,6 +562,23 @@ impl Applier<'_> {
                 self.note_skipped(Path::new(&s.path), &s.reason);
             }
         }
+    }
+
+    /// Notes in `batch` that `local` exists but could not be read (`why`), unless it was said
+    /// before and has not been found readable since.
+    pub(super) fn note_unreadable(&self, batch: &mut WatchBatch, local: &Path, why: &str) {
+        if self.unreadable_list().insert(local.to_owned()) {
+            batch.unreadable.push(format!("{}: {why}", local.display()));
+        }
+    }
+
+    /// Forgets that `local`, and what was under it, could not be read: it is gone.
+    pub(super) fn forget_unreadable(&self, local: &Path) {
+        self.unreadable_list().retain(|p| !p.starts_with(local));
+    }
+
+    fn unreadable_list(&self) -> std::sync::MutexGuard<'_, HashSet<PathBuf>> {
+        self.unreadable.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The names skipped since the last call.

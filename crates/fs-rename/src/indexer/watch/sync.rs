@@ -131,10 +131,14 @@ impl Applier<'_> {
                 Ok(meta) if meta.is_dir() || meta.is_file() => Some(describe_one(&path, &meta)),
                 // Symbolic links and special files are not indexed.
                 Ok(_) => None,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                // There, but not to be read: what the store holds there is kept.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    self.forget_unreadable(local);
+                    None
+                }
+                // There, but not to be read: what the store holds there is kept (and said
+                // once, not by every batch that looks at it).
                 Err(e) => {
-                    batch.unreadable.push(format!("{}: {e}", local.display()));
+                    self.note_unreadable(batch, local, &e.to_string());
                     continue;
                 }
             };
@@ -288,12 +292,13 @@ impl Applier<'_> {
             // A symbolic link or a special file: not indexed; whatever the store had there goes.
             Ok(_) => self.remove(&path, batch).await,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.forget_unreadable(local);
                 if self.gone_for_good(local) {
                     self.remove(&path, batch).await;
                 }
             }
             // There, but not to be read: what the store holds there is kept.
-            Err(e) => batch.unreadable.push(format!("{shown}: {e}")),
+            Err(e) => self.note_unreadable(batch, local, &e.to_string()),
         }
     }
 

@@ -1,181 +1,16 @@
-//! The command-line arguments.
+//! The verbs ([`Verb`]) and the options some of them share ([`JobArgs`], [`ConsistentArgs`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::parser::ValueSource;
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use fs_locks::LockProtocol;
-use fs_model::{FsPath, IndexLayout, NameGlob};
+use clap::{Args, Subcommand};
+use fs_model::NameGlob;
 use fs_rename::Strategy;
 
-use crate::store_location::StoreLocation;
-
-/// Keeps a directory tree in a document store (an embedded database file, or Elasticsearch)
-/// and renames files and directories in it safely while other jobs do the same.
-#[derive(Debug, Parser)]
-#[command(name = "fsrename", version, about, long_about = None)]
-pub struct Cli {
-    /// Where the tree lives: a database file (`file:PATH`), `mem`, or `http(s)://HOST:PORT`.
-    ///
-    /// `file:PATH` or a bare path is an embedded database file; `mem` is in memory, gone when
-    /// the command ends; `http(s)://HOST:PORT` is Elasticsearch (tested on 7.10; 8.x and
-    /// OpenSearch speak the same API but have not been run, see docs/elasticsearch.md) (for a
-    /// cluster, its nodes' URLs separated by commas: requests go round them and a node that
-    /// does not answer is skipped for a while; credentials in the URL or in
-    /// --user with --password-file, or --api-key-file; a CA with --ca-cert or
-    /// --ca-fingerprint).
-    #[arg(
-        long,
-        global = true,
-        help_heading = "Store options",
-        env = "FSRENAME_STORE",
-        default_value = "fsrename.db"
-    )]
-    pub store: StoreLocation,
-
-    /// The tree index; its locks live in `<INDEX>-lock`.
-    #[arg(long, global = true, help_heading = "Store options", default_value = fs_model::DEFAULT_TREE_INDEX)]
-    pub index: String,
-
-    /// How long a lock lives unless renewed (verbs that take locks). At least 100ms.
-    ///
-    /// Its holder renews it every third of this while it works; a job that dies leaves locks
-    /// that expire after this long.
-    #[arg(long, global = true, help_heading = "Lock options", default_value = "30s", value_parser = parse_lease)]
-    pub lease: Duration,
-
-    /// How lock documents are written (verbs that take locks): `auto`, `cas` or `scripted`.
-    ///
-    /// `auto` uses the book's scripts where the server runs them and compare-and-set
-    /// otherwise.
-    #[arg(
-        long,
-        global = true,
-        help_heading = "Lock options",
-        default_value = "auto"
-    )]
-    pub lock_protocol: LockProtocol,
-
-    /// Where `mv` rewrites its documents: `auto`, `server` or `client`.
-    ///
-    /// `auto` has the server do it, in one task, where it runs painless and the rename moves
-    /// more than a page of documents, and this process otherwise. The locks, check and journal
-    /// are the same.
-    #[arg(
-        long,
-        global = true,
-        help_heading = "Lock options",
-        default_value = "auto"
-    )]
-    pub rewrite: fs_rename::Rewrite,
-
-    /// On Elasticsearch: `number_of_shards` of the tree index fsrename creates, 1 to 1024.
-    /// Default: the server's default (1).
-    ///
-    /// Applies when fsrename creates the indices, on the first run on a store: an index that
-    /// exists keeps the shards it was created with. The lock index stays on one shard (its bulk
-    /// requests are applied in order only within one shard), and so do the small journal and
-    /// jobs indices. The embedded store has no shards and ignores this.
-    #[arg(
-        long,
-        global = true,
-        help_heading = "Store options",
-        env = "FSRENAME_ES_SHARDS",
-        value_name = "N",
-        value_parser = parse_shards
-    )]
-    pub shards: Option<u32>,
-
-    /// On Elasticsearch: `number_of_replicas` of the indices fsrename creates, 0 to 64 (0
-    /// suits a single node). Default: the server's default (1).
-    ///
-    /// Applies when fsrename creates the indices, on the first run on a store: an index that
-    /// exists keeps its replicas. Every index (tree, lock, journal, jobs) takes it. The
-    /// embedded store has no replicas and ignores this.
-    #[arg(
-        long,
-        global = true,
-        help_heading = "Store options",
-        env = "FSRENAME_ES_REPLICAS",
-        value_name = "N",
-        value_parser = parse_replicas
-    )]
-    pub replicas: Option<u32>,
-
-    /// The CA and credentials of a secured Elasticsearch.
-    #[command(flatten)]
-    pub access: crate::store_location::Access,
-
-    /// What to do.
-    #[command(subcommand)]
-    pub verb: Verb,
-}
-
-/// The global options that say where and how the tree is stored, which `demo` (on its own
-/// in-memory store) does not take: `(argument id, flag)`.
-const STORE_OPTIONS: [(&str, &str); 12] = [
-    ("store", "--store"),
-    ("index", "--index"),
-    ("lease", "--lease"),
-    ("lock_protocol", "--lock-protocol"),
-    ("rewrite", "--rewrite"),
-    ("shards", "--shards"),
-    ("replicas", "--replicas"),
-    ("ca_cert", "--ca-cert"),
-    ("ca_fingerprint", "--ca-fingerprint"),
-    ("user", "--user"),
-    ("password_file", "--password-file"),
-    ("api_key_file", "--api-key-file"),
-];
-
-impl Cli {
-    /// Returns what opening the store takes besides its location.
-    pub fn store_options(&self) -> crate::store_location::StoreOptions {
-        crate::store_location::StoreOptions {
-            replicas: self.replicas,
-            access: self.access.clone(),
-        }
-    }
-
-    /// Returns the shards and replicas of the indices a verb creates (`--shards`,
-    /// `--replicas`).
-    ///
-    /// # Errors
-    /// A number out of range, named (the parser refuses those first).
-    pub fn layout(&self) -> anyhow::Result<IndexLayout> {
-        Ok(IndexLayout::of(self.shards, self.replicas)?)
-    }
-
-    /// Parses the command line as [`Parser::parse`] does (exiting with 2 and clap's message on
-    /// bad usage), and also refuses, the same way, store options given on the command line to
-    /// `demo`, which runs on a store of its own: silently ignoring them let a user believe the
-    /// demo had run on their server. (From the environment, as `FSRENAME_STORE`, they are
-    /// settings of the shell, not a request, and are left alone.)
-    pub fn parse_args() -> Cli {
-        let matches = Cli::command().get_matches();
-        let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-        if matches!(cli.verb, Verb::Demo { .. }) {
-            let given: Vec<&str> = STORE_OPTIONS
-                .iter()
-                .filter(|(id, _)| matches.value_source(id) == Some(ValueSource::CommandLine))
-                .map(|(_, flag)| *flag)
-                .collect();
-            if !given.is_empty() {
-                Cli::command()
-                    .error(
-                        clap::error::ErrorKind::ArgumentConflict,
-                        format!(
-                            "`demo` runs on an in-memory store of its own, so {} cannot be given to it",
-                            given.join(", ")
-                        ),
-                    )
-                    .exit();
-            }
-        }
-        cli
-    }
-}
+use super::values::{
+    parse_bytes, parse_duration, parse_in_flight, parse_limit, parse_listen_demo,
+    parse_listen_serve, parse_page_size, parse_slow, parse_strategy, parse_type_name, PathArg,
+};
 
 /// The verbs.
 #[derive(Debug, Subcommand)]
@@ -191,7 +26,7 @@ pub enum Verb {
         dir: PathBuf,
         /// Where in the tree to put it. Default: `/` followed by the directory's name.
         #[arg(long = "as", value_name = "PATH")]
-        at: Option<FsPath>,
+        at: Option<PathArg>,
         /// Documents per bulk request.
         #[arg(long, default_value_t = 1_000)]
         batch_size: usize,
@@ -219,7 +54,9 @@ pub enum Verb {
         /// K, KiB, M, MiB, G or GiB: powers of 1024).
         #[arg(long, default_value = "1MiB", value_parser = parse_bytes, requires = "content")]
         content_max: u64,
-        /// Prints the summary as JSON.
+        /// Prints JSON Lines (`fsrename schema` describes them): the report as `index_report`;
+        /// with --watch, the first run's report, each batch (`watch_batch`), and the totals
+        /// (`watch_report`) last.
         #[arg(long)]
         json: bool,
     },
@@ -229,12 +66,18 @@ pub enum Verb {
         #[arg(short = 'p', long)]
         parents: bool,
         /// The directory to create.
-        path: FsPath,
+        path: PathArg,
+        /// Prints the report as a line of JSON (`mkdir_report`).
+        #[arg(long)]
+        json: bool,
     },
     /// Creates an empty file, or updates the modification time of an existing one.
     Touch {
         /// The file.
-        path: FsPath,
+        path: PathArg,
+        /// Prints the report as a line of JSON (`touch_report`).
+        #[arg(long)]
+        json: bool,
     },
     /// Renames a file or directory (and everything under it) under locks.
     ///
@@ -247,10 +90,10 @@ pub enum Verb {
     /// `/a` into `/dir`. Nothing existing is ever replaced.
     Mv {
         /// What to rename.
-        from: FsPath,
+        from: PathArg,
         /// Its new path (not a directory to move into); it must not exist, and its parent
         /// must be an existing directory.
-        to: FsPath,
+        to: PathArg,
         /// The options of a job (clap shows the fields' own help, not this).
         #[command(flatten)]
         job: JobArgs,
@@ -270,16 +113,15 @@ pub enum Verb {
         #[arg(short = 'r', short_alias = 'R', long)]
         recursive: bool,
         /// What to copy.
-        from: FsPath,
+        from: PathArg,
         /// Where the copy goes: the copy's own path, not a directory to copy into (unlike Unix
         /// `cp`); it must not exist, and its parent must be an existing directory.
-        to: FsPath,
+        to: PathArg,
         /// The options of a job (clap shows the fields' own help, not this).
         #[command(flatten)]
         job: JobArgs,
     },
-    /// Removes a file or an empty directory, or with -r a directory and everything under it,
-    /// under locks.
+    /// Removes a file or an empty directory, or with -r a whole subtree, under locks.
     ///
     /// With tree locks (the default) it takes an exclusive lock on PATH and intention locks on
     /// its ancestors. It deletes deepest first, so a directory goes only after everything in
@@ -292,13 +134,12 @@ pub enum Verb {
         #[arg(short = 'r', short_alias = 'R', long)]
         recursive: bool,
         /// What to remove.
-        path: FsPath,
+        path: PathArg,
         /// The options of a job (clap shows the fields' own help, not this).
         #[command(flatten)]
         job: JobArgs,
     },
-    /// Finishes the renames, copies and deletes of jobs that died half-way and clears the
-    /// locks they left.
+    /// Finishes the renames, copies and deletes that died half-way, and clears their locks.
     ///
     /// A job journals itself before its first write; if it dies, its locks stay until their
     /// lease (--lease of the job that took them) runs out, and nobody can touch the half-done
@@ -326,7 +167,8 @@ pub enum Verb {
         /// notes the count it sees and when; a count that moved starts the wait again.
         #[arg(long, default_value = "1h", value_parser = parse_duration)]
         foreign_lease: Duration,
-        /// Prints the report as JSON.
+        /// Prints the report as a line of JSON (`recover_report`; `fsrename schema` describes
+        /// it).
         #[arg(long)]
         json: bool,
     },
@@ -339,14 +181,15 @@ pub enum Verb {
     Ls {
         /// The directory (or file) to list.
         #[arg(default_value = "/")]
-        path: FsPath,
+        path: PathArg,
         /// Lists everything under it, with full paths.
         #[arg(short = 'R', long)]
         recursive: bool,
         /// Shows kind, size and modification time.
         #[arg(short, long)]
         long: bool,
-        /// Prints the entries as JSON lines.
+        /// Prints JSON Lines: each entry (`entry`), then `ls_report` (`fsrename schema`
+        /// describes them).
         #[arg(long)]
         json: bool,
         /// `--consistent` and its `--wait` (clap shows the fields' own help, not this).
@@ -365,7 +208,7 @@ pub enum Verb {
     Find {
         /// Where to look: this path and everything under it.
         #[arg(default_value = "/")]
-        path: FsPath,
+        path: PathArg,
         /// A shell pattern the name must match: `*`, `?`, `[a-z]`, `[!a-z]`, `\` before a
         /// character meant as itself. Case-sensitive; quote it from the shell.
         #[arg(long, value_name = "GLOB")]
@@ -379,30 +222,40 @@ pub enum Verb {
         /// Shows kind, size and modification time.
         #[arg(short, long)]
         long: bool,
-        /// Prints the entries as JSON lines.
+        /// Prints JSON Lines: each entry (`entry`), then `find_report` (`fsrename schema`
+        /// describes them).
         #[arg(long)]
         json: bool,
     },
     /// Lists the lock documents: what is locked, how, by whom, until when.
     Locks {
-        /// Prints the locks as JSON.
+        /// Prints JSON Lines: each lock document (`lock`), then `locks_report` (`fsrename
+        /// schema` describes them).
         #[arg(long)]
         json: bool,
     },
-    /// Checks the tree, and reports locks left behind and unfinished jobs.
+    /// Checks the tree, and tells a job half-way from a broken tree.
     ///
     /// Every document's parent exists and is a directory, parent/name/depth agree with the
-    /// path, no path is stored twice. Reports lock documents left behind and unfinished jobs
-    /// in the journal. Exits 1 if the tree is broken.
+    /// path, no path is stored twice. A problem under a job journaled and not finished (a
+    /// rename, copy or delete at work, or left by a job that died or was stopped) is that
+    /// job's, reported under it with the command that finishes it, not a broken tree. Lock
+    /// documents are reported as held by jobs at work, held by a process that is gone (it ran
+    /// on this machine), or expired.
     ///
-    /// Without --consistent it takes no lock, so a job at work may show as a broken tree
-    /// (half-renamed, half-copied). With --consistent it holds a shared lock on PATH while it
-    /// reads, so the report describes one state of the subtree.
+    /// Exits 0 for a clean tree; 4 for a tree that is not broken but unfinished (jobs at work
+    /// or left for `fsrename recover`, or locks of jobs that died: `recover` finishes and
+    /// clears them, after which fsck exits 0); 1 for a broken tree (problems no job explains).
+    ///
+    /// Without --consistent it takes no lock, so it sees jobs at work half-way. With
+    /// --consistent it holds a shared lock on PATH while it reads, so the report describes one
+    /// state of the subtree.
     Fsck {
         /// The subtree to check.
         #[arg(default_value = "/")]
-        path: FsPath,
-        /// Prints the report as JSON.
+        path: PathArg,
+        /// Prints the report as a line of JSON (`fsck_report`; `fsrename schema` describes
+        /// it).
         #[arg(long)]
         json: bool,
         /// `--consistent` and its `--wait` (clap shows the fields' own help, not this).
@@ -416,14 +269,15 @@ pub enum Verb {
     /// "recursive"?, "strategy"?} → 202 with a job id; GET /jobs/{id} (any kind), GET
     /// /renames/{id}, /copies/{id}, /deletes/{id}; GET /jobs, /renames, /copies, /deletes;
     /// GET /locks; GET /tree?path=&depth=; GET /healthz; GET /metrics; GET /openapi.json
-    /// (every route described, OpenAPI 3.1). Stops on SIGINT/SIGTERM after letting running
-    /// jobs finish, and exits 130 then, as every verb so stopped.
+    /// (every route described, OpenAPI 3.1). Stops on SIGINT or SIGTERM after letting running
+    /// jobs finish (within --grace): exits 0 on SIGTERM (systemd, docker stop, Kubernetes), 130
+    /// on SIGINT (Ctrl-C).
     Serve {
         /// Where to listen. A non-loopback address requires FSRENAME_TOKEN, which clients then
         /// send as `Authorization: Bearer <token>` (if set, it is required on loopback too).
         ///
-        /// HOST:PORT or HOST alone (port 7070); a name such as `localhost` is resolved, an
-        /// IPv4 address preferred.
+        /// HOST:PORT, HOST alone (port 7070), or PORT alone (on 127.0.0.1: `--listen 7074`); a
+        /// name such as `localhost` is resolved, an IPv4 address preferred.
         #[arg(long, default_value = "127.0.0.1:7070", value_parser = parse_listen_serve)]
         listen: std::net::SocketAddr,
         /// Jobs (renames, copies, deletes) running at once.
@@ -486,8 +340,8 @@ pub enum Verb {
         #[arg(long)]
         serve: bool,
         /// Where the page is served (with --serve). A non-loopback address requires
-        /// FSRENAME_TOKEN, as for `serve`.
-        /// HOST:PORT or HOST alone (port 8080).
+        /// FSRENAME_TOKEN, as for `serve`. HOST:PORT, HOST alone (port 8080), or PORT alone
+        /// (on 127.0.0.1).
         #[arg(long, default_value = "127.0.0.1:8080", requires = "serve", value_parser = parse_listen_demo)]
         listen: std::net::SocketAddr,
         /// How slowly the jobs go: 1 is a pace to watch (each job holds its new locks 2.5 s,
@@ -495,7 +349,97 @@ pub enum Verb {
         /// Default: 1 with --serve, 0 without.
         #[arg(long, value_name = "FACTOR", value_parser = parse_slow)]
         slow: Option<f64>,
+        /// Prints JSON Lines: each run (`demo_run`), then `demo_report` (`fsrename schema`
+        /// describes them).
+        #[arg(long, conflicts_with = "serve")]
+        json: bool,
     },
+    /// Prints the JSON Schema of the lines every verb prints with --json.
+    ///
+    /// Every line is one JSON object with a `type`; a verb's report is its last line (an
+    /// `error` line if it could not give one). Without NAME, one schema for any line (each
+    /// type under `$defs`); with NAME, the schema of that type alone. The contract is
+    /// versioned: docs/json.md says what a new version means.
+    Schema {
+        /// The type: entry, ls_report, find_report, lock, locks_report, job, job_event,
+        /// index_report, watch_batch, watch_caught_up, watch_report, mkdir_report,
+        /// touch_report, fsck_report, recover_report, demo_run, demo_report, error.
+        #[arg(value_name = "NAME", value_parser = parse_type_name)]
+        name: Option<String>,
+    },
+    /// Prints a shell's completion script for fsrename.
+    ///
+    /// bash: `fsrename completions bash > ~/.local/share/bash-completion/completions/fsrename`;
+    /// zsh: `fsrename completions zsh > ~/.zfunc/_fsrename` (with `~/.zfunc` in `fpath`);
+    /// fish: `fsrename completions fish > ~/.config/fish/completions/fsrename.fish`.
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Prints the manual page (roff), or writes one per verb into a directory.
+    ///
+    /// `fsrename man | man -l -` reads it now; `fsrename man --dir ~/.local/share/man/man1`
+    /// installs fsrename.1 and fsrename-VERB.1 for `man fsrename`.
+    Man {
+        /// Writes fsrename.1 and a page per verb (fsrename-mv.1, ...) into this directory,
+        /// which must exist, instead of printing fsrename.1.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+impl Verb {
+    /// Returns the verb's name, as typed: `mv`, `ls`...
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verb::Index { .. } => "index",
+            Verb::Mkdir { .. } => "mkdir",
+            Verb::Touch { .. } => "touch",
+            Verb::Mv { .. } => "mv",
+            Verb::Cp { .. } => "cp",
+            Verb::Rm { .. } => "rm",
+            Verb::Recover { .. } => "recover",
+            Verb::Ls { .. } => "ls",
+            Verb::Find { .. } => "find",
+            Verb::Locks { .. } => "locks",
+            Verb::Fsck { .. } => "fsck",
+            Verb::Serve { .. } => "serve",
+            Verb::Demo { .. } => "demo",
+            Verb::Schema { .. } => "schema",
+            Verb::Completions { .. } => "completions",
+            Verb::Man { .. } => "man",
+        }
+    }
+
+    /// Returns true if the verb was asked for JSON (`--json`).
+    pub fn json(&self) -> bool {
+        match self {
+            Verb::Index { json, .. }
+            | Verb::Mkdir { json, .. }
+            | Verb::Touch { json, .. }
+            | Verb::Recover { json, .. }
+            | Verb::Ls { json, .. }
+            | Verb::Find { json, .. }
+            | Verb::Locks { json }
+            | Verb::Fsck { json, .. }
+            | Verb::Demo { json, .. } => *json,
+            Verb::Mv { job, .. } | Verb::Cp { job, .. } | Verb::Rm { job, .. } => job.json,
+            Verb::Serve { .. }
+            | Verb::Schema { .. }
+            | Verb::Completions { .. }
+            | Verb::Man { .. } => false,
+        }
+    }
+
+    /// Returns true for the verbs that run until they are told to stop: `serve`, `demo
+    /// --serve` and `index --watch`. Stopped by SIGTERM, they exit 0.
+    pub fn is_service(&self) -> bool {
+        matches!(
+            self,
+            Verb::Serve { .. } | Verb::Demo { serve: true, .. } | Verb::Index { watch: true, .. }
+        )
+    }
 }
 
 /// The options of the verbs that run a job on a subtree: `mv`, `cp` and `rm`.
@@ -523,10 +467,11 @@ pub struct JobArgs {
     pub in_flight: usize,
     /// How to show progress on stderr: `auto` (a bar on a terminal, otherwise `lines`),
     /// `lines` (when waiting for a lock, and every 2 s of writing), `json` (every event as a
-    /// JSON line, at once) or `none`.
+    /// line of JSON, `job_event`, at once) or `none`.
     #[arg(long, value_enum, default_value = "auto")]
     pub progress: ProgressMode,
-    /// Prints the report as JSON.
+    /// Prints the job as a line of JSON (`job`, as the service's `GET /jobs/{id}` shows
+    /// it), also when it fails; `fsrename schema` describes it.
     #[arg(long)]
     pub json: bool,
 }
@@ -553,207 +498,10 @@ pub enum ProgressMode {
     /// A line on stderr when the job starts waiting for a lock and every 2 s of writing;
     /// a quick rename prints nothing.
     Lines,
-    /// Every event as one JSON object per line on stderr, at once (`{"event":"locked",...}`):
-    /// waiting, locked, checked, journaled, progress, retrying, closed, released.
+    /// Every event as one JSON object per line on stderr, at once
+    /// (`{"type":"job_event","event":"locked",...}`): waiting, locked, checked, journaled,
+    /// progress, retrying, closed, released.
     Json,
     /// Nothing.
     None,
-}
-
-/// A limit on how many results are shown: 1 to 10 000.
-fn parse_limit(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if (1..=10_000).contains(&n) => Ok(n),
-        _ => Err(format!("`{s}` is not a number from 1 to 10000")),
-    }
-}
-
-/// A number of bytes, with an optional binary unit: `4096`, `64K`, `64KiB`, `1MiB`, `2G`.
-fn parse_bytes(s: &str) -> Result<u64, String> {
-    let bad = || format!("`{s}` is not a size: a number of bytes, or with K, KiB, M, MiB, G, GiB");
-    let digits = s.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic());
-    let unit = &s.trim()[digits.len()..];
-    let n: u64 = digits.parse().map_err(|_| bad())?;
-    let scale: u64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        _ => return Err(bad()),
-    };
-    n.checked_mul(scale).ok_or_else(bad)
-}
-
-/// Parses `30s`, `500ms`, `2m`, `1h 30m`.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s)
-        .map_err(|e| format!("`{s}` is not a duration like 30s, 500ms or 2m: {e}"))
-}
-
-/// The shortest lease taken: a holder renews every third of its lease, with a request to the
-/// store each time, so a shorter one is lost before a renewal can land (and `0s` at once).
-const SHORTEST_LEASE: Duration = Duration::from_millis(100);
-
-/// A lease: a duration of at least [`SHORTEST_LEASE`].
-fn parse_lease(s: &str) -> Result<Duration, String> {
-    let lease = parse_duration(s)?;
-    if lease < SHORTEST_LEASE {
-        return Err(format!(
-            "a lease of `{s}` would be lost before its holder could renew it (every third of the lease): give at least 100ms"
-        ));
-    }
-    Ok(lease)
-}
-
-/// A number of shards of the tree index: 1 to [`fs_model::MAX_SHARDS`].
-fn parse_shards(s: &str) -> Result<u32, String> {
-    let shards = s.parse::<u32>().map_err(|_| {
-        format!(
-            "`{s}` is not a number of shards (a whole number from 1 to {})",
-            fs_model::MAX_SHARDS
-        )
-    })?;
-    IndexLayout::default()
-        .with_shards(shards)
-        .map_err(|e| e.to_string())?;
-    Ok(shards)
-}
-
-/// A number of replicas: 0 to [`fs_model::MAX_REPLICAS`].
-fn parse_replicas(s: &str) -> Result<u32, String> {
-    let replicas = s.parse::<u32>().map_err(|_| {
-        format!(
-            "`{s}` is not a number of replicas (a whole number from 0 to {})",
-            fs_model::MAX_REPLICAS
-        )
-    })?;
-    IndexLayout::default()
-        .with_replicas(replicas)
-        .map_err(|e| e.to_string())?;
-    Ok(replicas)
-}
-
-/// A page size: at least 1.
-fn parse_page_size(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err(format!(
-            "`{s}` is not a page size (a whole number of at least 1)"
-        )),
-    }
-}
-
-fn parse_in_flight(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if (1..=64).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "`{s}` is not a number of bulk requests in flight (a whole number from 1 to 64)"
-        )),
-    }
-}
-
-fn parse_slow(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(f) if (0.0..=100.0).contains(&f) => Ok(f),
-        _ => Err(format!(
-            "`{s}` is not a slow-down factor (a number from 0 to 100: 1 is a pace to watch)"
-        )),
-    }
-}
-
-/// A locking scheme a job may take: `none` exists only for the demonstration, so it is
-/// neither accepted nor offered.
-fn parse_listen_serve(s: &str) -> Result<std::net::SocketAddr, String> {
-    parse_listen(s, 7070)
-}
-
-fn parse_listen_demo(s: &str) -> Result<std::net::SocketAddr, String> {
-    parse_listen(s, 8080)
-}
-
-/// An address to listen on: `HOST:PORT`, `[IPV6]:PORT`, or a host alone on `default_port`;
-/// a host name (`localhost`) is resolved, its first IPv4 address preferred, as a user who
-/// types `localhost` and then opens `http://localhost:PORT` expects either to work.
-fn parse_listen(s: &str, default_port: u16) -> Result<std::net::SocketAddr, String> {
-    use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
-    if let Ok(addr) = s.parse::<SocketAddr>() {
-        return Ok(addr);
-    }
-    if let Ok(ip) = s.trim_matches(['[', ']']).parse::<IpAddr>() {
-        return Ok(SocketAddr::new(ip, default_port));
-    }
-    let with_port = if s.rsplit_once(':').is_some_and(|(host, port)| {
-        !host.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
-    }) {
-        s.to_owned()
-    } else if s.contains(':') {
-        return Err(format!(
-            "`{s}` is not an address to listen on: expected HOST:PORT or HOST (port {default_port}), e.g. 127.0.0.1:{default_port} or localhost"
-        ));
-    } else {
-        format!("{s}:{default_port}")
-    };
-    let found: Vec<SocketAddr> = with_port
-        .to_socket_addrs()
-        .map_err(|e| format!("`{s}` is not an address to listen on: {e}"))?
-        .collect();
-    found
-        .iter()
-        .find(|a| a.is_ipv4())
-        .or(found.first())
-        .copied()
-        .ok_or_else(|| format!("`{s}` names no address to listen on"))
-}
-
-fn parse_strategy(s: &str) -> Result<Strategy, String> {
-    match s.parse::<Strategy>() {
-        Ok(Strategy::None) => Err(
-            "`none` exists only for the demonstration (`fsrename demo`): expected tree, global or document"
-                .to_owned(),
-        ),
-        Ok(strategy) => Ok(strategy),
-        Err(_) => Err(format!(
-            "unknown strategy `{s}`: expected tree, global or document"
-        )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{parse_listen, parse_replicas, parse_shards};
-
-    #[test]
-    fn shards_and_replicas_out_of_range_are_named() {
-        assert_eq!(parse_shards("3"), Ok(3));
-        assert_eq!(parse_shards("1024"), Ok(1024));
-        for bad in ["0", "1025"] {
-            let e = parse_shards(bad).expect_err(bad);
-            assert!(
-                e.contains(&format!("`{bad}`")) && e.contains("1 to 1024"),
-                "{e}"
-            );
-        }
-        let e = parse_shards("-1").expect_err("negative");
-        assert!(e.contains("`-1`"), "{e}");
-        assert_eq!(parse_replicas("0"), Ok(0));
-        let e = parse_replicas("65").expect_err("65");
-        assert!(e.contains("`65`") && e.contains("0 to 64"), "{e}");
-    }
-
-    #[test]
-    fn listen_takes_a_host_alone_a_name_or_host_and_port() {
-        let at = |s: &str| parse_listen(s, 7070).map(|a| a.to_string());
-        assert_eq!(at("127.0.0.1:9000"), Ok("127.0.0.1:9000".to_owned()));
-        assert_eq!(at("127.0.0.1"), Ok("127.0.0.1:7070".to_owned()));
-        assert_eq!(at("[::1]:9000"), Ok("[::1]:9000".to_owned()));
-        assert_eq!(at("::1"), Ok("[::1]:7070".to_owned()));
-        // A name is resolved (here from the hosts file), IPv4 first.
-        assert_eq!(at("localhost"), Ok("127.0.0.1:7070".to_owned()));
-        assert_eq!(at("localhost:9000"), Ok("127.0.0.1:9000".to_owned()));
-        let bad = at("localhost:http:x").expect_err("two colons and no address");
-        assert!(
-            bad.contains("expected HOST:PORT or HOST (port 7070)"),
-            "{bad}"
-        );
-    }
 }

@@ -1,16 +1,17 @@
-//! [`Job`]: what a job does ([`Work`]), where it is ([`JobState`]) and what it did; the
-//! JSON of the API and the document of the jobs index.
+//! [`Job`]: what a job does ([`Work`]), where it is ([`JobState`]) and what it did: the line
+//! `fsrename mv --json` (and `cp`, `rm`) ends with, the JSON of the service's job resources,
+//! and the document of the jobs index. One definition, serialised the same way everywhere.
 
 use fs_model::FsPath;
-use fs_rename::{JobKind, Strategy};
+use fs_rename::{JobKind, RenameReport, Strategy};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::RefOr;
 use utoipa::{PartialSchema, ToSchema};
 
 /// Where a job is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     /// Accepted, waiting for a free slot.
@@ -26,6 +27,7 @@ pub enum JobState {
 }
 
 impl JobState {
+    /// Every state, in the order a job goes through them.
     pub const ALL: [JobState; 5] = [
         JobState::Queued,
         JobState::WaitingForLocks,
@@ -34,6 +36,7 @@ impl JobState {
         JobState::Failed,
     ];
 
+    /// Returns the state's name, as its JSON says it.
     pub fn name(self) -> &'static str {
         match self {
             JobState::Queued => "queued",
@@ -44,6 +47,7 @@ impl JobState {
         }
     }
 
+    /// Returns true once the job is over: `done` or `failed`.
     pub fn finished(self) -> bool {
         matches!(self, JobState::Done | JobState::Failed)
     }
@@ -51,32 +55,39 @@ impl JobState {
 
 /// What a job does, shown in its JSON as `kind` with its paths: `{"kind": "rename", "from",
 /// "to"}`, `{"kind": "copy", "from", "to"}`, `{"kind": "delete", "path", "recursive"}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Work {
     /// `mv FROM TO`.
     Rename {
+        /// What is renamed.
         #[schema(value_type = PathName)]
         from: FsPath,
+        /// Its new path.
         #[schema(value_type = PathName)]
         to: FsPath,
     },
     /// `cp -r FROM TO`.
     Copy {
+        /// What is copied.
         #[schema(value_type = PathName)]
         from: FsPath,
+        /// The copy's path.
         #[schema(value_type = PathName)]
         to: FsPath,
     },
     /// `rm [-r] PATH`.
     Delete {
+        /// What is removed.
         #[schema(value_type = PathName)]
         path: FsPath,
+        /// Whether a directory goes with everything under it.
         recursive: bool,
     },
 }
 
 impl Work {
+    /// Returns what kind of job it is.
     pub fn kind(&self) -> JobKind {
         match self {
             Work::Rename { .. } => JobKind::Rename,
@@ -97,17 +108,50 @@ impl Work {
     }
 }
 
+/// The `type` of a [`Job`], in its JSON: always `job`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum JobType {
+    /// A job.
+    #[default]
+    Job,
+}
+
+/// `"job"`, inline, as every line's `type` is described.
+impl JsonSchema for JobType {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "JobType".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "const": "job", "description": "What the line is." })
+    }
+}
+
 // The doc comments of this type and its fields are also its description in
-// `GET /openapi.json`: written for the API's readers. The jobs index is `records.rs`.
-/// What `GET /jobs/{id}` (and `/renames/{id}`, `/copies/{id}`, `/deletes/{id}`) shows, and
-/// what the jobs index stores, so that every instance can show it.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+// `GET /openapi.json` and in `fsrename schema`: written for their readers. The jobs index is
+// `serve/records.rs`.
+/// A rename, copy or delete: what `GET /jobs/{id}` (and `/renames/{id}`, `/copies/{id}`,
+/// `/deletes/{id}`) shows, what the jobs index stores so that every instance can show it, and
+/// the last line of `fsrename mv --json` (`cp`, `rm`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, JsonSchema)]
 pub struct Job {
+    /// `job`: what this object is, as on every line of the JSON contract.
+    #[serde(rename = "type", default)]
+    tag: JobType,
+    /// The job's id (a job of the command line gets one too).
     pub id: String,
+    /// What it does: `kind` (`rename`, `copy` or `delete`) and its paths.
     #[serde(flatten)]
     pub work: Work,
+    /// The locking scheme: `tree`, `global` or `document`.
     #[schema(value_type = StrategyName)]
     pub strategy: Strategy,
+    /// Where the job is: `queued`, `waiting_for_locks`, `rewriting`, `done` or `failed`.
     // Private, with `waiting_for`: they change together (`Job::enter`, `Job::wait_for`).
     state: JobState,
     /// Documents written (rewritten, copied, deleted) so far, and to write.
@@ -115,19 +159,20 @@ pub struct Job {
     /// The lock in the job's way while it waits for its locks (`waiting_for_locks`); null in
     /// every other state.
     waiting_for: Option<String>,
-    /// The job's report (a `RenameReport`, with its `kind`), once it finished; kept as JSON,
-    /// so that the jobs index hands it to any instance.
+    /// The job's report, once it finished: what it did and cost, as far as it got (its
+    /// phases in whole milliseconds, `locking_ms` and so on).
     #[schema(value_type = Option<Object>)]
-    pub report: Option<Value>,
+    pub report: Option<RenameReport>,
+    /// Why it failed, in words; null unless `failed`.
     pub error: Option<String>,
     /// What went wrong without making the job fail: a job that was complete but could not
     /// release its locks is `done`, and says here which locks it left to expire (also in
     /// `report.locks_left`).
     pub warnings: Vec<String>,
-    /// The instance that accepted the job.
+    /// The instance that accepted the job (`cli` for a job of the command line).
     pub accepted_by: String,
     /// The instance running it: the one that accepted it, or the one that took it over when
-    /// that one died.
+    /// that one died (`cli` for a job of the command line).
     pub instance: String,
     /// The instance that died with the job, if another took it over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -137,9 +182,11 @@ pub struct Job {
     /// (`Journal::state_of`).
     #[serde(default)]
     pub journal: Option<String>,
-    /// Epoch milliseconds.
+    /// When it was accepted, epoch milliseconds.
     pub submitted_at: i64,
+    /// When it started, epoch milliseconds; null while `queued`.
     pub started_at: Option<i64>,
+    /// When it finished, epoch milliseconds; null until `done` or `failed`.
     pub finished_at: Option<i64>,
 }
 
@@ -147,6 +194,7 @@ impl Job {
     /// A job just accepted by `instance`: queued, nothing done.
     pub fn accepted(id: String, work: Work, strategy: Strategy, instance: String) -> Job {
         Job {
+            tag: JobType::Job,
             id,
             work,
             strategy,
@@ -164,6 +212,38 @@ impl Job {
             started_at: None,
             finished_at: None,
         }
+    }
+
+    /// A job the command line ran (`fsrename mv`, `cp`, `rm`) from `started_at` (epoch ms) to
+    /// now, as the service would show it: `done` with its report, or `failed` with `error` and
+    /// the report as far as it got (none for a job that was never run).
+    pub fn ran_here(
+        work: Work,
+        strategy: Strategy,
+        (journal, started_at): (Option<String>, i64),
+        report: Option<RenameReport>,
+        error: Option<String>,
+    ) -> Job {
+        let mut job = Job::accepted(fs_model::entropy::uuid(), work, strategy, CLI.to_owned());
+        job.submitted_at = started_at;
+        job.started_at = Some(started_at);
+        job.finished_at = Some(now_ms());
+        job.enter(if error.is_none() {
+            JobState::Done
+        } else {
+            JobState::Failed
+        });
+        if let Some(report) = &report {
+            job.progress = Progress {
+                done: report.rewritten,
+                total: report.found,
+            };
+            job.warnings.clone_from(&report.warnings);
+        }
+        job.report = report;
+        job.error = error;
+        job.journal = journal;
+        job
     }
 
     /// Where the job is.
@@ -186,15 +266,41 @@ impl Job {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
+/// Documents written (rewritten, copied, deleted) so far, and to write.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema, JsonSchema)]
 pub struct Progress {
+    /// Written so far.
     pub done: u64,
+    /// To write (0 until the job has counted them).
     pub total: u64,
 }
+
+/// The instance of a job the command line ran: `accepted_by` and `instance` say it.
+pub const CLI: &str = "cli";
 
 /// The strategies a client may ask for: every [`Strategy`] but `none`, which exists only for
 /// the demonstration.
 pub const SUBMITTABLE: [Strategy; 3] = [Strategy::Tree, Strategy::Global, Strategy::Document];
+
+/// Parses a strategy a job may be given (`--strategy`, a request's `strategy`): one of
+/// [`SUBMITTABLE`].
+///
+/// # Errors
+/// Any other name, with a message that lists only what is accepted.
+pub fn submittable_strategy(name: &str) -> Result<Strategy, String> {
+    let names = SUBMITTABLE.map(Strategy::as_str);
+    let accepted = match names.split_last() {
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    };
+    match SUBMITTABLE.iter().find(|s| s.as_str() == name) {
+        Some(strategy) => Ok(*strategy),
+        None if name == Strategy::None.as_str() => Err(format!(
+            "`none` exists only for the demonstration (`fsrename demo`): expected {accepted}"
+        )),
+        None => Err(format!("unknown strategy `{name}`: expected {accepted}")),
+    }
+}
 
 /// The schema of a strategy's name (`GET /openapi.json`), built from [`SUBMITTABLE`] so that
 /// it lists what the handlers accept. `Strategy` lives below the binary and knows nothing of
@@ -227,29 +333,17 @@ impl ToSchema for StrategyName {
 /// and still be refused (400, naming the field).
 pub struct PathName;
 
-/// One or more components, each after a `/`. A component: anything without `/` or a control
-/// character (Unicode's Cc, as `char::is_control`), with at least one character that is not
-/// a dot, or three dots or more.
-macro_rules! components {
-    () => {
-        r"(/([^/\x00-\x1F\x7F-\x9F]*[^/.\x00-\x1F\x7F-\x9F][^/\x00-\x1F\x7F-\x9F]*|\.\.\.+))+"
-    };
-}
-
-/// `/`, or components.
-const PATH_PATTERN: &str = concat!("^(/|", components!(), ")$");
-
-/// Components: any path but `/`.
-const BELOW_ROOT_PATTERN: &str = concat!("^", components!(), "$");
-
 impl PartialSchema for PathName {
     fn schema() -> RefOr<Schema> {
         ObjectBuilder::new()
             .schema_type(Type::String)
-            .pattern(Some(PATH_PATTERN))
+            .pattern(Some(fs_model::INPUT_PATH_PATTERN))
             .min_length(Some(1))
             .max_length(Some(fs_model::MAX_PATH_BYTES))
-            .description(Some("An absolute path in the tree: `/`, or `/a/b`"))
+            .description(Some(
+                "An absolute path in the tree: `/`, or `/a/b` (in a request, a directory's may \
+                 end with `/`)",
+            ))
             .examples([serde_json::json!("/clinton/projects")])
             .into()
     }
@@ -269,7 +363,7 @@ impl ToSchema for PathName {
 pub fn after_path() -> ObjectBuilder {
     ObjectBuilder::new()
         .schema_type(Type::String)
-        .pattern(Some(BELOW_ROOT_PATTERN))
+        .pattern(Some(fs_model::BELOW_ROOT_PATTERN))
         .min_length(Some(2))
         .max_length(Some(fs_model::MAX_PATH_BYTES))
         .description(Some(
