@@ -35,29 +35,47 @@ fn main() -> ExitCode {
             return ExitCode::from(fsrename::EXIT_FAILED);
         }
     };
-    ExitCode::from(runtime.block_on(fsrename::run(cli, shutdown_signal())))
+    // The signals are caught from here on, before the verb starts: one that comes while it
+    // starts (a supervisor's SIGTERM a moment after `serve` said where it listens) stops it
+    // gracefully, not by the signal's default action.
+    let shutdown = {
+        let _runtime = runtime.enter();
+        shutdown_signal()
+    };
+    ExitCode::from(runtime.block_on(fsrename::run(cli, shutdown)))
 }
 
-/// Resolves on Ctrl-C or SIGTERM, with which of them came first.
-async fn shutdown_signal() -> Signal {
-    let ctrl_c = async {
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM, with which of them came first. The handlers are
+/// installed when this is called (in the runtime's context), not when it is first awaited.
+#[cfg(unix)]
+fn shutdown_signal() -> impl std::future::Future<Output = Signal> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let interrupt = signal(SignalKind::interrupt()).ok();
+    let terminate = signal(SignalKind::terminate()).ok();
+    async move {
+        // A signal that cannot be listened for never comes.
+        let on = |stream: Option<tokio::signal::unix::Signal>| async move {
+            match stream {
+                Some(mut stream) => {
+                    stream.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            () = on(interrupt) => Signal::Interrupt,
+            () = on(terminate) => Signal::Terminate,
+        }
+    }
+}
+
+/// Resolves on Ctrl-C.
+#[cfg(not(unix))]
+fn shutdown_signal() -> impl std::future::Future<Output = Signal> {
+    async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => Signal::Interrupt,
-        () = terminate => Signal::Terminate,
+        Signal::Interrupt
     }
 }

@@ -135,6 +135,30 @@ impl Cli<'_> {
         self.ended(seen, args, &out, code, last)
     }
 
+    /// Waits until a request of `verb` waits its turn for a lock (`locks` lists it).
+    fn wait_for_a_waiter(&self, verb: &str) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            let out = self.command(&["locks", "--json"]).output().expect("locks");
+            let waiting = text(&out.stdout).lines().any(|line| {
+                serde_json::from_str::<Value>(line).is_ok_and(|lock| {
+                    lock["waiters"].as_array().is_some_and(|waiters| {
+                        waiters.iter().any(|w| {
+                            w["holder"]
+                                .as_str()
+                                .is_some_and(|h| h.starts_with(&format!("{verb} ")))
+                        })
+                    })
+                })
+            });
+            if waiting {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("no `{verb}` waits for a lock");
+    }
+
     fn ended(
         &self,
         seen: &mut Seen,
@@ -445,7 +469,8 @@ fn every_verb(store: &str, index: &str, contract: &Contract, work: &Path) -> See
             .spawn()
             .expect("spawn");
         let rx = lines_of(child.stdout.take().expect("stdout"));
-        std::thread::sleep(Duration::from_millis(800));
+        // Stopped once it waits, as its registration in the lock's queue shows.
+        cli.wait_for_a_waiter(args[0]);
         signal(&child, "-INT");
         let (code, out) = finish(child, &rx);
         let last = if args[0] == "cp" { "job" } else { "error" };
@@ -591,16 +616,18 @@ fn every_verb_prints_the_contract_on_the_embedded_store() {
     let r = cli.ended(&mut seen, &["demo"], &out, 0, "demo_report");
     assert_eq!(r.len(), 5, "four runs and the report");
     let mut child = Command::new(env!("CARGO_BIN_EXE_fsrename"))
-        .args(["demo", "--files", "50000", "--json"])
+        .args(["demo", "--files", "20000", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn demo");
     let rx = lines_of(child.stdout.take().expect("stdout"));
     let err = lines_of(child.stderr.take().expect("stderr"));
-    std::thread::sleep(Duration::from_millis(700));
+    // Stopped during its second run, once the first has said it is done.
+    let mut out = line_with(&rx, "\"demo_run\"");
     signal(&child, "-INT");
-    let (code, out) = finish(child, &rx);
+    let (code, rest) = finish(child, &rx);
+    out += &rest;
     let lines = contract.lines(&out, "demo stopped");
     assert_eq!(code, 130, "{out}");
     assert_eq!(

@@ -7,7 +7,6 @@ mod common;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
 
 use common::{signal, text};
 
@@ -272,12 +271,16 @@ fn a_demo_stopped_says_so_and_nothing_else() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_fsrename"))
         .args(["demo", "--files", "50000"])
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn demo");
-    std::thread::sleep(Duration::from_millis(700));
+    // Stopped once it has begun: its first words are out.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut first).expect("the demo's first line");
     signal(&child, "-INT");
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
     let mut said = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut said)
         .expect("read stderr");
