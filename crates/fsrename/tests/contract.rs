@@ -669,3 +669,23 @@ fn every_verb_prints_the_contract_through_the_proxy() {
         "types no verb printed here: {missing:?}"
     );
 }
+
+#[test]
+#[ignore = "needs a real Elasticsearch: FSRENAME_TEST_ES_URL"]
+fn real_elasticsearch_every_verb_prints_the_contract() {
+    let contract = Contract::load();
+    let work = tempfile::tempdir().expect("temp dir");
+    let index = fs_testkit::unique_name("contract");
+    let store = std::env::var(fs_testkit::REAL_ES_VAR).expect("FSRENAME_TEST_ES_URL");
+    let mut seen = every_verb(&store, &index, &contract, work.path());
+    service_jobs(&store, &index, &contract, &mut seen);
+    let missing: Vec<&String> = contract
+        .types
+        .difference(&seen.0)
+        .filter(|t| !t.starts_with("demo_"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "types no verb printed here: {missing:?}"
+    );
+}

@@ -254,3 +254,15 @@ async fn fsck_tells_a_stopped_job_from_a_broken_tree_through_the_proxy() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real Elasticsearch: FSRENAME_TEST_ES_URL"]
+async fn real_elasticsearch_fsck_tells_a_stopped_job_from_a_broken_tree() {
+    let url = std::env::var(fs_testkit::REAL_ES_VAR).expect("FSRENAME_TEST_ES_URL");
+    every_job_stopped_each_way(|| Place {
+        arg: url.clone(),
+        index: fs_testkit::unique_name("fsck-states"),
+        store: Arc::new(fs_testkit::real_elastic_store()),
+    })
+    .await;
+}
