@@ -1,5 +1,8 @@
 //! `fsrename serve` fuzzed from its own description (`GET /openapi.json`) by schemathesis, as
-//! a client would meet it: the built binary, on a database file, on loopback, with a token.
+//! a client would meet it: the built binary, on a database file, on loopback, with a token
+//! file of two tokens: one that may do everything, and one granted `/clinton` (every verb)
+//! and `/gormley` (read only), so that the fuzzer meets the answers of a scoped caller too
+//! (403s, and reads filtered to its grants).
 //!
 //! Schemathesis (installed by `.ci/run`, pinned) sends what the description allows and what it
 //! does not, and checks every answer against it: no 5xx, each status and content type and body
@@ -11,7 +14,11 @@
 //!
 //! Bounded: a fixed number of examples per operation (`FSRENAME_FUZZ_EXAMPLES`, default 100)
 //! and a deadline on each run; the seed is fixed (`FSRENAME_FUZZ_SEED` to change it), so
-//! that a failure in CI replays.
+//! that a failure in CI replays. The scoped token's run has a third of the examples: it
+//! goes through the same code as the first, but for the checks of grants.
+//!
+//! Then the audit file must hold every job the service accepted, with the token that sent
+//! it, and every job the scoped token sent must lie within its grants.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Read};
@@ -21,9 +28,58 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fsrename");
+/// The token that may do everything: `admin` and every other capability on `/`.
 const TOKEN: &str = "fuzz-token";
+/// The token granted `/clinton` (every verb but `admin`) and `/gormley` (`read`).
+const SCOPED: &str = "fuzz-scoped";
+
+/// The token file: the two tokens above, by the SHA-256 of their secrets.
+fn token_file(dir: &Path) -> std::path::PathBuf {
+    let sha = |secret: &str| -> String {
+        Sha256::digest(secret.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let text = format!(
+        r#"[[token]]
+name = "admin"
+sha256 = "{}"
+grants = [{{ path = "/", can = ["read", "rename", "copy", "delete", "admin"] }}]
+
+[[token]]
+name = "scoped"
+sha256 = "{}"
+grants = [
+  {{ path = "/clinton", can = ["read", "rename", "copy", "delete"] }},
+  {{ path = "/gormley", can = ["read"] }},
+]
+"#,
+        sha(TOKEN),
+        sha(SCOPED)
+    );
+    let file = dir.join("tokens.toml");
+    std::fs::write(&file, text).expect("write the token file");
+    file
+}
+
+/// Whether the scoped token may have sent `job`: a rename within `/clinton`, a copy from
+/// `/clinton` or `/gormley` into `/clinton`, a delete within `/clinton`.
+fn within_scoped_grants(job: &Value) -> bool {
+    let text = |key: &str| job[key].as_str().unwrap_or_default().to_owned();
+    match job["kind"].as_str() {
+        Some("rename") => under(&text("from"), "/clinton") && under(&text("to"), "/clinton"),
+        Some("copy") => {
+            (under(&text("from"), "/clinton") || under(&text("from"), "/gormley"))
+                && under(&text("to"), "/clinton")
+        }
+        Some("delete") => under(&text("path"), "/clinton"),
+        _ => false,
+    }
+}
 
 /// How long schemathesis may go without a request answered before the test takes it for
 /// hung: a guard on progress, not on the run's length, which follows the machine's load. The
@@ -245,6 +301,8 @@ fn schemathesis_finds_nothing_wrong_and_the_tree_changes_only_by_done_jobs() {
     let store = format!("file:{}", dir.path().join("fuzz.db").display());
     build_tree(dir.path(), &store);
     let before = listing(&store);
+    let tokens = token_file(dir.path());
+    let audit = dir.path().join("audit.jsonl");
 
     let mut service = Command::new(BIN)
         .arg("--store")
@@ -253,8 +311,12 @@ fn schemathesis_finds_nothing_wrong_and_the_tree_changes_only_by_done_jobs() {
         // the test; recovery at start only.
         .args(["serve", "--listen", "127.0.0.1:0", "--wait", "2s"])
         .args(["--recover-every", "0s"])
+        .arg("--tokens")
+        .arg(&tokens)
+        .arg("--audit")
+        .arg(&audit)
         .env_remove("FSRENAME_STORE")
-        .env("FSRENAME_TOKEN", TOKEN)
+        .env_remove("FSRENAME_TOKEN")
         .env("FSRENAME_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -282,14 +344,17 @@ fn schemathesis_finds_nothing_wrong_and_the_tree_changes_only_by_done_jobs() {
 
     let examples = std::env::var("FSRENAME_FUZZ_EXAMPLES").unwrap_or_else(|_| "100".into());
     let seed = std::env::var("FSRENAME_FUZZ_SEED").unwrap_or_else(|_| "37".into());
-    let run = |scope: &[&str]| {
+    let scoped_examples = examples
+        .parse::<u32>()
+        .map_or_else(|_| examples.clone(), |n| (n / 3).max(1).to_string());
+    let run = |token: &str, examples: &str, scope: &[&str]| {
         let config = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/schemathesis.toml");
         let mut command = schemathesis();
         command
             .args(["--config-file", config, "run"])
             .arg(format!("{base}/openapi.json"))
-            .args(["--header", &format!("Authorization: Bearer {TOKEN}")])
-            .args(["--max-examples", &examples, "--seed", &seed])
+            .args(["--header", &format!("Authorization: Bearer {token}")])
+            .args(["--max-examples", examples, "--seed", &seed])
             .args(["--request-timeout", "10", "--workers", "1"])
             .args(["--suppress-health-check", "all"])
             .args(scope)
@@ -303,8 +368,8 @@ fn schemathesis_finds_nothing_wrong_and_the_tree_changes_only_by_done_jobs() {
             .map(str::trim)
             .collect();
         eprintln!(
-            "schemathesis {scope:?}: {status} in {:.1?}, {examples} examples an operation: \
-             {summary:?}",
+            "schemathesis as {token} {scope:?}: {status} in {:.1?}, {examples} examples an \
+             operation: {summary:?}",
             started.elapsed()
         );
         assert!(status.success(), "schemathesis found problems:\n{report}");
@@ -313,8 +378,21 @@ fn schemathesis_finds_nothing_wrong_and_the_tree_changes_only_by_done_jobs() {
     // budget of guesses, and once that is spent every request from here gets 429, the right
     // token's too (docs/service.md): so it goes last, alone, where its 429s are what the
     // description says, and a run that is mostly 429s is no failure (`--warnings off`).
-    run(&["--exclude-path", "/session"]);
-    run(&["--include-path", "/session", "--warnings", "off"]);
+    // The scoped token's run goes first, on the whole tree (the admin's run deletes most of
+    // it). It is refused (403) on most of what it sends, and on every request of the admin
+    // routes: answers the description gives, but which the warnings would take for untested
+    // operations; its checks of every answer stay.
+    run(
+        SCOPED,
+        &scoped_examples,
+        &["--exclude-path", "/session", "--warnings", "off"],
+    );
+    run(TOKEN, &examples, &["--exclude-path", "/session"]);
+    run(
+        TOKEN,
+        &examples,
+        &["--include-path", "/session", "--warnings", "off"],
+    );
 
     // The jobs the fuzzer submitted end (done or failed) before the service stops.
     let jobs = finished_jobs(&base);
@@ -343,6 +421,36 @@ fn schemathesis_finds_nothing_wrong_and_the_tree_changes_only_by_done_jobs() {
         "the service answered 5xx:\n{log}"
     );
 
+    // The trail: a line for every job, naming the token that sent it; and what the scoped
+    // token sent lies within its grants.
+    let trail: BTreeMap<String, Value> = std::fs::read_to_string(&audit)
+        .expect("the audit file")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("an audit line is JSON"))
+        .filter_map(|l| Some((l["job"].as_str()?.to_owned(), l)))
+        .collect();
+    let mut scoped_jobs = 0;
+    for job in &jobs {
+        let id = job["id"].as_str().expect("a job's id");
+        let line = trail
+            .get(id)
+            .unwrap_or_else(|| panic!("job {id} is not in the audit file: {job}"));
+        assert_eq!(line["outcome"], "accepted", "{line}");
+        assert_eq!(line["token"], job["submitted_by"], "{line} {job}");
+        if job["submitted_by"] == "scoped" {
+            scoped_jobs += 1;
+            assert!(
+                within_scoped_grants(job),
+                "outside the scoped token's grants: {job}"
+            );
+        }
+    }
+    let refused_scoped = std::fs::read_to_string(&audit)
+        .expect("the audit file")
+        .lines()
+        .filter(|l| l.contains(r#""token":"scoped""#) && l.contains(r#""status":403"#))
+        .count();
+
     fsrename(&store, &["fsck"]);
     let mut done: Vec<&Value> = jobs.iter().filter(|j| j["state"] == "done").collect();
     done.sort_by_key(|j| (j["finished_at"].as_i64(), j["started_at"].as_i64()));
@@ -357,11 +465,14 @@ fn schemathesis_finds_nothing_wrong_and_the_tree_changes_only_by_done_jobs() {
         done.len()
     );
     eprintln!(
-        "{} requests answered ({} of them 429), {} jobs ({} done), {} entries before, {} after",
+        "{} requests answered ({} of them 429), {} jobs ({} done, {} of the scoped token), {} \
+         requests of the scoped token refused 403, {} entries before, {} after",
         statuses.len(),
         statuses.iter().filter(|s| **s == 429).count(),
         jobs.len(),
         done.len(),
+        scoped_jobs,
+        refused_scoped,
         before.len(),
         after.len()
     );

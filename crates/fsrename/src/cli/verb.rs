@@ -322,6 +322,19 @@ pub enum Verb {
         /// it.
         #[arg(long)]
         share_intentions: bool,
+        /// A token file (TOML): tokens by name, each with the SHA-256 of its secret (the file
+        /// holds no secret) and its grants, a path and what may be done over it and under it
+        /// (`read`, `rename`, `copy`, `delete`, `admin`). Deny unless granted. Read at start
+        /// (a file refused stops the service, naming the line) and again on SIGHUP (a file
+        /// refused then leaves the tokens in force). Not with FSRENAME_TOKEN, which alone is
+        /// one token that may do everything. See docs/service.md, "Tokens and grants".
+        #[arg(long, value_name = "FILE")]
+        tokens: Option<PathBuf>,
+        /// Appends the audit trail to FILE (created if missing, reopened on SIGHUP for
+        /// rotation): a JSON line for every request that changes something or is refused,
+        /// each synced to disk, a job's before it starts. Default: standard error.
+        #[arg(long, value_name = "FILE")]
+        audit: Option<PathBuf>,
     },
     /// Shows, with the book's /clinton scenario run four ways, why renames need tree locks.
     ///

@@ -169,6 +169,10 @@ pub struct Job {
     /// release its locks is `done`, and says here which locks it left to expire (also in
     /// `report.locks_left`).
     pub warnings: Vec<String>,
+    /// The token that submitted it (`serve` with tokens: its name in the token file, or
+    /// `FSRENAME_TOKEN`); absent for a job of a service without tokens or of the command line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted_by: Option<String>,
     /// The instance that accepted the job (`cli` for a job of the command line).
     pub accepted_by: String,
     /// The instance running it: the one that accepted it, or the one that took it over when
@@ -204,6 +208,7 @@ impl Job {
             report: None,
             error: None,
             warnings: Vec::new(),
+            submitted_by: None,
             accepted_by: instance.clone(),
             instance,
             adopted_from: None,
@@ -244,6 +249,26 @@ impl Job {
         job.error = error;
         job.journal = journal;
         job
+    }
+
+    /// Rewrites with `redact` every text of the job that may name a path besides its own:
+    /// the lock it waits for, its error and warnings, and what its report says of the locks it
+    /// left.
+    pub fn redact_with(&mut self, redact: impl Fn(&str) -> String) {
+        if let Some(blocker) = &mut self.waiting_for {
+            *blocker = redact(blocker);
+        }
+        if let Some(error) = &mut self.error {
+            *error = redact(error);
+        }
+        for warning in &mut self.warnings {
+            *warning = redact(warning);
+        }
+        if let Some(report) = &mut self.report {
+            for text in report.locks_left.iter_mut().chain(&mut report.warnings) {
+                *text = redact(text);
+            }
+        }
     }
 
     /// Where the job is.

@@ -5,14 +5,14 @@ use std::borrow::Cow;
 
 use fs_locks::{LockInfo, LockMode};
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::RefOr;
 use utoipa::{PartialSchema, ToSchema};
 
 /// A lock document as the service shows it (and `fsrename locks --json`): its mode, each
 /// grant with its mode and lease, and the waiters in queue order with their age.
-#[derive(Debug, Clone, Serialize, ToSchema, JsonSchema, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, JsonSchema, PartialEq)]
 pub struct LockView {
     /// The document id (a path, a hashed path, `global`, or a tree document's id).
     pub id: String,
@@ -23,7 +23,7 @@ pub struct LockView {
     pub mode: LockMode,
     /// `exclusive` or `shared` (the book's words).
     #[schemars(with = "LockType")]
-    pub lock_type: &'static str,
+    pub lock_type: String,
     /// The holders, in words.
     pub holders: String,
     /// Each holder with its mode and lease.
@@ -39,7 +39,7 @@ pub struct LockView {
 }
 
 /// One holder of a lock.
-#[derive(Debug, Clone, Serialize, ToSchema, JsonSchema, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, JsonSchema, PartialEq)]
 pub struct GrantView {
     /// The holding process (empty for the book's shares, which record none).
     pub process_id: String,
@@ -55,7 +55,7 @@ pub struct GrantView {
 }
 
 /// One waiter for a lock, in queue order.
-#[derive(Debug, Clone, Serialize, ToSchema, JsonSchema, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, JsonSchema, PartialEq)]
 pub struct WaiterView {
     /// The waiting process.
     pub process_id: String,
@@ -127,7 +127,8 @@ impl LockView {
                 "exclusive"
             } else {
                 "shared"
-            },
+            }
+            .to_owned(),
             holders: lock.observed.describe_holders(),
             grants,
             waiters,

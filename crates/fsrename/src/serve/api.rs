@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRef, Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use fs_locks::{LeaseClock, LockClient};
 use fs_model::FsPath;
 use fs_rename::{FsTree, JobKind, Strategy};
@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::audit::{Audit, Paths, Requester, Written};
 use super::bodies::{
     Accepted, CopyList, DeleteList, DeleteRequest, FeedEvent, Health, JobList, ListQuery, LockList,
     LockView, MoveRequest, RenameList, Submitted, TreeEntry, TreePage, TreeQuery, DELETE_FIELDS,
@@ -26,6 +27,7 @@ use super::bodies::{
 };
 use super::error::{unreadable, ApiError, ErrorBody};
 use super::events::Feed;
+use super::grants::{Caller, Capability, NotGranted};
 use super::jobs::{Jobs, Refusal};
 use crate::contract::job::submittable_strategy;
 use crate::contract::{Job, Work};
@@ -33,8 +35,27 @@ use crate::contract::{Job, Work};
 /// The most entries `GET /tree` returns in one answer.
 const TREE_LIMIT: usize = 10_000;
 
+/// What the API's handlers share: the jobs, and the audit trail.
+#[derive(Clone)]
+pub struct ApiState {
+    jobs: Jobs,
+    audit: Audit,
+}
+
+impl FromRef<ApiState> for Jobs {
+    fn from_ref(state: &ApiState) -> Jobs {
+        state.jobs.clone()
+    }
+}
+
+impl FromRef<ApiState> for Audit {
+    fn from_ref(state: &ApiState) -> Audit {
+        state.audit.clone()
+    }
+}
+
 /// The API's routes, the page's, and the event feed, with their descriptions.
-pub fn routes(jobs: Jobs, feed: Feed) -> OpenApiRouter {
+pub fn routes(jobs: Jobs, feed: Feed, audit: Audit) -> OpenApiRouter {
     let api = OpenApiRouter::new()
         .routes(routes!(list_renames, submit_rename))
         .routes(routes!(get_rename))
@@ -48,7 +69,7 @@ pub fn routes(jobs: Jobs, feed: Feed) -> OpenApiRouter {
         .routes(routes!(tree))
         .routes(routes!(healthz))
         .routes(routes!(metrics))
-        .with_state(jobs);
+        .with_state(ApiState { jobs, audit });
     let events = OpenApiRouter::new()
         .routes(routes!(events))
         .with_state(feed);
@@ -65,8 +86,11 @@ pub fn routes(jobs: Jobs, feed: Feed) -> OpenApiRouter {
     responses(
         (status = 200, description = "The stream", content_type = "text/event-stream", body = FeedEvent),
     ))]
-async fn events(feed: State<Feed>) -> impl IntoResponse {
-    Feed::route(feed).await
+async fn events(
+    feed: State<Feed>,
+    Extension(requester): Extension<Requester>,
+) -> impl IntoResponse {
+    Feed::route(feed, requester.caller).await
 }
 
 /// Reads a request body as a JSON object whose fields are all among `allowed`; `wanted`
@@ -122,11 +146,13 @@ fn strategy_field(jobs: &Jobs, fields: &Map<String, Value>) -> Result<Strategy, 
     request_body = MoveRequest,
     responses(Submitted))]
 async fn submit_rename(
-    State(jobs): State<Jobs>,
+    State(state): State<ApiState>,
+    Extension(requester): Extension<Requester>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let (from, to, strategy) = from_to(&jobs, body, "move")?;
-    accept(&jobs, Work::Rename { from, to }, strategy).await
+) -> Response {
+    let work =
+        from_to(&state.jobs, body, "move").map(|(from, to, s)| (Work::Rename { from, to }, s));
+    submit(&state, &requester, work).await
 }
 
 /// `POST /copies {"from", "to", "strategy"?}`: `cp -r`.
@@ -135,11 +161,12 @@ async fn submit_rename(
     request_body = MoveRequest,
     responses(Submitted))]
 async fn submit_copy(
-    State(jobs): State<Jobs>,
+    State(state): State<ApiState>,
+    Extension(requester): Extension<Requester>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let (from, to, strategy) = from_to(&jobs, body, "copy")?;
-    accept(&jobs, Work::Copy { from, to }, strategy).await
+) -> Response {
+    let work = from_to(&state.jobs, body, "copy").map(|(from, to, s)| (Work::Copy { from, to }, s));
+    submit(&state, &requester, work).await
 }
 
 /// Reads the body of a rename or a copy (`verb`: `move` or `copy`, for messages): `from`, `to`
@@ -171,9 +198,20 @@ fn from_to(
     request_body = DeleteRequest,
     responses(Submitted))]
 async fn submit_delete(
-    State(jobs): State<Jobs>,
+    State(state): State<ApiState>,
+    Extension(requester): Extension<Requester>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
+) -> Response {
+    let work = delete_of(&state.jobs, body);
+    submit(&state, &requester, work).await
+}
+
+/// Reads the body of a delete: `path`, `recursive` (false when absent) and the strategy.
+/// Refuses the root.
+fn delete_of(
+    jobs: &Jobs,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(Work, Strategy), ApiError> {
     let fields = object(
         body,
         &DELETE_FIELDS,
@@ -190,18 +228,86 @@ async fn submit_delete(
             ))
         }
     };
-    let strategy = strategy_field(&jobs, &fields)?;
+    let strategy = strategy_field(jobs, &fields)?;
     if path.is_root() {
         return Err(ApiError::bad("path", "the root `/` cannot be removed"));
     }
-    accept(&jobs, Work::Delete { path, recursive }, strategy).await
+    Ok((Work::Delete { path, recursive }, strategy))
 }
 
-/// Submits `work`: 202 with the job's id, state and location, 429 if the queue is full, 503
-/// if the job cannot be stored.
-async fn accept(jobs: &Jobs, work: Work, strategy: Strategy) -> Result<Response, ApiError> {
+/// Submits `work` as read from a request (or the reason it was refused), for `requester`:
+/// checks its grants (before anything is looked up), takes its place in the queue, writes its
+/// line in the audit trail, stores it and starts it. 202 with the job's id, state and location;
+/// 403 for what the caller may not do, 429 if the queue is full, 503 if the job cannot be
+/// audited or stored. Every answer's line is written here, before it goes out.
+async fn submit(
+    state: &ApiState,
+    requester: &Requester,
+    work: Result<(Work, Strategy), ApiError>,
+) -> Response {
+    let (paths, outcome) = match work {
+        Err(e) => (None, Err(e)),
+        Ok((work, strategy)) => {
+            let paths = Paths::of(&work);
+            let outcome = match requester.caller.check_work(&work) {
+                Err(refused) => Err(ApiError::from(refused)),
+                Ok(()) => accept(state, requester, work, strategy).await,
+            };
+            (Some(paths), outcome)
+        }
+    };
+    let mut response = match outcome {
+        Ok(response) => response,
+        Err(e) => {
+            let line = Audit::line(
+                requester,
+                paths,
+                e.status(),
+                format!("refused: {}", e.message()),
+                None,
+            );
+            if let Err(failed) = state.audit.write(&line).await {
+                tracing::error!(error = %failed, "the audit trail could not be written");
+            }
+            e.into_response()
+        }
+    };
+    response.extensions_mut().insert(Written);
+    response
+}
+
+/// Takes `work`'s place in the queue, writes its line (synced before the job is stored, so
+/// that no instance runs a job the trail does not hold), stores and starts it. A job stored
+/// after its line was written that then cannot be stored gets a second line saying so.
+async fn accept(
+    state: &ApiState,
+    requester: &Requester,
+    work: Work,
+    strategy: Strategy,
+) -> Result<Response, ApiError> {
     let collection = collection(work.kind());
-    match jobs.submit(work, strategy).await {
+    let paths = Paths::of(&work);
+    let submitted_by = requester.named.then(|| requester.caller.name().to_owned());
+    let reserved = state
+        .jobs
+        .reserve(work, strategy, submitted_by)
+        .map_err(refused)?;
+    let id = reserved.job().map(|job| job.id.clone());
+    let line = Audit::line(
+        requester,
+        Some(paths.clone()),
+        StatusCode::ACCEPTED,
+        "accepted".to_owned(),
+        id.clone(),
+    );
+    // Not written: the job is not accepted (its place goes back with `reserved`).
+    state.audit.write(&line).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the job was not accepted: the audit trail cannot be written: {e:#}"),
+        )
+    })?;
+    match state.jobs.store_and_run(reserved).await {
         Ok(job) => {
             let location = format!("/{collection}/{}", job.id);
             let body = Json(Accepted {
@@ -212,14 +318,34 @@ async fn accept(jobs: &Jobs, work: Work, strategy: Strategy) -> Result<Response,
             });
             Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)], body).into_response())
         }
-        Err(Refusal::Full { limit }) => Err(ApiError::new(
+        Err(refusal) => {
+            let e = refused(refusal);
+            let line = Audit::line(
+                requester,
+                Some(paths),
+                e.status(),
+                format!("not stored after all: {}", e.message()),
+                id,
+            );
+            if let Err(failed) = state.audit.write(&line).await {
+                tracing::error!(error = %failed, "the audit trail could not be written");
+            }
+            Ok(e.into_response())
+        }
+    }
+}
+
+/// The answer to a job the queue or the store refused.
+fn refused(refusal: Refusal) -> ApiError {
+    match refusal {
+        Refusal::Full { limit } => ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             format!("the queue is full ({limit} unfinished jobs): try again later"),
-        )),
-        Err(Refusal::Store(e)) => Err(ApiError::new(
+        ),
+        Refusal::Store(e) => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("the job was not accepted: {e}"),
-        )),
+        ),
     }
 }
 
@@ -236,6 +362,7 @@ fn collection(kind: JobKind) -> &'static str {
 /// the jobs index.
 async fn find(
     jobs: &Jobs,
+    caller: &Caller,
     id: Result<Path<String>, PathRejection>,
     kind: Option<JobKind>,
 ) -> Result<Json<Job>, ApiError> {
@@ -247,8 +374,12 @@ async fn find(
             format!("cannot read job `{id}`: {e}"),
         )
     })?;
+    // Another's job, outside the caller's `admin` grants, is absent, as a job that never was.
+    let found = found.filter(|job| caller.sees_job(job));
     match found {
-        Some(job) if kind.is_none_or(|k| job.work.kind() == k) => Ok(Json(job)),
+        Some(job) if kind.is_none_or(|k| job.work.kind() == k) => {
+            Ok(Json(caller.redacted_job(job)))
+        }
         Some(job) => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!(
@@ -281,9 +412,10 @@ macro_rules! one_job {
             ))]
         async fn $name(
             State(jobs): State<Jobs>,
+            Extension(requester): Extension<Requester>,
             id: Result<Path<String>, PathRejection>,
         ) -> Result<Json<Job>, ApiError> {
-            find(&jobs, id, $kind).await
+            find(&jobs, &requester.caller, id, $kind).await
         }
     };
 }
@@ -307,7 +439,12 @@ one_job!(get_job, "/jobs/{id}", None, "a job of any kind");
 type QueryMap = Result<Query<HashMap<String, String>>, QueryRejection>;
 
 /// The most recent jobs of `kind` (all for `None`); `?limit=` (100).
-fn recent(jobs: &Jobs, query: QueryMap, kind: Option<JobKind>) -> Result<Vec<Job>, ApiError> {
+fn recent(
+    jobs: &Jobs,
+    caller: &Caller,
+    query: QueryMap,
+    kind: Option<JobKind>,
+) -> Result<Vec<Job>, ApiError> {
     let Query(query) = query?;
     // Any `usize`, as the description says (`bodies::whole_number`).
     let limit = match query.get("limit") {
@@ -316,7 +453,17 @@ fn recent(jobs: &Jobs, query: QueryMap, kind: Option<JobKind>) -> Result<Vec<Job
             .map_err(|_| ApiError::bad("limit", format!("`{n}` is not a number")))?,
         None => 100,
     };
-    Ok(jobs.recent(kind, limit))
+    if caller.is_unrestricted() {
+        return Ok(jobs.recent(kind, limit));
+    }
+    // Those the caller sees, then the limit: a page of another's jobs hides none of its own.
+    Ok(jobs
+        .recent(kind, usize::MAX)
+        .into_iter()
+        .filter(|job| caller.sees_job(job))
+        .take(limit)
+        .map(|job| caller.redacted_job(job))
+        .collect())
 }
 
 /// The answers of the routes that list jobs (`GET /jobs` and its kinds').
@@ -331,9 +478,13 @@ macro_rules! job_list {
                 (status = 200, description = "The jobs", body = $list),
                 (status = 400, description = "A `limit` that is not a number", body = ErrorBody),
             ))]
-        async fn $name(State(jobs): State<Jobs>, query: QueryMap) -> Result<Json<$list>, ApiError> {
+        async fn $name(
+            State(jobs): State<Jobs>,
+            Extension(requester): Extension<Requester>,
+            query: QueryMap,
+        ) -> Result<Json<$list>, ApiError> {
             Ok(Json($list {
-                $key: recent(&jobs, query, $kind)?,
+                $key: recent(&jobs, &requester.caller, query, $kind)?,
             }))
         }
     };
@@ -379,7 +530,11 @@ job_list!(
         (status = 200, description = "The locks", body = LockList),
         (status = 503, description = "The lock index cannot be read", body = ErrorBody),
     ))]
-async fn locks(State(jobs): State<Jobs>) -> Result<Json<LockList>, ApiError> {
+async fn locks(
+    State(jobs): State<Jobs>,
+    Extension(requester): Extension<Requester>,
+) -> Result<Json<LockList>, ApiError> {
+    let caller = &requester.caller;
     let lock_index = fs_model::lock_index_name(&jobs.config().index);
     let client = LockClient::builder(Arc::clone(jobs.store()), lock_index).build();
     let locks = client
@@ -387,7 +542,12 @@ async fn locks(State(jobs): State<Jobs>) -> Result<Json<LockList>, ApiError> {
         .await
         .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
     let now = LeaseClock::new().now_ms();
-    let locks = locks.iter().map(|l| LockView::new(l, now)).collect();
+    let locks = locks
+        .iter()
+        .map(|l| LockView::new(l, now))
+        .filter(|view| caller.sees_lock(view))
+        .map(|view| caller.redacted_lock(view))
+        .collect();
     Ok(Json(LockList { locks }))
 }
 
@@ -405,7 +565,12 @@ async fn locks(State(jobs): State<Jobs>) -> Result<Json<LockList>, ApiError> {
         (status = 404, description = "Nothing at `path` (`field` names it)", body = ErrorBody),
         (status = 503, description = "The store cannot be read", body = ErrorBody),
     ))]
-async fn tree(State(jobs): State<Jobs>, query: QueryMap) -> Result<Json<TreePage>, ApiError> {
+async fn tree(
+    State(jobs): State<Jobs>,
+    Extension(requester): Extension<Requester>,
+    query: QueryMap,
+) -> Result<Json<TreePage>, ApiError> {
+    let caller = &requester.caller;
     let Query(query) = query?;
     let path = match query.get("path") {
         Some(p) => FsPath::parse_input(p)
@@ -455,6 +620,30 @@ async fn tree(State(jobs): State<Jobs>, query: QueryMap) -> Result<Json<TreePage
     let tree = FsTree::new(Arc::clone(jobs.store()), jobs.config().index.clone());
     let unavailable =
         |e: fs_rename::RenameError| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+    // Checked before anything is looked up: the answer says nothing of what the caller may
+    // not read, not even whether it exists.
+    if !caller.reads(&path) {
+        if !caller.passes_through(&path) {
+            return Err(NotGranted {
+                needed: Capability::Read,
+                on: path,
+            }
+            .into());
+        }
+        let (entries, more) = on_the_way(&tree, caller, &path, depth, limit, after.as_ref())
+            .await
+            .map_err(unavailable)?;
+        let next = more
+            .then(|| entries.last().map(|e| e.doc.path.clone()))
+            .flatten();
+        return Ok(Json(TreePage {
+            path,
+            depth: depth as u64,
+            entries,
+            truncated: more,
+            next,
+        }));
+    }
     // A listing of nothing does not say whether `path` is an empty directory or nothing at
     // all: asked (after a refresh, which the listing needs too).
     match fs_rename::stat(&tree, &path).await {
@@ -500,6 +689,85 @@ async fn tree(State(jobs): State<Jobs>, query: QueryMap) -> Result<Json<TreePage
     }))
 }
 
+/// The entries `depth` levels under `path` that a caller who may not read `path` sees: the
+/// directories on the way down to what it may read (by the names its grants spell), and what
+/// it may read, in path order, at most `limit` after `after`; and whether more follow.
+async fn on_the_way(
+    tree: &FsTree,
+    caller: &Caller,
+    path: &FsPath,
+    depth: usize,
+    limit: usize,
+    after: Option<&FsPath>,
+) -> fs_rename::Result<(Vec<TreeEntry>, bool)> {
+    let max_depth = path.depth().saturating_add(depth);
+    let roots: Vec<FsPath> = caller
+        .readable_roots()
+        .filter(|root| root.is_descendant_of(path))
+        .cloned()
+        .collect();
+    let mut found: std::collections::BTreeMap<FsPath, TreeEntry> = Default::default();
+    for root in &roots {
+        let mut way: Vec<FsPath> = root
+            .ancestors()
+            .into_iter()
+            .filter(|a| a.is_descendant_of(path))
+            .collect();
+        way.push(root.clone());
+        let mut reached = true;
+        for step in way.into_iter().filter(|step| step.depth() <= max_depth) {
+            if found.contains_key(&step) {
+                continue;
+            }
+            match fs_rename::stat(tree, &step).await {
+                Ok(entry) => {
+                    found.insert(
+                        step,
+                        TreeEntry {
+                            id: entry.id,
+                            doc: entry.doc,
+                        },
+                    );
+                }
+                // Nothing further down this way.
+                Err(fs_rename::RenameError::SourceNotFound { .. }) => {
+                    reached = false;
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if reached && root.depth() < max_depth {
+            let listed = fs_rename::list_page(
+                tree.store(),
+                tree.index(),
+                root,
+                true,
+                after.filter(|a| a.is_descendant_of(root)),
+                limit.saturating_add(1),
+                |e| e.doc.depth <= max_depth,
+            )
+            .await?;
+            for e in listed.entries {
+                found.insert(
+                    e.doc.path.clone(),
+                    TreeEntry {
+                        id: e.id,
+                        doc: e.doc,
+                    },
+                );
+            }
+        }
+    }
+    let mut entries: Vec<TreeEntry> = found
+        .into_values()
+        .filter(|e| after.is_none_or(|a| e.doc.path > *a))
+        .collect();
+    let more = entries.len() > limit;
+    entries.truncate(limit);
+    Ok((entries, more))
+}
+
 /// `GET /healthz`.
 #[utoipa::path(get, path = "/healthz", tag = "service",
     description = "Whether the store answers.",
@@ -533,7 +801,10 @@ async fn healthz(State(jobs): State<Jobs>) -> Response {
     responses(
         (status = 200, description = "The series", content_type = "text/plain; version=0.0.4", body = String),
     ))]
-async fn metrics(State(jobs): State<Jobs>) -> Response {
+async fn metrics(State(jobs): State<Jobs>, Extension(requester): Extension<Requester>) -> Response {
+    if let Err(refused) = requester.caller.must(Capability::Admin, &FsPath::root()) {
+        return ApiError::from(refused).into_response();
+    }
     let text = jobs.metrics().render(jobs.instance(), &jobs.counts());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

@@ -1,10 +1,14 @@
 //! How the service runs.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use fs_locks::LockProtocol;
 use fs_rename::Strategy;
+
+use super::audit::AuditTo;
+use super::tokens::Source;
 
 /// The service's settings.
 #[derive(Debug, Clone)]
@@ -16,9 +20,15 @@ pub struct ServeConfig {
     /// This instance's name, in its jobs, its heartbeat and its metrics: unique among the
     /// instances serving one store. Default: `fsrename-` and 8 random hex digits.
     pub instance: String,
-    /// Required as `Authorization: Bearer <token>` when set; must be set to listen on a
-    /// non-loopback address.
+    /// Required as `Authorization: Bearer <token>` when set, a token that may do everything;
+    /// this or `tokens` must be set to listen on a non-loopback address.
     pub token: Option<String>,
+    /// A token file: tokens by name, each with the SHA-256 of its secret and its grants
+    /// (`tokens.rs`), read at start and again on SIGHUP. Not with `token`. Default: none.
+    pub tokens: Option<PathBuf>,
+    /// Where the audit trail goes: one line for each request that changes something or is
+    /// refused (`audit.rs`). Default: nowhere.
+    pub audit: AuditTo,
     /// Rename jobs running at once. Default: 8.
     pub max_jobs: usize,
     /// Jobs accepted but not finished, at most; more get 429. Default: 1 024.
@@ -66,6 +76,8 @@ impl ServeConfig {
                     .collect::<String>()
             ),
             token: None,
+            tokens: None,
+            audit: AuditTo::Off,
             max_jobs: 8,
             queue: 1_024,
             history: 1_000,
@@ -82,6 +94,18 @@ impl ServeConfig {
         }
     }
 
+    /// Where the tokens come from: the file, `FSRENAME_TOKEN`, or nowhere.
+    pub fn token_source(&self) -> Source {
+        match (
+            &self.tokens,
+            self.token.as_deref().filter(|t| !t.is_empty()),
+        ) {
+            (Some(file), _) => Source::File(file.clone()),
+            (None, Some(token)) => Source::Env(token.to_owned()),
+            (None, None) => Source::None,
+        }
+    }
+
     /// Returns the token the environment gives (`FSRENAME_TOKEN`; empty means none).
     pub fn token_from_env() -> Option<String> {
         std::env::var("FSRENAME_TOKEN")
@@ -94,9 +118,16 @@ impl ServeConfig {
     /// # Errors
     /// Says what is missing.
     pub fn validate(&self) -> anyhow::Result<()> {
-        if !self.listen.ip().is_loopback() && self.token.as_deref().is_none_or(str::is_empty) {
+        let token = self.token.as_deref().filter(|t| !t.is_empty());
+        if let (Some(_), Some(file)) = (token, &self.tokens) {
             anyhow::bail!(
-                "listening on {} (not a loopback address) requires a bearer token: set FSRENAME_TOKEN",
+                "FSRENAME_TOKEN and --tokens {} both give tokens: give one (a token that may do everything is an entry of the file with `admin` and every other capability on `/`)",
+                file.display()
+            );
+        }
+        if !self.listen.ip().is_loopback() && token.is_none() && self.tokens.is_none() {
+            anyhow::bail!(
+                "listening on {} (not a loopback address) requires tokens: set FSRENAME_TOKEN, or give --tokens FILE",
                 self.listen
             );
         }

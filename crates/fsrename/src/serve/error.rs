@@ -80,8 +80,35 @@ impl IntoResponse for ApiError {
             error: self.message,
             field: self.field.map(str::to_owned),
         };
-        (self.status, Json(body)).into_response()
+        refusal(self.status, body)
     }
+}
+
+impl From<super::grants::NotGranted> for ApiError {
+    fn from(refused: super::grants::NotGranted) -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, refused.to_string())
+    }
+}
+
+impl ApiError {
+    /// The answer's status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// What it says.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+/// An error answer of `status` with `body`, carrying its reason for the audit trail
+/// ([`super::audit::Reason`]).
+pub fn refusal(status: StatusCode, body: ErrorBody) -> Response {
+    let reason = super::audit::Reason(body.error.clone());
+    let mut response = (status, Json(body)).into_response();
+    response.extensions_mut().insert(reason);
+    response
 }
 
 /// A job id in the URL that could not be read (not UTF-8 once decoded, say): 400 naming

@@ -45,8 +45,9 @@ use futures::{Stream, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, oneshot, watch, Notify};
 
+use super::grants::Caller;
 use super::jobs::Jobs;
-use crate::contract::LockView;
+use crate::contract::{Job, LockView};
 
 /// How often the sampler reads the state while a client listens.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(250);
@@ -369,10 +370,13 @@ impl Feed {
         )
     }
 
-    /// The route: `GET /events`.
-    pub async fn route(State(feed): State<Feed>) -> impl IntoResponse {
+    /// The route: `GET /events`, for `caller`, who is sent only what it may see (see
+    /// [`seen_by`]).
+    pub async fn route(State(feed): State<Feed>, caller: Caller) -> impl IntoResponse {
+        let mut last_locks = None;
         let stream = feed
             .subscribe()
+            .filter_map(move |out| futures::future::ready(seen_by(out, &caller, &mut last_locks)))
             .map(|out| Ok::<_, Infallible>(Event::default().event(out.event).data(&out.text)));
         Sse::new(stream).keep_alive(KeepAlive::default())
     }
@@ -382,6 +386,85 @@ impl Feed {
     fn publish(&self, out: Out) {
         let _ = self.inner.updates.send(Arc::new(out));
     }
+}
+
+/// `out` as `caller` may see it (`last_locks`: the locks it was sent last), or nothing: the
+/// locks on paths it may read (their holders' labels redacted), the jobs it sees (its own, and
+/// others' under its `admin` grants), an error without its words, no story (the demo's). A
+/// change of locks it does not see sends it nothing. A caller who may do everything is sent
+/// `out` as it is, written out once for all.
+fn seen_by(out: Arc<Out>, caller: &Caller, last_locks: &mut Option<Value>) -> Option<Arc<Out>> {
+    if caller.is_unrestricted() {
+        return Some(out);
+    }
+    let data = &out.data;
+    let locks_seen = |locks: &Value| -> Value {
+        let views: Vec<LockView> = serde_json::from_value(locks.clone()).unwrap_or_default();
+        let seen: Vec<LockView> = views
+            .into_iter()
+            .filter(|view| caller.sees_lock(view))
+            .map(|view| caller.redacted_lock(view))
+            .collect();
+        serde_json::to_value(seen).unwrap_or_default()
+    };
+    let jobs_seen = |jobs: &Value| -> Vec<Value> {
+        let jobs: Vec<Job> = serde_json::from_value(jobs.clone()).unwrap_or_default();
+        jobs.into_iter()
+            .filter(|job| caller.sees_job(job))
+            .filter_map(|job| serde_json::to_value(caller.redacted_job(job)).ok())
+            .collect()
+    };
+    let seen = match out.event {
+        "snapshot" => {
+            let locks = locks_seen(&data["locks"]);
+            *last_locks = Some(without_the_clock(&locks));
+            json!({ "at": data["at"], "locks": locks, "jobs": jobs_seen(&data["jobs"]), "story": [] })
+        }
+        "locks" => {
+            let locks = locks_seen(&data["locks"]);
+            // What changed is not the caller's to see: nothing.
+            let key = without_the_clock(&locks);
+            if last_locks.as_ref() == Some(&key) {
+                return None;
+            }
+            *last_locks = Some(key);
+            json!({ "at": data["at"], "locks": locks })
+        }
+        "jobs" => {
+            let jobs = jobs_seen(&data["jobs"]);
+            if jobs.is_empty() {
+                return None;
+            }
+            json!({ "at": data["at"], "jobs": jobs })
+        }
+        "error" => json!({ "at": data["at"], "error": "the locks could not be read" }),
+        _ => return None,
+    };
+    Some(Arc::new(Out::new(out.event, seen)))
+}
+
+/// `locks` (lock views) without what moves with the clock (expiries, waiting times), as the
+/// sampler compares them.
+fn without_the_clock(locks: &Value) -> Value {
+    let mut locks = locks.clone();
+    let strip = |object: &mut Value| {
+        if let Value::Object(fields) = object {
+            for moving in ["expires_at", "expired", "waiting_ms"] {
+                fields.remove(moving);
+            }
+        }
+    };
+    if let Value::Array(locks) = &mut locks {
+        for lock in locks {
+            strip(lock);
+            for part in ["grants", "waiters"] {
+                if let Some(Value::Array(entries)) = lock.get_mut(part) {
+                    entries.iter_mut().for_each(strip);
+                }
+            }
+        }
+    }
+    locks
 }
 
 /// Where a client's stream is: waiting for its snapshot, or following the updates.

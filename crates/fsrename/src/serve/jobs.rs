@@ -38,6 +38,28 @@ pub enum Refusal {
     Store(RecordError),
 }
 
+/// A place in the queue, taken for a job not stored yet ([`Jobs::reserve`]).
+pub struct Reserved {
+    jobs: Jobs,
+    job: Option<Job>,
+}
+
+impl Reserved {
+    /// The job, as it will be stored.
+    pub fn job(&self) -> Option<&Job> {
+        self.job.as_ref()
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        // Not stored: its place goes back to the queue.
+        if self.job.is_some() {
+            self.jobs.table().unfinished -= 1;
+        }
+    }
+}
+
 /// The accepted jobs. Cheap to clone.
 #[derive(Clone)]
 pub struct Jobs {
@@ -143,22 +165,48 @@ impl Jobs {
         self.inner.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Accepts a job: stores it in the jobs index (so that every instance can show it) and
-    /// starts its task; it runs when a slot is free.
-    pub async fn submit(&self, work: Work, strategy: Strategy) -> Result<Job, Refusal> {
+    /// Takes a place in the queue for `work`, submitted by the token `submitted_by` (if the
+    /// service has tokens): the job, with its id, not stored yet. [`Jobs::store_and_run`] stores and
+    /// runs it; dropped, it gives its place back. Between the two, the job's line goes into
+    /// the audit trail, so that no instance can run a job the trail does not hold.
+    ///
+    /// # Errors
+    /// [`Refusal::Full`] when `queue` jobs are unfinished.
+    pub fn reserve(
+        &self,
+        work: Work,
+        strategy: Strategy,
+        submitted_by: Option<String>,
+    ) -> Result<Reserved, Refusal> {
         let instance = self.instance().to_owned();
-        let job = {
-            let mut table = self.table();
-            if table.unfinished >= self.inner.config.queue {
-                Metrics::add(&self.inner.metrics.rejected_full, 1);
-                return Err(Refusal::Full {
-                    limit: self.inner.config.queue,
-                });
-            }
-            // Counted now, so that concurrent submissions cannot overfill the queue while
-            // this one is being stored.
-            table.unfinished += 1;
-            Job::accepted(uuid_like(), work, strategy, instance)
+        let mut table = self.table();
+        if table.unfinished >= self.inner.config.queue {
+            Metrics::add(&self.inner.metrics.rejected_full, 1);
+            return Err(Refusal::Full {
+                limit: self.inner.config.queue,
+            });
+        }
+        // Counted now, so that concurrent submissions cannot overfill the queue while this one
+        // is being stored.
+        table.unfinished += 1;
+        let mut job = Job::accepted(uuid_like(), work, strategy, instance);
+        job.submitted_by = submitted_by;
+        Ok(Reserved {
+            jobs: self.clone(),
+            job: Some(job),
+        })
+    }
+
+    /// Stores the job `reserved` in the jobs index (so that every instance can show it) and
+    /// starts its task; it runs when a slot is free.
+    ///
+    /// # Errors
+    /// [`Refusal::Store`] if it could not be stored: the job is not accepted.
+    pub async fn store_and_run(&self, mut reserved: Reserved) -> Result<Job, Refusal> {
+        let Some(job) = reserved.job.take() else {
+            return Err(Refusal::Full {
+                limit: self.inner.config.queue,
+            });
         };
         let version = match self.inner.records.create(&job).await {
             Ok(version) => version,

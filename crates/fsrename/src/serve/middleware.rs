@@ -1,7 +1,8 @@
-//! Request ids, structured request logs, the bearer token (and how fast it may be guessed,
-//! `guesses.rs`), and the refusal of requests that change something from another site.
+//! Request ids, structured request logs, who a request's token makes it (`tokens.rs`; and how
+//! fast a token may be guessed, `guesses.rs`), and the refusal of requests that change
+//! something from another site.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,9 +13,11 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+use super::audit::Requester;
 use super::bodies::{SessionAnswer, SessionRequest};
-use super::error::{unreadable, ErrorBody};
+use super::error::{refusal, unreadable, ErrorBody};
 use super::guesses::Guesses;
+use super::tokens::Keys;
 
 /// Gives every request an id (`x-request-id`, kept if the client sent one) and logs it with
 /// its method, path, status and duration.
@@ -58,30 +61,27 @@ pub fn is_public(method: &Method, path: &str) -> bool {
     }
 }
 
-/// What checks the token: the token, if one is configured, and the wrong guesses so far.
-#[derive(Clone, Default)]
+/// What checks the token: the tokens in force, and the wrong guesses so far.
+#[derive(Clone)]
 pub struct Auth {
-    pub token: Option<Arc<str>>,
+    pub keys: Keys,
     pub guesses: Arc<Guesses>,
 }
 
-/// The address the request came from (unspecified if the server did not record it).
-fn client_of(request: &Request) -> IpAddr {
-    request
+/// Makes every request its caller's: finds the token it carries among those in force
+/// (`Authorization: Bearer <token>`, or the session cookie a browser got from `POST /session
+/// {"token": ...}`, since an `EventSource` cannot send headers), and puts the caller (a
+/// [`Requester`]) in the request's extensions for the handlers, and in the answer's for the
+/// audit trail. Refuses a request with no token, or one of no token in force (a revoked one),
+/// when the service has tokens; a service without tokens makes everyone a caller who may do
+/// everything. The cookie is `HttpOnly` (the page's script never sees the token) and
+/// `SameSite=Strict`; it holds the token hex-encoded. A client that sent too many wrong tokens
+/// gets 429 instead, whatever it sends (`guesses.rs`).
+pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next) -> Response {
+    let client = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
-        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip())
-}
-
-/// Refuses requests without the token when one is configured: `Authorization: Bearer
-/// <token>`, or the session cookie a browser got from `POST /session {"token": ...}` (an
-/// `EventSource` cannot send headers). The cookie is `HttpOnly` (the page's script never
-/// sees the token) and `SameSite=Strict`; it holds the token hex-encoded. A client that sent
-/// too many wrong tokens gets 429 instead, whatever it sends (`guesses.rs`).
-pub async fn bearer(State(auth): State<Auth>, request: Request, next: Next) -> Response {
-    let Some(token) = auth.token.as_deref() else {
-        return next.run(request).await;
-    };
+        .map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |c| c.0);
     if is_public(request.method(), request.uri().path()) {
         return next.run(request).await;
     }
@@ -89,45 +89,57 @@ pub async fn bearer(State(auth): State<Auth>, request: Request, next: Next) -> R
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let cookie = session_cookie(headers);
-    if bearer.is_none() && cookie.is_none() {
-        return unauthorized("missing bearer token");
-    }
-    let client = client_of(&request);
-    if let Err(wait) = auth.guesses.guess(client) {
-        return too_many_guesses(wait);
-    }
-    let right = bearer.is_some_and(|given| constant_time_eq(given.as_bytes(), token.as_bytes()))
-        || cookie.is_some_and(|given| constant_time_eq(given.as_bytes(), hex(token).as_bytes()));
-    if right {
-        auth.guesses.right(client);
-        next.run(request).await
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned);
+    let secret = bearer.or_else(|| session_cookie(headers).and_then(|hex| unhex(&hex)));
+    let caller = if auth.keys.required() {
+        let Some(secret) = secret else {
+            return unauthorized("missing bearer token");
+        };
+        if let Err(wait) = auth.guesses.guess(client.ip()) {
+            return too_many_guesses(wait);
+        }
+        match auth.keys.caller(Some(&secret)) {
+            Some(caller) => {
+                auth.guesses.right(client.ip());
+                caller
+            }
+            None => return unauthorized("wrong bearer token"),
+        }
     } else {
-        unauthorized("wrong bearer token")
-    }
+        match auth.keys.caller(None) {
+            Some(caller) => caller,
+            None => return unauthorized("no caller"),
+        }
+    };
+    let requester = Requester::of(&request, caller, auth.keys.required());
+    request.extensions_mut().insert(requester.clone());
+    let mut response = next.run(request).await;
+    response.extensions_mut().insert(requester);
+    response
 }
 
 fn unauthorized(message: &str) -> Response {
-    (
-        StatusCode::UNAUTHORIZED,
-        [(header::WWW_AUTHENTICATE, "Bearer")],
-        Json(ErrorBody::new(message)),
-    )
-        .into_response()
+    let mut response = refusal(StatusCode::UNAUTHORIZED, ErrorBody::new(message));
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
 }
 
 /// 429, with the seconds to wait in `Retry-After`.
 fn too_many_guesses(wait: Duration) -> Response {
     let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
-    (
+    let mut response = refusal(
         StatusCode::TOO_MANY_REQUESTS,
-        [(header::RETRY_AFTER, seconds.to_string())],
-        Json(ErrorBody::new(format!(
+        ErrorBody::new(format!(
             "too many wrong tokens from this address: try again in {seconds} s"
-        ))),
-    )
-        .into_response()
+        )),
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    response
 }
 
 /// `POST /session {"token": "..."}`: the right token sets the session cookie. Without a
@@ -153,12 +165,12 @@ pub async fn session(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     body: Result<axum::body::Bytes, BytesRejection>,
 ) -> Response {
-    let Some(token) = auth.token.as_deref() else {
+    if !auth.keys.required() {
         return Json(SessionAnswer {
             token_required: false,
         })
         .into_response();
-    };
+    }
     // Over `--body-limit`: 413 in JSON, as the API's other routes answer.
     let body = match body {
         Ok(body) => body,
@@ -168,29 +180,24 @@ pub async fn session(
         .ok()
         .and_then(|v| v.get("token").and_then(|t| t.as_str()).map(str::to_owned));
     let Some(given) = given else {
-        return (
+        return refusal(
             StatusCode::BAD_REQUEST,
-            Json(ErrorBody::naming(
-                "token",
-                "expected a JSON object with `token`",
-            )),
-        )
-            .into_response();
+            ErrorBody::naming("token", "expected a JSON object with `token`"),
+        );
     };
     if let Err(wait) = auth.guesses.guess(peer.ip()) {
         return too_many_guesses(wait);
     }
-    if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
-        return (
+    if auth.keys.caller(Some(&given)).is_none() {
+        return refusal(
             StatusCode::UNAUTHORIZED,
-            Json(ErrorBody::naming("token", "wrong token")),
-        )
-            .into_response();
+            ErrorBody::naming("token", "wrong token"),
+        );
     }
     auth.guesses.right(peer.ip());
     let cookie = format!(
         "{SESSION_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
-        hex(token)
+        hex(&given)
     );
     let mut answer = Json(SessionAnswer {
         token_required: true,
@@ -224,12 +231,16 @@ fn hex(text: &str) -> String {
     })
 }
 
-/// Compares without returning early, so timing does not reveal how much of a guess was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+/// The text `hex` spells in hexadecimal (the session cookie's value), if it spells one.
+fn unhex(hex: &str) -> Option<String> {
+    if hex.len() % 2 != 0 {
+        return None;
     }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    let bytes: Option<Vec<u8>> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect();
+    String::from_utf8(bytes?).ok()
 }
 
 /// Refuses a request that changes something (any method but GET, HEAD and OPTIONS) sent by a
@@ -241,11 +252,10 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 pub async fn same_origin(request: Request, next: Next) -> Response {
     match cross_site(&request) {
         None => next.run(request).await,
-        Some(why) => (
+        Some(why) => refusal(
             StatusCode::FORBIDDEN,
-            Json(ErrorBody::new(format!("cross-site request refused: {why}"))),
-        )
-            .into_response(),
+            ErrorBody::new(format!("cross-site request refused: {why}")),
+        ),
     }
 }
 
@@ -296,13 +306,12 @@ pub async fn loopback_host(State(loopback): State<bool>, request: Request, next:
     if is_loopback_name(host) {
         next.run(request).await
     } else {
-        (
+        refusal(
             StatusCode::FORBIDDEN,
-            Json(ErrorBody::new(format!(
+            ErrorBody::new(format!(
                 "Host `{host}` is not a loopback name: this service listens on loopback only (open it as http://127.0.0.1:PORT/ or http://localhost:PORT/)"
-            ))),
+            )),
         )
-            .into_response()
     }
 }
 

@@ -20,10 +20,12 @@
 
 mod adopt;
 mod api;
+mod audit;
 mod bodies;
 mod config;
 mod error;
 mod events;
+mod grants;
 mod guesses;
 mod jobs;
 mod liveness;
@@ -33,6 +35,7 @@ mod openapi;
 mod page;
 mod records;
 mod recovered;
+mod tokens;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -45,9 +48,12 @@ use fs_store::SharedStore;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+pub use audit::AuditTo;
 pub use config::ServeConfig;
 pub use events::Story;
+pub use grants::{Caller, Capability, Grant};
 use jobs::Jobs;
+pub use tokens::TokenSet;
 
 /// A running service.
 pub struct Server {
@@ -80,11 +86,8 @@ impl Server {
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         let addr = listener.local_addr()?;
-        let token: Option<Arc<str>> = config
-            .token
-            .clone()
-            .filter(|t| !t.is_empty())
-            .map(Arc::from);
+        let keys = tokens::Keys::load(config.token_source())?;
+        let audit = audit::Audit::open(config.audit.clone())?;
         let body_limit = config.body_limit;
         // Stopped between runs, never in the middle of one.
         let (stop_recovery, stopped) = tokio::sync::watch::channel(false);
@@ -110,6 +113,11 @@ impl Server {
         // The event streams end as shutdown begins: the graceful shutdown waits for every
         // connection to close.
         let (stop_feed, feed_stopped) = tokio::sync::watch::channel(false);
+        let reloader = tokio::spawn(reload_on_hangup(
+            keys.clone(),
+            audit.clone(),
+            feed_stopped.clone(),
+        ));
         let feed = events::Feed::start(jobs.clone(), feed_stopped);
         let shutdown = async move {
             shutdown.await;
@@ -117,10 +125,15 @@ impl Server {
         };
         let story = feed.story();
         let auth = middleware::Auth {
-            token,
+            keys,
             guesses: Arc::default(),
         };
-        let app = guarded(api::routes(jobs.clone(), feed), auth, body_limit, addr);
+        let app = guarded(
+            api::routes(jobs.clone(), feed, audit.clone()),
+            (auth, audit),
+            body_limit,
+            addr,
+        );
         tracing::info!(%addr, instance = %jobs.instance(), "serving");
         let done = tokio::spawn(async move {
             // With each client's address: the token's guesses are counted by address.
@@ -137,6 +150,7 @@ impl Server {
             jobs.shut_down().await;
             stop_beating.send_replace(true);
             let _ = heart.await;
+            let _ = reloader.await;
             Ok(())
         });
         Ok(Server {
@@ -195,7 +209,7 @@ async fn recover_every(
 /// method a route does not take (405) in JSON, as every other error.
 fn guarded(
     routes: OpenApiRouter,
-    auth: middleware::Auth,
+    (auth, audit): (middleware::Auth, audit::Audit),
     body_limit: usize,
     addr: SocketAddr,
 ) -> axum::Router {
@@ -215,14 +229,57 @@ fn guarded(
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::from_fn_with_state(
             auth,
-            middleware::bearer,
+            middleware::authenticate,
         ))
         .layer(axum::middleware::from_fn(middleware::same_origin))
         .layer(axum::middleware::from_fn_with_state(
             addr.ip().is_loopback(),
             middleware::loopback_host,
         ))
+        .layer(axum::middleware::from_fn_with_state(audit, audit::layer))
         .layer(axum::middleware::from_fn(middleware::request_log))
+}
+
+/// Reads the token file again and reopens the audit file on every SIGHUP, until `closing`
+/// turns true. A token file refused leaves the tokens in force; the error is logged.
+async fn reload_on_hangup(
+    keys: tokens::Keys,
+    audit: audit::Audit,
+    mut closing: tokio::sync::watch::Receiver<bool>,
+) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP: the token file is read at start only");
+            return;
+        };
+        loop {
+            tokio::select! {
+                got = hangups.recv() => {
+                    if got.is_none() {
+                        return;
+                    }
+                }
+                _ = closing.wait_for(|closing| *closing) => return,
+            }
+            match keys.reload() {
+                Ok(n) => tracing::warn!(tokens = n, "SIGHUP: the token file read again"),
+                Err(e) => tracing::error!(
+                    error = %format!("{e:#}"),
+                    "SIGHUP: the token file is refused; the tokens in force stay as they were"
+                ),
+            }
+            if let Err(e) = audit.reopen() {
+                tracing::error!(error = %format!("{e:#}"), "SIGHUP: the audit file cannot be reopened; lines go on to the old one");
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (keys, audit);
+        let _ = closing.wait_for(|closing| *closing).await;
+    }
 }
 
 /// One run of recovery; its outcome is logged, never fatal: the next run tries again.

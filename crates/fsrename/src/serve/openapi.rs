@@ -81,10 +81,13 @@ pub fn finish(mut api: OpenApi) -> OpenApi {
         .version(env!("CARGO_PKG_VERSION"))
         .description(Some(
             "Rename, copy and delete jobs on a tree kept in a document store, run under tree \
-             locks; the tree, the locks and the jobs as they run. When the service has a token \
-             (`FSRENAME_TOKEN`), every route but the live page, `POST /session` and this \
-             description needs it: `Authorization: Bearer <token>`, or the session cookie that \
-             `POST /session` sets. Without a token, nothing needs one (the service then \
+             locks; the tree, the locks and the jobs as they run. When the service has tokens \
+             (`FSRENAME_TOKEN`, or a token file: `serve --tokens`), every route but the live \
+             page, `POST /session` and this description needs one: `Authorization: Bearer \
+             <token>`, or the session cookie that `POST /session` sets. Each operation says \
+             what its token must be granted (`x-fsrename-needs`): deny unless granted, 403 for \
+             what is not, checked before anything is looked up; what a token may not read is \
+             absent from every answer. Without tokens, nothing needs one (the service then \
              listens on loopback only). See docs/service.md.",
         ))
         .build();
@@ -129,6 +132,34 @@ pub fn finish(mut api: OpenApi) -> OpenApi {
     api
 }
 
+/// What a token must be granted for `method` on `path` (see `grants.rs`), in words.
+pub fn needs(method: &Method, path: &str) -> &'static str {
+    match (method.as_str(), path) {
+        ("POST", "/renames") => "`rename` on `from` and on the parent of `to`",
+        ("POST", "/copies") => "`read` on `from`, `copy` on the parent of `to`",
+        ("POST", "/deletes") => "`delete` on `path` (the whole subtree under it)",
+        ("GET", "/tree") => {
+            "`read` on `path`; on a directory above a grant, it lists the way down to what the \
+             token may read, and nothing else"
+        }
+        ("GET", "/metrics") => "`admin` on `/`",
+        ("GET", "/locks") => {
+            "none: it lists the locks on paths the token may `read`, and those naming no path \
+             with `admin` on `/`"
+        }
+        ("GET", "/events") => "none: it sends what `GET /locks` and `GET /jobs` show the token",
+        ("GET", p)
+            if ["/jobs", "/renames", "/copies", "/deletes"]
+                .iter()
+                .any(|list| p.starts_with(list)) =>
+        {
+            "none: it shows the token's own jobs, and others' under its `admin` grants (any \
+             other is absent, 404)"
+        }
+        _ => "none",
+    }
+}
+
 /// Adds to `operation` (`method` on `path`) what the guards answer before its handler runs.
 fn guard(operation: &mut Operation, kind: HttpMethod, method: &Method, path: &str) {
     if middleware::is_public(method, path) {
@@ -151,6 +182,27 @@ fn guard(operation: &mut Operation, kind: HttpMethod, method: &Method, path: &st
             "Too many wrong tokens from this address: refused before its token is compared",
             Some(("retry-after", "Seconds to wait")),
         );
+        let needs = needs(method, path);
+        operation.description = Some(format!(
+            "{} Needs (with tokens): {needs}.",
+            operation.description.as_deref().unwrap_or_default()
+        ));
+        operation
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(
+                "x-fsrename-needs".to_owned(),
+                serde_json::Value::from(needs),
+            );
+        if needs != "none" && !needs.starts_with("none:") {
+            add(
+                operation,
+                StatusCode::FORBIDDEN,
+                "The token is not granted what the operation needs (`x-fsrename-needs`), \
+                 whatever exists",
+                None,
+            );
+        }
     }
     let forbidden = if kind == HttpMethod::Get {
         "A `Host` that is not a loopback name, on a service that listens on loopback"

@@ -4,7 +4,7 @@ use std::future::Future;
 
 use crate::cli::{Cli, Verb};
 use crate::output::to_stderr;
-use crate::serve::{ServeConfig, Server};
+use crate::serve::{AuditTo, ServeConfig, Server};
 use crate::EXIT_INTERRUPTED;
 
 pub async fn run(
@@ -23,6 +23,8 @@ pub async fn run(
         recover_every,
         instance,
         share_intentions,
+        tokens,
+        audit,
     } = &cli.verb
     else {
         anyhow::bail!("not the serve verb");
@@ -44,6 +46,11 @@ pub async fn run(
     }
     config.protocol = cli.lock_protocol;
     config.share_intentions = *share_intentions;
+    config.tokens.clone_from(tokens);
+    config.audit = match audit {
+        Some(file) => AuditTo::File(file.clone()),
+        None => AuditTo::Stderr,
+    };
     config.rewrite = cli.rewrite;
     config.layout = cli.layout()?;
     config.validate()?;

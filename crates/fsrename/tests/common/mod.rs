@@ -1,5 +1,5 @@
 //! Helpers shared by the tests that run the binary as a user would: its output, the lines
-//! of a running child's stderr as they come, signals.
+//! of a running child's stderr as they come, signals, token files.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -89,4 +89,27 @@ pub fn signal(child: &Child, which: &str) {
         .status()
         .expect("run kill");
     assert!(status.success());
+}
+
+/// A token of a token file: `(name, secret, grants)`, each grant `(path, capabilities)`.
+pub type Token<'a> = (&'a str, &'a str, &'a [(&'a str, &'a [&'a str])]);
+
+/// Writes a token file (`serve --tokens`) of `tokens` at `path`: each by the SHA-256 of its
+/// secret, as an operator writes one.
+pub fn write_tokens(path: &std::path::Path, tokens: &[Token<'_>]) {
+    use sha2::{Digest, Sha256};
+    let mut text = String::new();
+    for (name, secret, grants) in tokens {
+        let hash: String = Sha256::digest(secret.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        text += &format!("[[token]]\nname = \"{name}\"\nsha256 = \"{hash}\"\ngrants = [\n");
+        for (path, can) in *grants {
+            let can: Vec<String> = can.iter().map(|c| format!("\"{c}\"")).collect();
+            text += &format!("  {{ path = \"{path}\", can = [{}] }},\n", can.join(", "));
+        }
+        text += "]\n\n";
+    }
+    std::fs::write(path, text).expect("write the token file");
 }
