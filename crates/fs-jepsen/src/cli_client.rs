@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 
+use crate::clock_faults::ClockFaults;
 use crate::history::{Op, Outcome};
 use crate::processes::Running;
 
@@ -37,6 +38,8 @@ pub struct Fsrename {
     pub wait: Duration,
     /// More options of the service instances (`serve ...`), e.g. `--share-intentions`.
     pub serve: Vec<String>,
+    /// The clock faults every process is started under, once enabled.
+    pub clocks: ClockFaults,
 }
 
 impl Fsrename {
@@ -51,6 +54,7 @@ impl Fsrename {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        self.clocks.apply(&mut command);
         command
     }
 

@@ -140,6 +140,11 @@ pub enum FaultKind {
     NetStorm,
     /// The node the clients talk to gone at once (its port refusing), then back.
     NodeLoss,
+    /// Processes started for a while with their wall clock set off, ahead or behind, by more
+    /// than `max_clock_skew` (and often a lease); a service instance among them, sometimes.
+    ClockSkew,
+    /// Every running process's wall clock stepped, forward past a lease or back, then back.
+    ClockJump,
 }
 
 /// One fault, as the nemesis logged it.

@@ -12,6 +12,7 @@
 //!   `fsrename serve`, and how its end becomes an outcome.
 //! - [`processes`]: the clients' running processes, for the nemesis.
 //! - [`nemesis`]: faults, one at a time, on a real cluster, the proxy, or the clients.
+//! - [`clock_faults`]: the clients' clocks set off and stepped, with libfaketime.
 //! - [`finish`]: recovery, the final read, what must not be left behind.
 //! - [`workload`]: one history from start to end.
 //!
@@ -22,6 +23,7 @@
 pub mod check;
 pub mod cli_client;
 pub mod clock;
+pub mod clock_faults;
 pub mod finish;
 pub mod generate;
 pub mod history;
@@ -33,6 +35,7 @@ pub mod workload;
 
 pub use check::{check, Anomaly, Verdict};
 pub use cli_client::Fsrename;
+pub use clock_faults::ClockFaults;
 pub use history::{Call, Entry, Fault, FaultKind, History, Kind, Op, Outcome, Via};
 pub use nemesis::{Plan, Stage};
 pub use workload::{Run, Workload};

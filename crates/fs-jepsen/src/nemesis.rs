@@ -1,7 +1,8 @@
 //! The nemesis: faults at random moments, one at a time, each healed before the next, each
 //! logged with its times. What it can do depends on the stage: a real cluster (nodes killed,
 //! paused, partitioned; the flood-stage block), the Elasticsearch-behaviour proxy (network
-//! storms with failover replays), or nothing but the clients' own processes.
+//! storms with failover replays), or nothing but the clients' own processes; on every stage,
+//! the clients' clocks ([`crate::clock_faults`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -12,6 +13,7 @@ use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 
 use crate::clock::Clock;
+use crate::clock_faults::ClockFaults;
 use crate::history::{Fault, FaultKind};
 use crate::processes::{signal, Running, Sig};
 use crate::service::Services;
@@ -58,6 +60,8 @@ pub struct Nemesis<'a> {
     pub services: Option<&'a Services>,
     /// The history's clock.
     pub clock: Clock,
+    /// The clients' clocks, for clock faults.
+    pub clocks: ClockFaults,
 }
 
 impl Nemesis<'_> {
@@ -173,6 +177,59 @@ impl Nemesis<'_> {
                     target = client;
                 }
             }
+            (FaultKind::ClockSkew, _) if self.clocks.enabled() => {
+                let offset = self.clock_offset(rng);
+                began = self.clock.now();
+                self.clocks.skew(offset);
+                // An instance of the service too, sometimes: started again, skewed, and
+                // again at the heal (a kill each time, as `ClientKill`'s).
+                let services = self.services.filter(|s| !s.is_empty());
+                let restarted = match (services, rng.random_bool(0.5)) {
+                    (Some(services), true) => {
+                        let slot = rng.random_range(0..services.len());
+                        match services.restart(slot).await {
+                            Ok(()) => Some((services, slot)),
+                            Err(e) => {
+                                eprintln!("nemesis: service slot {slot} did not start skewed: {e}");
+                                None
+                            }
+                        }
+                    }
+                    _ => None,
+                };
+                tokio::time::sleep(outage).await;
+                self.clocks.unskew();
+                if let Some((services, slot)) = restarted {
+                    if let Err(e) = services.restart(slot).await {
+                        eprintln!("nemesis: service slot {slot} did not start again: {e}");
+                    }
+                }
+                target = format!(
+                    "processes started{} at {:+.1} s",
+                    if restarted.is_some() {
+                        ", a service instance among them,"
+                    } else {
+                        ""
+                    },
+                    offset as f64 / 1000.0
+                );
+            }
+            (FaultKind::ClockJump, _) if self.clocks.enabled() => {
+                let offset = self.clock_offset(rng);
+                began = self.clock.now();
+                if let Err(e) = self.clocks.jump(offset) {
+                    eprintln!("nemesis: {e}");
+                    return None;
+                }
+                tokio::time::sleep(outage).await;
+                if let Err(e) = self.clocks.jump(0) {
+                    eprintln!("nemesis: {e}");
+                }
+                target = format!(
+                    "every process's clock stepped {:+.1} s",
+                    offset as f64 / 1000.0
+                );
+            }
             (FaultKind::ClientPause, _) => {
                 let (client, pid) = self.running_client(rng).await?;
                 began = self.clock.now();
@@ -199,6 +256,22 @@ impl Nemesis<'_> {
             began,
             healed: self.clock.now(),
         })
+    }
+
+    /// A clock offset for a skew or a jump, ahead or behind: beyond `max_clock_skew` (a tenth
+    /// of the lease) always, beyond the lease itself in two draws of three.
+    fn clock_offset(&self, rng: &mut StdRng) -> i64 {
+        let lease = i64::try_from(self.plan.lease.as_millis()).unwrap_or(i64::MAX / 4);
+        let ms = if rng.random_bool(1.0 / 3.0) {
+            rng.random_range(lease / 5..=lease)
+        } else {
+            rng.random_range(lease + lease / 5..=lease * 3)
+        };
+        if rng.random_bool(0.5) {
+            ms
+        } else {
+            -ms
+        }
     }
 
     /// A client in the middle of a call, waiting up to 5 s for one.

@@ -13,7 +13,7 @@ use crate::cli_client::Fsrename;
 use crate::clock::Clock;
 use crate::finish;
 use crate::generate::{Generator, Menu, START_TREE};
-use crate::history::{Call, History, Kind, Op, Outcome, Via};
+use crate::history::{Call, FaultKind, History, Kind, Op, Outcome, Via};
 use crate::nemesis::{Nemesis, Plan, Stage};
 use crate::processes::Running;
 use crate::service::Services;
@@ -79,6 +79,18 @@ impl Workload {
     /// What kept the history from being made or read (not what the checker finds).
     pub async fn run(&self, stage: Stage<'_>, plan: Plan) -> Result<Run, String> {
         let since = Instant::now();
+        if plan
+            .kinds
+            .iter()
+            .any(|k| matches!(k, FaultKind::ClockSkew | FaultKind::ClockJump))
+        {
+            let file = std::env::temp_dir().join(format!(
+                "fsrename-jepsen-clock-{}-{}",
+                std::process::id(),
+                self.seed
+            ));
+            self.fsrename.clocks.enable(&file)?;
+        }
         self.make_start().await?;
         let start = finish::read_tree(&self.fsrename).await?;
         let services = if self.service_clients > 0 && self.services > 0 {
@@ -100,6 +112,7 @@ impl Workload {
             running: &running,
             services: services.as_ref(),
             clock,
+            clocks: self.fsrename.clocks.clone(),
         };
         let go_on = || {
             since.elapsed() < self.limit

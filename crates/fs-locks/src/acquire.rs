@@ -74,6 +74,7 @@ impl LockClient {
     pub async fn lock_request(&self, request: &TreeLockRequest) -> Result<LockGuard> {
         let items = request.items()?;
         let wanted = describe_wanted(&items);
+        self.sync_clock().await;
         if let Some(guard) = self.borrowing(&wanted, &items).await {
             return Ok(guard);
         }
@@ -204,6 +205,7 @@ impl LockClient {
     /// Acquires `items` (in order), retrying refused attempts with backoff until the wait
     /// deadline. Never waits while holding any of them.
     pub(crate) async fn acquire(&self, wanted: String, items: Vec<LockItem>) -> Result<LockGuard> {
+        self.sync_clock().await;
         let started = Instant::now();
         let deadline = started + self.wait();
         let mut backoff = self.backoff();

@@ -118,7 +118,7 @@ pub use background::{guards_kept_for_recovery, settle_background_releases};
 pub use backoff::Backoff;
 pub use builder::LockClientBuilder;
 pub use client::LockClient;
-pub use clock::{AnchoredThread, LeaseClock};
+pub use clock::{AnchoredThread, ClockSync, LeaseClock};
 pub use error::{Blocker, LateRenewal, LockError, Result};
 pub use events::{EventSink, LockEvent};
 pub use foreign::ForeignShares;

@@ -68,6 +68,8 @@ impl LockClient {
     /// # Errors
     /// [`LockError::Store`] if the store failed.
     pub async fn list_locks(&self) -> Result<Vec<LockInfo>> {
+        // Its callers judge the leases it lists by the lease clock.
+        self.sync_clock().await;
         let store = self.store();
         let index = self.lock_index();
         let context = format!("listing locks in `{index}`");

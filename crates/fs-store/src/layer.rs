@@ -361,6 +361,10 @@ impl<L: StoreLayer> DocStore for L {
     fn items_resent(&self) -> u64 {
         self.inner().items_resent()
     }
+
+    async fn server_time_ms(&self) -> Result<Option<i64>> {
+        self.inner().server_time_ms().await
+    }
 }
 
 #[async_trait]

@@ -158,6 +158,17 @@ pub trait DocStore: Send + Sync + Debug {
     fn items_resent(&self) -> u64 {
         0
     }
+
+    /// Returns the server's clock now, in epoch milliseconds, or `None` where the store has
+    /// no clock of its own or the server will not say. The embedded store's is the machine's
+    /// boot clock, which no step of the wall clock moves. Leases are judged by it, so that clients on machines whose clocks
+    /// differ agree on when a lease ends (`fs_locks::LeaseClock::sync`).
+    ///
+    /// # Errors
+    /// Transient and backend failures.
+    async fn server_time_ms(&self) -> Result<Option<i64>> {
+        Ok(None)
+    }
 }
 
 /// A store shared between tasks.

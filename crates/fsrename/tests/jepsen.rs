@@ -36,6 +36,7 @@ fn fsrename(store: &str, index: &str, lease: &str, wait: Duration, extra: &[&str
         global,
         wait,
         serve: Vec::new(),
+        clocks: fs_jepsen::ClockFaults::default(),
     }
 }
 
@@ -119,7 +120,12 @@ async fn embedded_store_clients_killed_and_paused() {
         contexts_patience: Duration::ZERO,
     };
     let plan = Plan {
-        kinds: vec![FaultKind::ClientKill, FaultKind::ClientPause],
+        kinds: vec![
+            FaultKind::ClientKill,
+            FaultKind::ClientPause,
+            FaultKind::ClockSkew,
+            FaultKind::ClockJump,
+        ],
         min_faults: 4,
         gap: (Duration::from_millis(300), Duration::from_millis(1500)),
         outage: (Duration::from_secs(1), Duration::from_secs(2)),
@@ -170,8 +176,10 @@ async fn proxy_network_storms_and_clients_killed_and_paused() {
             FaultKind::ClientKill,
             FaultKind::NetStorm,
             FaultKind::ClientPause,
+            FaultKind::ClockSkew,
+            FaultKind::ClockJump,
         ],
-        min_faults: 5,
+        min_faults: 6,
         gap: (Duration::from_millis(500), Duration::from_millis(1500)),
         outage: (Duration::from_secs(2), Duration::from_secs(4)),
         partition: (Duration::ZERO, Duration::ZERO),
@@ -191,11 +199,11 @@ async fn proxy_network_storms_and_clients_killed_and_paused() {
 
 /// On a real three-node cluster: `FSRENAME_TEST_JEPSEN_RUNS` histories (default 1) of at least
 /// `FSRENAME_TEST_JEPSEN_CALLS` calls (default 200) from 4 command-line clients and 2 service
-/// clients (two instances), each with at least 6 faults, one of each kind: a node killed and
+/// clients (two instances), each with at least 8 faults, one of each kind: a node killed and
 /// started again, a node paused, a node partitioned from the others, a client killed (a
 /// process, or a service instance, started again under a new name), a client paused past its
-/// lease, the flood-stage block. Prints a row of the table of `docs/reliability.md` per
-/// history.
+/// lease, the flood-stage block, clients' clocks skewed and stepped (libfaketime). Prints a
+/// row of the table of `docs/reliability.md` per history.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real Elasticsearch cluster: FSRENAME_TEST_ES_CLUSTER and the kill, start, pause, resume, partition and heal commands (docs/elasticsearch.md)"]
 async fn real_cluster_histories_under_faults() {
@@ -263,8 +271,10 @@ async fn real_cluster_histories_under_faults() {
                 FaultKind::ClientKill,
                 FaultKind::ClientPause,
                 FaultKind::FloodStage,
+                FaultKind::ClockSkew,
+                FaultKind::ClockJump,
             ],
-            min_faults: 6,
+            min_faults: 8,
             gap: (Duration::from_secs(1), Duration::from_secs(4)),
             outage: (Duration::from_secs(5), Duration::from_secs(15)),
             partition: (Duration::from_secs(30), Duration::from_secs(34)),

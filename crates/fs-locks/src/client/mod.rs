@@ -127,6 +127,7 @@ impl LockClient {
 
     /// Returns the steps of the protocol in use, deciding it on first use.
     pub(crate) async fn steps(&self) -> Result<&'static dyn Protocol> {
+        self.sync_clock().await;
         Ok(self.protocol().await?.steps())
     }
 
@@ -191,6 +192,12 @@ impl LockClient {
     pub(crate) fn calls(&self) -> Calls<'_> {
         let at = (self.store(), self.lock_index());
         Calls::new(at, self.owner(), self.lease(), self.now_ms())
+    }
+
+    /// Sets the process's lease clock to the server's, if no client has yet
+    /// ([`LeaseClock::sync`]): before the first lease this process writes or judges.
+    pub(crate) async fn sync_clock(&self) {
+        LeaseClock::sync(self.store()).await;
     }
 
     /// Returns the time by the lease clock, epoch milliseconds.

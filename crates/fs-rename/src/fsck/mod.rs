@@ -244,6 +244,8 @@ impl FsckReport {
 /// # Errors
 /// [`RenameError::Store`] if the store failed (a broken tree is a report, not an error).
 pub async fn fsck(store: SharedStore, index: &str, scope: &FsPath) -> Result<FsckReport> {
+    // Leases are judged by the server's clock, not this machine's.
+    fs_locks::LeaseClock::sync(store.as_ref()).await;
     fsck_ignoring(store, index, scope, None).await
 }
 

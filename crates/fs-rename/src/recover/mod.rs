@@ -163,6 +163,8 @@ impl Recovery {
     /// [`RenameError::Store`] if the journal or the lock index cannot be read. A journal
     /// entry that cannot be finished is reported in [`RecoveryReport::failed`], not an error.
     pub async fn run(&self) -> Result<RecoveryReport> {
+        // Leases are judged by the server's clock, not this machine's.
+        fs_locks::LeaseClock::sync(self.store.as_ref()).await;
         let journal = Journal::new(Arc::clone(&self.store), &self.index);
         let mut report = RecoveryReport {
             dry_run: self.dry_run,

@@ -23,9 +23,11 @@
 //! - `scripts`: stored scripts and scripted bulk updates.
 //! - `combine`: scripted bulk updates of one index from concurrent callers, sent together.
 //! - `rename_task`: renames the server carries out (`_update_by_query`), and their tasks.
+//! - `clock`: the server's clock, by which leases are judged.
 
 mod access;
 mod client;
+mod clock;
 mod combine;
 mod config;
 mod cursor;
@@ -164,6 +166,10 @@ impl DocStore for ElasticStore {
         self.inner
             .items_resent
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    async fn server_time_ms(&self) -> Result<Option<i64>> {
+        self.read_server_time().await
     }
 }
 

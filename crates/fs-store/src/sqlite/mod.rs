@@ -4,7 +4,11 @@
 //! database file. A bulk request runs in one transaction for speed, but its items stay
 //! independent (a failed item writes nothing and does not stop the others), so no multi-document
 //! guarantee leaks through the trait that Elasticsearch would not give.
+//!
+//! Its clock, by which leases are judged, is the machine's boot clock from a base recorded in
+//! the database (`clock`): processes on one machine agree on it whatever their wall clocks say.
 
+mod clock;
 mod ops;
 mod schema;
 mod scripted;
@@ -324,6 +328,12 @@ impl DocStore for SqliteStore {
     async fn refresh(&self, index: &str) -> Result<()> {
         let index = index.to_owned();
         self.run("refresh", move |conn, nrt| ops::refresh(conn, nrt, &index))
+            .await
+    }
+
+    async fn server_time_ms(&self) -> Result<Option<i64>> {
+        let location = self.inner.location.clone();
+        self.run("clock", move |conn, _| clock::now_ms(conn, &location))
             .await
     }
 

@@ -226,7 +226,8 @@ pub(crate) fn node_stats(proxy: &Proxy) -> Response {
     answer(
         StatusCode::OK,
         json!({"_nodes": {"total": 1, "successful": 1, "failed": 0}, "cluster_name": "es-proxy",
-               "nodes": {"es-proxy": {"name": "es-proxy", "indices": {"search": {
+               "nodes": {"es-proxy": {"name": "es-proxy", "timestamp": proxy.server_time_ms(),
+                   "indices": {"search": {
                    "scroll_current": scrolls,
                    "point_in_time_current": open.len() - scrolls,
                    "scroll_total": proxy.stats().contexts_opened}}}}}),

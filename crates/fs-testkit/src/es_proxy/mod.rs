@@ -36,6 +36,12 @@
 //!   fsrename's rename script, run as a task, and the tasks API that follows, cancels and lists
 //!   it, as on a server that runs painless.
 //!
+//! - **The server's clock**: node statistics (`GET _nodes/stats`, `_nodes/_master/stats`,
+//!   `_nodes/_local/stats`) carry the node's `timestamp`, the proxy's clock moved by
+//!   [`EsProxy::set_server_clock_offset`]: a server whose clock differs from its clients'
+//!   (which on one machine share one), for the lease clock's tests (osmem has no node
+//!   statistics).
+//!
 //! - **A trap** ([`trap`], off unless set): 503 for the requests matching one pattern once a
 //!   request matching another has come ([`EsProxy::trap`]), to fail one step of a protocol.
 //!
@@ -215,6 +221,19 @@ struct Proxy {
     counters: Counters,
     /// Every request received, as `METHOD /path?query`, in order of arrival.
     log: std::sync::Mutex<Vec<String>>,
+    /// How far the server's clock is ahead of the machine's, in milliseconds.
+    clock_offset_ms: std::sync::atomic::AtomicI64,
+}
+
+impl Proxy {
+    /// The server's clock in epoch milliseconds: the machine's, moved by the offset set.
+    fn server_time_ms(&self) -> i64 {
+        let machine = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        machine.saturating_add(self.clock_offset_ms.load(Ordering::Relaxed))
+    }
 }
 
 /// A running proxy. Dropping it stops it.
@@ -257,6 +276,7 @@ impl EsProxy {
             lagging: failover::Lagging::default(),
             counters: Counters::default(),
             log: std::sync::Mutex::default(),
+            clock_offset_ms: std::sync::atomic::AtomicI64::new(0),
         });
         EsProxy::serve(proxy)
     }
@@ -359,6 +379,14 @@ impl EsProxy {
         self.proxy
             .trap
             .set(after, then, count, trap::Action::CutAfter);
+    }
+
+    /// Sets the server's clock `offset_ms` ahead of the machine's (behind if negative), as its
+    /// node statistics tell it; 0 to start with.
+    pub fn set_server_clock_offset(&self, offset_ms: i64) {
+        self.proxy
+            .clock_offset_ms
+            .store(offset_ms, Ordering::Relaxed);
     }
 
     /// Clears the trap.
@@ -617,7 +645,9 @@ async fn route(proxy: &Arc<Proxy>, r: &Request) -> Result<Response, String> {
             bulk::bulk(proxy, Some(&decode(index)), r).await
         }
         ["_bulk"] if m == Method::POST || m == Method::PUT => bulk::bulk(proxy, None, r).await,
-        ["_nodes", "stats", ..] => Ok(contexts::node_stats(proxy)),
+        ["_nodes", "stats", ..] | ["_nodes", "_master" | "_local", "stats", ..] => {
+            Ok(contexts::node_stats(proxy))
+        }
         [index, "_update_by_query"] if m == Method::POST && proxy.options.update_by_query => {
             match by_query::start(proxy, &decode(index), r).await {
                 Some(answered) => answered,

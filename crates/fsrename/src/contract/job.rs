@@ -398,10 +398,9 @@ pub fn after_path() -> ObjectBuilder {
         .examples([serde_json::json!("/clinton/projects/elasticsearch")])
 }
 
-/// Now, in epoch milliseconds.
+/// Now, in epoch milliseconds, by the lease clock: the server's clock once the process has
+/// read it. Instances of a service judge each other's heartbeats by these times, so a
+/// machine whose clock runs behind must not make a live instance look dead to the others.
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
+    fs_locks::LeaseClock::new().now_ms()
 }

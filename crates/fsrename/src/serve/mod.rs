@@ -74,6 +74,8 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<Server> {
         config.validate()?;
+        // Before the first heartbeat: instances judge each other's by the server's clock.
+        fs_locks::LeaseClock::sync(store.as_ref()).await;
         let tree = FsTree::new(Arc::clone(&store), config.index.clone()).with_layout(config.layout);
         tree.ensure_indices().await.with_context(|| {
             format!("preparing index `{}` in {}", config.index, store.describe())
