@@ -398,16 +398,18 @@ impl LockClient {
     }
 
     /// Makes one attempt at `req.items` by the protocol in use; returns its outcome and the
-    /// protocol's steps. While the protocol is [undecided](LockClient::undecided), the attempt
-    /// starts by creating every document in one `bulk` (what either protocol writes on a
-    /// missing document), and decides the protocol only when one exists already: a quiet
-    /// tree costs one request, with no read and no question about scripts.
+    /// protocol's steps. While the protocol is [undecided](LockClient::undecided) (or is
+    /// compare-and-set and no document has been found existing yet:
+    /// [`creates_first`](LockClient::creates_first)), the attempt starts by creating every
+    /// document in one `bulk` (what either protocol writes on a missing document), and
+    /// decides the protocol only when one exists already: a quiet tree costs one request,
+    /// with no read and no question about scripts.
     async fn attempt_by_protocol(
         &self,
         calls: &mut Calls<'_>,
         req: &Request<'_>,
     ) -> Result<(Attempt, &'static dyn Protocol)> {
-        if !self.undecided() {
+        if !self.creates_first() {
             let steps = self.steps().await?;
             return Ok((steps.attempt(calls, req).await?, steps));
         }
@@ -416,6 +418,7 @@ impl LockClient {
         if created.existing.is_empty() {
             return Ok((Attempt::Granted(created.taken), cas));
         }
+        self.note_existing();
         // A document exists: someone holds it or waits on it (or an answer of ours was
         // lost). Taking it is a read-modify-write, which is where the protocols differ.
         let (steps, outcome) = match self.steps().await {

@@ -28,7 +28,8 @@
 //! `if_primary_term`), which needs no server-side script and runs on every store, and the
 //! book's painless scripts, stored on the server, where it runs them. With compare-and-set an
 //! acquisition costs one `mget` and one `bulk` when nothing is in the way (one `bulk` when it
-//! takes no shared lock); scripted, one `bulk`. A release costs one `bulk` either way.
+//! takes no shared lock, and on a server one `bulk` of creates until the process has found a
+//! lock document existing); scripted, one `bulk`. A release costs one `bulk` either way.
 //! On a server, [`LockProtocol::Auto`] decides late: until a lock document is found to
 //! exist, an attempt creates all its documents in one `bulk` (what both protocols write
 //! there), so a quiet tree costs one `bulk` to lock and one to unlock, and no question about

@@ -12,6 +12,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
@@ -421,11 +422,13 @@ fn every_verb(store: &str, index: &str, contract: &Contract, work: &Path) -> See
     // (read only once it is told to stop), however fast it is.
     let held_err = held.stderr.take().expect("stderr");
     common::small_pipe(&held_err);
+    let held_pipe = held_err.as_fd().try_clone_to_owned().expect("dup stderr");
     let mut held_err = BufReader::new(held_err).lines().map_while(Result::ok);
     assert!(
         held_err.by_ref().any(|l| l.contains("\"journaled\"")),
         "the rename journals itself"
     );
+    common::wait_until_held_by(&held_pipe);
     signal(&held, "-STOP");
     let r = cli.run(
         seen,

@@ -146,6 +146,29 @@ impl LockClient {
             && settings.store.scripted().is_some_and(|s| !s.chains())
     }
 
+    /// Returns true when an attempt starts by creating every document in one `bulk` of
+    /// `_create`s: while the protocol is [undecided](LockClient::undecided), and by
+    /// compare-and-set on a server until a lock document has been found existing (a missing
+    /// document needs no read: the `mget` before the writes is saved on a quiet tree; see
+    /// [`ProtocolMemo`](crate::ProtocolMemo)). A store that chains its writes (the embedded
+    /// one) reads in the same transaction, so there is nothing to save.
+    pub(crate) fn creates_first(&self) -> bool {
+        if self.undecided() {
+            return true;
+        }
+        let settings = self.settings();
+        let cas = settings.protocol_wanted == LockProtocol::Cas
+            || settings.memo.decided() == Some(LockProtocol::Cas);
+        cas && !settings.memo.found_existing()
+            && !settings.store.scripted().is_some_and(|s| s.chains())
+    }
+
+    /// Records that an attempt found a lock document existing (see
+    /// [`creates_first`](LockClient::creates_first)).
+    pub(crate) fn note_existing(&self) {
+        self.settings().memo.note_existing();
+    }
+
     /// Returns the steps that give locks back: the protocol in use, or compare-and-set (which
     /// works on every store) while it is [undecided](LockClient::undecided).
     pub(crate) async fn release_steps(&self) -> Result<&'static dyn Protocol> {

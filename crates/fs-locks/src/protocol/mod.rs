@@ -69,8 +69,16 @@ impl std::str::FromStr for LockProtocol {
 /// deciding reads a stored script (and, the first time on a server, stores all five), and a
 /// service or a benchmark that builds a client per job would otherwise do it for every job. Share one only between clients
 /// of the same store that want the same protocol.
+///
+/// It also remembers whether any of those clients has found a lock document existing: until
+/// one has, a compare-and-set attempt creates its documents without reading them first (a
+/// quiet tree costs one request); after, it reads first (a busy tree, where the root's
+/// document is nearly always there, would pay for a refused create every time).
 #[derive(Debug, Clone, Default)]
-pub struct ProtocolMemo(std::sync::Arc<tokio::sync::OnceCell<LockProtocol>>);
+pub struct ProtocolMemo {
+    decided: std::sync::Arc<tokio::sync::OnceCell<LockProtocol>>,
+    found_existing: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
 
 impl ProtocolMemo {
     /// A memo that nothing has decided yet.
@@ -80,7 +88,19 @@ impl ProtocolMemo {
 
     /// The protocol decided, if any client has decided it yet.
     pub fn decided(&self) -> Option<LockProtocol> {
-        self.0.get().copied()
+        self.decided.get().copied()
+    }
+
+    /// Returns true once a client sharing this memo has found a lock document existing.
+    pub(crate) fn found_existing(&self) -> bool {
+        self.found_existing
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records that a lock document was found existing.
+    pub(crate) fn note_existing(&self) {
+        self.found_existing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Returns the protocol decided, deciding it (see [`resolve`]) if nobody has yet.
@@ -89,7 +109,7 @@ impl ProtocolMemo {
         wanted: LockProtocol,
         store: &dyn DocStore,
     ) -> Result<LockProtocol> {
-        self.0
+        self.decided
             .get_or_try_init(|| resolve(wanted, store))
             .await
             .copied()

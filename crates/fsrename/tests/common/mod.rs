@@ -55,6 +55,29 @@ pub fn small_pipe(stderr: &std::process::ChildStderr) {
     rustix::pipe::fcntl_setpipe_size(stderr, 4096).expect("F_SETPIPE_SZ");
 }
 
+/// Waits until the child writing into `pipe` (a [`small_pipe`] the test has stopped reading)
+/// waits for the test: the bytes in the pipe are most of its page and stop growing. A child
+/// stopped (SIGSTOP) before then may be stopped inside a write transaction of the embedded
+/// store, which would keep every other process out of the database file; once it waits on
+/// the pipe it is between two pages, holding no transaction.
+pub fn wait_until_held_by(pipe: &impl std::os::fd::AsFd) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (mut last, mut since) = (u64::MAX, Instant::now());
+    loop {
+        let waiting = rustix::io::ioctl_fionread(pipe).expect("FIONREAD");
+        if waiting != last {
+            (last, since) = (waiting, Instant::now());
+        } else if waiting >= 2048 && since.elapsed() >= Duration::from_millis(300) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the child never filled its pipe: {waiting} bytes in it"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Starts `fsrename GLOBAL... serve --listen LISTEN` (no token); returns it and the address
 /// it says it serves on. Its stderr is read on, and dropped, by a thread of its own.
 pub fn serve(global: &[&str], listen: &str) -> (Child, String) {

@@ -24,7 +24,9 @@
 //! A client whose protocol is not decided yet ([`LockProtocol::Auto`](crate::LockProtocol))
 //! starts an attempt with [`create_missing`] instead: one `bulk` of creates, the same documents
 //! the scripted upsert writes, so it decides nothing; the documents that exist go to the
-//! protocol once it is decided (`crate::acquire`).
+//! protocol once it is decided (`crate::acquire`). So does a compare-and-set client on a
+//! server until its process has found a lock document existing: on a quiet tree the `mget`
+//! would read nothing.
 //!
 //! The adoption of a dead owner's lock set ([`adopt`]) always runs here, whatever the
 //! client's protocol: no stored script takes over someone else's lock.
