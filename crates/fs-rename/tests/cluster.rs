@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use common::*;
-use fs_rename::{fsck, Entry, RenameHooks, Renamer};
-use fs_store::{DocStore, SharedStore};
+use fs_rename::{fsck, Entry, RenameError, RenameHooks, Renamer};
+use fs_store::{DocStore, Scope, SearchRequest, SharedStore};
 use fs_testkit::{Backend, EsProxy, EsProxyOptions};
 
 /// Kills a node before the write of the `at`-th page.
@@ -543,4 +543,67 @@ async fn every_bulk_replayed_leaves_no_false_lost_lock_with_either_protocol() {
         assert!(report.ambiguous_resolved > 0, "{report:?}");
         assert_moved_whole(&env, &before, "/moved").await;
     }
+}
+
+/// Anomaly 11 of `docs/reliability.md`, taught by a real three-node cluster: a node cut off
+/// from the others serves reads from its own copies, stale, until it learns it is cut off, so
+/// a rename whose check of its destination was read through it missed a directory made there
+/// a moment before (through another node, and acknowledged), and moved onto it. A check goes
+/// to the node that carried out the rename's lock writes, which a node with no master
+/// refuses. Every order of the nodes and every turn of the round is tried: before, one in
+/// three sent the check to the cut-off node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_checks_its_destination_through_a_node_in_the_cluster() {
+    let cut = fs_testkit::start_es_proxy(EsProxyOptions::default());
+    let others = [cut.another_node(), cut.another_node()];
+    let urls = [cut.url(), others[0].url(), others[1].url()].map(str::to_owned);
+    let env = Env::new(Backend::Osmem).through(Arc::new(patient_store(&urls.join(","))));
+    tree_with(&env, &[("/a", true), ("/a/f", false), ("/x", true)]).await;
+    // The lock and journal indices exist before the cut, as on a tree in use.
+    Renamer::builder(Arc::clone(&env.store), env.index.clone())
+        .build()
+        .rename(&p("/x"), &p("/y"))
+        .await
+        .expect("a rename before the cut");
+
+    cut.cut_off();
+    let made_elsewhere = env.through(Arc::new(patient_store(others[0].url())));
+    let mut wrong = Vec::new();
+    'orders: for rotation in 0..urls.len() {
+        for turn in 0..urls.len() {
+            let to = format!("/d{rotation}{turn}");
+            tree_with(&made_elsewhere, &[(&to, true)]).await;
+            let order: Vec<&str> = (0..urls.len())
+                .map(|i| urls[(rotation + i) % urls.len()].as_str())
+                .collect();
+            let store: SharedStore = Arc::new(patient_store(&order.join(",")));
+            // Reads that move the round on by `turn` before the rename starts.
+            for _ in 0..turn {
+                store
+                    .search(
+                        &env.index,
+                        SearchRequest::single_page(Scope::Exact(p("/")), 1),
+                    )
+                    .await
+                    .expect("a read");
+            }
+            let renamer = Renamer::builder(store, env.index.clone()).build();
+            match renamer.rename(&p("/a"), &p(&to)).await {
+                Err(RenameError::DestinationExists { path }) if path == p(&to) => {}
+                other => {
+                    wrong.push(format!("nodes {order:?}, {turn} reads before: {other:?}"));
+                    break 'orders;
+                }
+            }
+        }
+    }
+    cut.rejoin();
+    assert!(
+        wrong.is_empty(),
+        "a rename moved onto a destination made before it: {wrong:#?}"
+    );
+    let tree = env.tree();
+    tree.refresh().await.expect("refresh");
+    assert!(tree.find(&p("/a/f")).await.expect("find").is_some());
+    assert_clean(&env).await;
 }

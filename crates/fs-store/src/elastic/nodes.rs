@@ -7,6 +7,16 @@
 //! until its pause has run out (1 s, doubling while it stays down, at most 30 s); then it gets
 //! requests again, and one that is answered clears its mark. When every node is down, the one
 //! that comes back soonest is tried, so that a call still fails only at its retry deadline.
+//!
+//! A read ([`NodePool::reading`]) goes instead to the node that last carried out a write for
+//! this process, while that node is up. A node cut off from the cluster keeps serving reads
+//! from its own copies (`cluster.no_master_block: write`, the default) until it learns that it
+//! is cut off, seconds later, and those copies miss every write made since: a rename's check
+//! read through it missed a destination made just before (anomaly 11, `docs/reliability.md`).
+//! Writes are refused there (503: no master), so a node that carried one out was in the
+//! cluster then, and its view of which copies are current was the master's. With the locks a
+//! job holds, nobody changes what it reads after they were granted; what it must see are the
+//! writes acknowledged before, which every copy that node routes to has.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -19,6 +29,14 @@ use elasticsearch::http::Url;
 const FIRST_PAUSE: Duration = Duration::from_secs(1);
 /// The longest pause.
 const LONGEST_PAUSE: Duration = Duration::from_secs(30);
+
+tokio::task_local! {
+    /// Set while a read is being sent ([`NodePool::reading`]).
+    static READING: ();
+}
+
+/// Says that no node has carried out a write yet.
+const NO_WRITER: usize = usize::MAX;
 
 /// The nodes of a cluster, taken in turn. Cheap to clone: clones share the nodes' state.
 #[derive(Debug, Clone)]
@@ -36,6 +54,9 @@ struct Pool {
     answered: AtomicBool,
     /// Whether the wait for a first answer has been said ([`NodePool::first_waited`]).
     said_waiting: AtomicBool,
+    /// The node that last carried out a write ([`NodePool::mark_wrote`]); [`NO_WRITER`]
+    /// until one has.
+    writer: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -68,6 +89,7 @@ impl NodePool {
                 epoch: Instant::now(),
                 answered: AtomicBool::new(false),
                 said_waiting: AtomicBool::new(false),
+                writer: AtomicUsize::new(NO_WRITER),
             }),
         }
     }
@@ -77,8 +99,34 @@ impl NodePool {
     }
 
     fn node_of(&self, url: &Url) -> Option<&Node> {
+        self.position_of(url).map(|i| &self.inner.nodes[i])
+    }
+
+    fn position_of(&self, url: &Url) -> Option<usize> {
         let origin = url.origin().ascii_serialization();
-        self.inner.nodes.iter().find(|n| n.origin == origin)
+        self.inner.nodes.iter().position(|n| n.origin == origin)
+    }
+
+    /// Sends the read `request` makes: its connection is the node that last carried out a
+    /// write, while that one is up (see the module's notes), else the next in turn.
+    pub(crate) async fn reading<F: std::future::Future>(request: F) -> F::Output {
+        READING.scope((), request).await
+    }
+
+    /// Notes that the node of `url` carried out a write: it was in the cluster then.
+    pub(crate) fn mark_wrote(&self, url: &Url) {
+        if let Some(i) = self.position_of(url) {
+            self.inner.writer.store(i, Ordering::Relaxed);
+        }
+    }
+
+    /// The node that last carried out a write, if it is up.
+    fn writer_if_up(&self, now: u64) -> Option<&Node> {
+        let node = self
+            .inner
+            .nodes
+            .get(self.inner.writer.load(Ordering::Relaxed))?;
+        (node.down_until.load(Ordering::Relaxed) <= now).then_some(node)
     }
 
     /// Skips the node of `url` for a while: it refused or dropped a connection, or answered
@@ -147,8 +195,13 @@ impl NodePool {
 impl ConnectionPool for NodePool {
     fn next(&self) -> Connection {
         let nodes = &self.inner.nodes;
-        let start = self.inner.turn.fetch_add(1, Ordering::Relaxed);
         let now = self.now_ms();
+        if READING.try_with(|()| ()).is_ok() {
+            if let Some(node) = self.writer_if_up(now) {
+                return node.connection.clone();
+            }
+        }
+        let start = self.inner.turn.fetch_add(1, Ordering::Relaxed);
         let up = (0..nodes.len())
             .map(|i| &nodes[(start + i) % nodes.len()])
             .find(|n| n.down_until.load(Ordering::Relaxed) <= now);
@@ -195,6 +248,30 @@ mod tests {
         assert_eq!(pool.down(), 0);
         let ports: Vec<u16> = (0..3).map(|_| port_of(&pool.next())).collect();
         assert!(ports.contains(&2), "{ports:?}");
+    }
+
+    #[tokio::test]
+    async fn reads_go_to_the_node_that_last_carried_out_a_write_while_it_is_up() {
+        let pool = NodePool::new(url(1), vec![url(2), url(3)]);
+        let read = || async { port_of(&pool.next()) };
+        // No write yet: reads go round like everything else.
+        let ports = [
+            NodePool::reading(read()).await,
+            NodePool::reading(read()).await,
+        ];
+        assert_eq!(ports, [1, 2]);
+        pool.mark_wrote(&url(3).join("/fs-lock/_bulk").expect("url"));
+        for _ in 0..4 {
+            assert_eq!(NodePool::reading(read()).await, 3);
+        }
+        // Writes (and whatever is not sent as a read) still go round.
+        let ports: Vec<u16> = (0..3).map(|_| port_of(&pool.next())).collect();
+        assert_eq!(ports, [3, 1, 2]);
+        // Down, it is skipped; up again, it is the reads' node again.
+        pool.mark_down(&url(3));
+        assert_ne!(NodePool::reading(read()).await, 3);
+        pool.mark_up(&url(3));
+        assert_eq!(NodePool::reading(read()).await, 3);
     }
 
     #[test]

@@ -43,7 +43,12 @@ impl ElasticStore {
         let mut backoff = resend_policy(self.inner.config.retry_deadline).start();
         let started = std::time::Instant::now();
         loop {
-            let failure = match make().await {
+            let sent = if retry == Retry::Always {
+                super::nodes::NodePool::reading(make()).await
+            } else {
+                make().await
+            };
+            let failure = match sent {
                 Ok(response) => {
                     let status = response.status_code().as_u16();
                     // A node that cannot serve is skipped for a while; one that answers is up.
@@ -51,6 +56,13 @@ impl ElasticStore {
                         self.inner.nodes.mark_down(response.url());
                     } else {
                         self.inner.nodes.mark_up(response.url());
+                    }
+                    // A write carried out (or refused by a document's version, which only a
+                    // primary in the cluster tells): its node is where reads go next.
+                    if retry == Retry::IfNotCarriedOut
+                        && ((200..300).contains(&status) || status == 409)
+                    {
+                        self.inner.nodes.mark_wrote(response.url());
                     }
                     let again = matches!(status, 429 | 503)
                         || (retry == Retry::Always && matches!(status, 502 | 504));

@@ -51,6 +51,7 @@
 mod bulk;
 mod by_query;
 mod contexts;
+mod cut_off;
 mod failover;
 mod faults;
 mod nrt;
@@ -223,6 +224,8 @@ struct Proxy {
     log: std::sync::Mutex<Vec<String>>,
     /// How far the server's clock is ahead of the machine's, in milliseconds.
     clock_offset_ms: std::sync::atomic::AtomicI64,
+    /// The node cut off from the others, if one is ([`EsProxy::cut_off`]).
+    cut_off: cut_off::CutOff,
 }
 
 impl Proxy {
@@ -277,6 +280,7 @@ impl EsProxy {
             counters: Counters::default(),
             log: std::sync::Mutex::default(),
             clock_offset_ms: std::sync::atomic::AtomicI64::new(0),
+            cut_off: cut_off::CutOff::default(),
         });
         EsProxy::serve(proxy)
     }
@@ -317,6 +321,7 @@ impl EsProxy {
                     // (a lock request for ten thousand documents, say).
                     let app = axum::Router::new()
                         .fallback(handle)
+                        .layer(axum::Extension(cut_off::Node(addr.port())))
                         .layer(axum::extract::DefaultBodyLimit::max(100 * 1024 * 1024))
                         .with_state(shared);
                     let stopped = async {
@@ -356,6 +361,28 @@ impl EsProxy {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+
+    /// Cuts this node off from the others of its cluster ([`EsProxy::another_node`]), as a
+    /// node is before it learns it (`cut_off.rs`): writes through it, and questions for the
+    /// master, are refused as a node with no master refuses them, and reads through it miss
+    /// every document written through the other nodes from now on. One node at a time.
+    pub fn cut_off(&self) {
+        self.proxy.cut_off.cut(cut_off::Node(self.port()));
+    }
+
+    /// Ends the cut: the node has rejoined its cluster.
+    pub fn rejoin(&self) {
+        self.proxy.cut_off.heal();
+    }
+
+    /// The port this node listens on.
+    fn port(&self) -> u16 {
+        self.url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_default()
     }
 
     /// Replaces the network faults (their schedule starts over from their seed): a storm
@@ -525,6 +552,7 @@ pub(crate) fn encode(id: &str) -> String {
 
 async fn handle(
     State(proxy): State<Arc<Proxy>>,
+    axum::Extension(node): axum::Extension<cut_off::Node>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -549,6 +577,10 @@ async fn handle(
         .unwrap_or_else(|e| e.into_inner())
         .push(format!("{} {}", request.method, request.path_and_query()));
     proxy.expire_contexts();
+    let kind = cut_off::Kind::of(&request.method, &request.segments);
+    if let Some(refused) = proxy.cut_off.refusal(node, kind) {
+        return refused;
+    }
     let line = format!("{} {}", request.method, request.path_and_query());
     let caught = proxy.trap.catches(&line);
     if caught == Some(trap::Action::Refuse) {
@@ -611,6 +643,10 @@ async fn handle(
             _ => faults::cut(StatusCode::OK, Bytes::new()),
         };
     }
+    let handled = match handled {
+        Ok(Ok(response)) => Ok(Ok(proxy.cut_off.passed(node, kind, response).await)),
+        other => other,
+    };
     match handled {
         Ok(Ok(response)) if searching => partial::strike(&proxy, response).await,
         Ok(Ok(response)) => response,
