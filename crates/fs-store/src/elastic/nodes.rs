@@ -135,6 +135,16 @@ impl NodePool {
         let Some(node) = self.node_of(url) else {
             return;
         };
+        // No longer the reads' node: once its pause runs out it may still be cut off, and it
+        // is theirs again only when it carries out a write.
+        if let Some(i) = self.position_of(url) {
+            let _ = self.inner.writer.compare_exchange(
+                i,
+                NO_WRITER,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
         let before = node.downs.fetch_add(1, Ordering::Relaxed);
         let pause = (FIRST_PAUSE * 2u32.pow(before.min(5))).min(LONGEST_PAUSE);
         let until = self.now_ms() + u64::try_from(pause.as_millis()).unwrap_or(u64::MAX);
@@ -267,10 +277,17 @@ mod tests {
         // Writes (and whatever is not sent as a read) still go round.
         let ports: Vec<u16> = (0..3).map(|_| port_of(&pool.next())).collect();
         assert_eq!(ports, [3, 1, 2]);
-        // Down, it is skipped; up again, it is the reads' node again.
+        // Marked down, it is no longer the reads' node, even once it answers again, until
+        // it carries out a write.
         pool.mark_down(&url(3));
         assert_ne!(NodePool::reading(read()).await, 3);
         pool.mark_up(&url(3));
+        let mut reads = Vec::new();
+        for _ in 0..3 {
+            reads.push(NodePool::reading(read()).await);
+        }
+        assert!(reads.contains(&1) && reads.contains(&2), "{reads:?}");
+        pool.mark_wrote(&url(3));
         assert_eq!(NodePool::reading(read()).await, 3);
     }
 
