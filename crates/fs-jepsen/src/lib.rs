@@ -14,6 +14,7 @@
 //! - [`nemesis`]: faults, one at a time, on a real cluster, the proxy, or the clients.
 //! - [`clock_faults`]: the clients' clocks set off and stepped, with libfaketime.
 //! - [`finish`]: recovery, the final read, what must not be left behind.
+//! - [`gauges`]: what a long history must not see grow (memory, contexts, lock index).
 //! - [`workload`]: one history from start to end.
 //!
 //! `docs/reliability.md` says what is promised and how this tests it.
@@ -25,6 +26,7 @@ pub mod cli_client;
 pub mod clock;
 pub mod clock_faults;
 pub mod finish;
+pub mod gauges;
 pub mod generate;
 pub mod history;
 pub mod model;
@@ -36,6 +38,7 @@ pub mod workload;
 pub use check::{check, Anomaly, Verdict};
 pub use cli_client::Fsrename;
 pub use clock_faults::ClockFaults;
+pub use gauges::Sample;
 pub use history::{Call, Entry, Fault, FaultKind, History, Kind, Op, Outcome, Via};
 pub use nemesis::{Plan, Stage};
 pub use workload::{Run, Workload};

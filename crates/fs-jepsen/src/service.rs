@@ -68,6 +68,19 @@ impl Services {
         self.slots.is_empty()
     }
 
+    /// The instances up at this moment: name and process id. A slot being started again or
+    /// killed is passed over rather than waited for.
+    pub fn instances(&self) -> Vec<(String, u32)> {
+        self.slots
+            .iter()
+            .filter_map(|slot| {
+                let guard = slot.try_lock().ok()?;
+                let instance = guard.as_ref()?;
+                Some((instance.name.clone(), instance.child.id()?))
+            })
+            .collect()
+    }
+
     /// The last lines the instances logged.
     pub fn log(&self) -> String {
         self.log

@@ -12,6 +12,7 @@ use futures::future::join_all;
 use crate::cli_client::Fsrename;
 use crate::clock::Clock;
 use crate::finish;
+use crate::gauges::{self, Sample};
 use crate::generate::{Generator, Menu, START_TREE};
 use crate::history::{Call, FaultKind, History, Kind, Op, Outcome, Via};
 use crate::nemesis::{Nemesis, Plan, Stage};
@@ -45,6 +46,9 @@ pub struct Workload {
     /// and then the server's reaper, which runs every `search.keep_alive_interval` (1 min on
     /// Elasticsearch): up to two minutes.
     pub contexts_patience: Duration,
+    /// How often the gauges (instances' memory, open contexts, the lock index) are read
+    /// while the clients run; `None`: only at the start and the end.
+    pub gauge_every: Option<Duration>,
 }
 
 /// A history and what its end found.
@@ -58,6 +62,8 @@ pub struct Run {
     pub service_log: String,
     /// How long the history took, end included.
     pub took: Duration,
+    /// The gauges at the start, while the clients ran, and at the end.
+    pub samples: Vec<Sample>,
 }
 
 impl Workload {
@@ -71,6 +77,29 @@ impl Workload {
             }
         }
         Ok(())
+    }
+
+    /// The gauges now, `since` the history's start.
+    async fn gauges(
+        &self,
+        since: Instant,
+        moment: &'static str,
+        services: Option<&Services>,
+    ) -> Sample {
+        let global = &self.fsrename.global;
+        let index = global
+            .iter()
+            .position(|a| a == "--index")
+            .and_then(|i| global.get(i + 1))
+            .map_or("fs", String::as_str);
+        gauges::read(
+            since.elapsed(),
+            moment,
+            services.map(Services::instances).unwrap_or_default(),
+            self.es.as_deref(),
+            index,
+        )
+        .await
     }
 
     /// Runs one history on `stage` with the nemesis' `plan`.
@@ -98,6 +127,7 @@ impl Workload {
         } else {
             None
         };
+        let mut samples = vec![self.gauges(since, "start", services.as_ref()).await];
         let clock = Clock::start();
         let generator = Generator::new(self.seed, &start);
         let running = Running::default();
@@ -180,7 +210,26 @@ impl Workload {
             tokio::join!(join_all(cli), join_all(svc));
             stop.store(true, Ordering::SeqCst);
         };
-        let ((), faults) = tokio::join!(clients, nemesis.run(self.seed, &stop, &healed));
+        // Reads the gauges every `gauge_every` until the clients stop.
+        let sampler = async {
+            let mut taken = Vec::new();
+            let Some(every) = self.gauge_every else {
+                return taken;
+            };
+            let mut next = Instant::now() + every;
+            while !stop.load(Ordering::SeqCst) {
+                if Instant::now() >= next {
+                    taken.push(self.gauges(since, "running", services.as_ref()).await);
+                    next += every;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            taken
+        };
+        let ((), faults, taken) =
+            tokio::join!(clients, nemesis.run(self.seed, &stop, &healed), sampler);
+        samples.extend(taken);
+        samples.push(self.gauges(since, "end", services.as_ref()).await);
 
         let service_log = services.as_ref().map(Services::log).unwrap_or_default();
         if let Some(services) = &services {
@@ -190,6 +239,7 @@ impl Workload {
         if let Err(e) = finish::recover(&self.fsrename, Duration::from_secs(180)).await {
             leftovers.push(e);
         }
+        samples.push(self.gauges(since, "recovered", None).await);
         let end = finish::read_tree(&self.fsrename).await?;
         leftovers.extend(
             finish::leftovers(&self.fsrename, self.es.as_deref(), self.contexts_patience).await?,
@@ -206,6 +256,7 @@ impl Workload {
             leftovers,
             service_log,
             took: since.elapsed(),
+            samples,
         })
     }
 }

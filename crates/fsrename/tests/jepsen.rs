@@ -11,7 +11,8 @@
 //! `FSRENAME_TEST_ES_CLUSTER` and the node commands of `docs/elasticsearch.md`): nodes
 //! killed, paused and partitioned, and the flood-stage block, as well.
 //! `FSRENAME_TEST_JEPSEN_SEED` replays a seed; `FSRENAME_TEST_JEPSEN_OUT` keeps every
-//! history as JSON in that directory.
+//! history as JSON in that directory; `FSRENAME_TEST_JEPSEN_MINUTES` makes each cluster
+//! history last so long, its gauges (`fs_jepsen::gauges`) read every five minutes.
 
 use std::time::Duration;
 
@@ -49,6 +50,9 @@ fn verify(name: &str, run: &Run) -> Result<String, String> {
         std::fs::write(&path, json).expect("write the history");
         let log = std::path::Path::new(&dir).join(format!("{name}.service.log"));
         std::fs::write(&log, &run.service_log).expect("write the service log");
+        let gauges = std::path::Path::new(&dir).join(format!("{name}.gauges.json"));
+        let json = serde_json::to_string_pretty(&run.samples).expect("the gauges in JSON");
+        std::fs::write(&gauges, json).expect("write the gauges");
     }
     let verdict = check(&run.history);
     let (ok, failed, unknown) = run.history.outcomes();
@@ -118,6 +122,7 @@ async fn embedded_store_clients_killed_and_paused() {
         limit: Duration::from_secs(100),
         es: None,
         contexts_patience: Duration::ZERO,
+        gauge_every: None,
     };
     let plan = Plan {
         kinds: vec![
@@ -169,6 +174,7 @@ async fn proxy_network_storms_and_clients_killed_and_paused() {
         limit: Duration::from_secs(100),
         es: None,
         contexts_patience: Duration::ZERO,
+        gauge_every: None,
     };
     let plan = Plan {
         kinds: vec![
@@ -221,6 +227,15 @@ async fn real_cluster_histories_under_faults() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(200);
+    // A history of so many minutes, however many calls (issue 72's hour), its gauges read
+    // every five minutes.
+    let minutes: Option<u64> = std::env::var("FSRENAME_TEST_JEPSEN_MINUTES")
+        .ok()
+        .and_then(|s| s.parse().ok());
+    let (calls, limit) = match minutes {
+        Some(m) => (usize::MAX, Duration::from_secs(m * 60)),
+        None => (calls, Duration::from_secs(900)),
+    };
     // A search of several shards keeps each shard's context from its query phase to its
     // fetch; a partition that cuts the coordinator off between the two strands the context,
     // for `search.default_keep_alive` (5 min by default: longer than the end's patience, and
@@ -257,11 +272,12 @@ async fn real_cluster_histories_under_faults() {
             seed,
             think: Duration::from_millis(400),
             call_deadline: Duration::from_secs(120),
-            limit: Duration::from_secs(900),
+            limit,
             es: Some(cluster.nodes[0].clone()),
             // The keep-alive of a killed client's scroll or of a stranded search context (1 min,
             // above), then the reaper's round.
             contexts_patience: Duration::from_secs(150),
+            gauge_every: minutes.map(|_| Duration::from_secs(300)),
         };
         let plan = Plan {
             kinds: vec![
@@ -284,10 +300,12 @@ async fn real_cluster_histories_under_faults() {
             .run(Stage::Cluster(&cluster, &index), plan)
             .await
             .expect("a history");
-        match verify(
-            &format!("seed {seed}{}", if run % 2 == 1 { " shared" } else { "" }),
-            &history,
-        ) {
+        let name = format!("seed {seed}{}", if run % 2 == 1 { " shared" } else { "" });
+        eprintln!("{name}: gauges\n{}", fs_jepsen::gauges::TABLE_HEADER);
+        for sample in &history.samples {
+            eprintln!("{sample}");
+        }
+        match verify(&name, &history) {
             Ok(row) => rows.push(row),
             // Every history runs, and the failures are told at the end.
             Err(failure) => {

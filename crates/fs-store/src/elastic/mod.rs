@@ -11,6 +11,7 @@
 //!   to talk to it.
 //! - `nodes`: the nodes of a cluster behind the client's connection pool: taken in turn, one
 //!   that does not serve skipped for a while.
+//! - `verified`: reads through a node shown to have a current cluster state.
 //! - `client`: building a handle; which server answers (`server`) and its paging.
 //! - `fingerprint`: finding the CA a SHA-256 fingerprint names among a server's certificates.
 //! - `access`: a server that will not let the client in (TLS, 401, 403), said in words.
@@ -42,6 +43,7 @@ mod response;
 mod scripts;
 mod search;
 mod server;
+mod verified;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;

@@ -43,10 +43,32 @@ impl ElasticStore {
         let mut backoff = resend_policy(self.inner.config.retry_deadline).start();
         let started = std::time::Instant::now();
         loop {
-            let sent = if retry == Retry::Always {
-                super::nodes::NodePool::reading(make()).await
+            // A read after a write waits for a node shown current (`verified.rs`).
+            let checked = if retry == Retry::Always {
+                self.verify_reads().await
             } else {
-                make().await
+                Ok(())
+            };
+            let sent = match checked {
+                Err(message) => Err(message),
+                Ok(()) if retry == Retry::Always => {
+                    Ok(super::nodes::NodePool::reading(make()).await)
+                }
+                Ok(()) => Ok(make().await),
+            };
+            let sent = match sent {
+                Ok(sent) => sent,
+                Err(message) => {
+                    let Some(pause) = backoff.next() else {
+                        return Err(StoreError::Transient {
+                            context: context.to_owned(),
+                            message,
+                        });
+                    };
+                    tracing::debug!(%context, %message, "no node shown current; retrying");
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
             };
             let failure = match sent {
                 Ok(response) => {

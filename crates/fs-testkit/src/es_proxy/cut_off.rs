@@ -6,6 +6,21 @@
 //! copies, which the master has meanwhile marked stale: they miss every write made through the
 //! other nodes since the cut.
 //!
+//! Before the node learns it (anomaly 12: 3.1 s after a partition of 32.7 s had healed, on
+//! the real cluster), it still carries out writes, which it forwards to the primaries over
+//! connections it opened before the cut: [`CutOff::cut`] with `aware` false. Its copies miss
+//! those writes too, since the primaries cannot replicate to it.
+//!
+//! OpenSearch refuses less even once the node knows: its default `cluster.no_master_block` is
+//! `metadata_write` (Elasticsearch's is `write`), so a node with no master still carries out
+//! document writes ([`CutOff::cut`] with `aware` and `writes`).
+//!
+//! The cluster state's version tells it (`GET _cluster/state/version`, answered here rather
+//! than by the store behind): the master's grows with the cut (it fails the node's copies)
+//! and with the rejoin; the cut-off node's own (`local=true`) stays where it was. Asked for
+//! the master's, a node that knows it has no master answers 503; one that does not yet know
+//! forwards the question to the master it still believes in, which answers.
+//!
 //! Modelled here for the documents written since (created or rewritten): a search, an `_mget`
 //! or a `GET` through the cut-off node leaves them out, as absent. (A document the stale copy
 //! has in an older version is left out too, rather than shown as it was; a deleted one is
@@ -13,6 +28,7 @@
 //! made meanwhile misses, which is what is taught.)
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use axum::http::{Method, StatusCode};
@@ -25,13 +41,33 @@ use super::answer;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Node(pub(crate) u16);
 
-/// A cut: the node cut off, and the documents (index, id) written through the others since.
-type Cut = (Node, HashSet<(String, String)>);
+/// A cut in effect.
+struct Cut {
+    /// The node cut off.
+    node: Node,
+    /// Whether it knows it has no master (questions for the master refused) or not yet.
+    aware: bool,
+    /// Whether it carries out writes: not yet aware, or aware on OpenSearch.
+    writes: bool,
+    /// The cluster state's version it has applied: the one before the cut.
+    seen: u64,
+    /// The documents (index, id) its copies miss: those written since.
+    hidden: HashSet<(String, String)>,
+}
 
-/// The cut, if one is in effect.
-#[derive(Default)]
+/// The cut, if one is in effect, and the cluster state's version.
 pub(crate) struct CutOff {
     cut: Mutex<Option<Cut>>,
+    version: AtomicU64,
+}
+
+impl Default for CutOff {
+    fn default() -> CutOff {
+        CutOff {
+            cut: Mutex::new(None),
+            version: AtomicU64::new(1),
+        }
+    }
 }
 
 /// What a request is to a node with no master.
@@ -74,19 +110,63 @@ impl CutOff {
         self.cut.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Cuts `node` off from now on (a cut in effect moves to it, forgetting what it hid).
-    pub(crate) fn cut(&self, node: Node) {
-        *self.lock() = Some((node, HashSet::new()));
+    /// Cuts `node` off from now on (a cut in effect moves to it, forgetting what it hid):
+    /// `aware`, it knows it has no master, else not yet; `writes`, it carries out writes.
+    pub(crate) fn cut(&self, node: Node, aware: bool, writes: bool) {
+        let seen = self.version.fetch_add(1, Ordering::SeqCst);
+        *self.lock() = Some(Cut {
+            node,
+            aware,
+            writes,
+            seen,
+            hidden: HashSet::new(),
+        });
     }
 
     /// Ends the cut: the node has rejoined, and reads through it see everything again.
     pub(crate) fn heal(&self) {
+        self.version.fetch_add(1, Ordering::SeqCst);
         *self.lock() = None;
     }
 
     /// Whether `node` is the one cut off.
     pub(crate) fn is_cut(&self, node: Node) -> bool {
-        self.lock().as_ref().is_some_and(|(cut, _)| *cut == node)
+        self.lock().as_ref().is_some_and(|cut| cut.node == node)
+    }
+
+    /// If `node` is cut off and knows it: whether it still carries out writes.
+    fn cut_and_aware(&self, node: Node) -> Option<bool> {
+        self.lock()
+            .as_ref()
+            .filter(|cut| cut.node == node && cut.aware)
+            .map(|cut| cut.writes)
+    }
+
+    /// The answer of `node` to `GET _cluster/state/...`: the version it has applied
+    /// (`local`), or its master's.
+    pub(crate) fn state_version(&self, node: Node, local: bool) -> Response {
+        let now = self.version.load(Ordering::SeqCst);
+        let (version, aware) = match self.lock().as_ref() {
+            Some(cut) if cut.node == node => (if local { cut.seen } else { now }, cut.aware),
+            _ => (now, false),
+        };
+        if aware && !local {
+            return answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({
+                    "error": {
+                        "root_cause": [{"type": "master_not_discovered_exception", "reason": null}],
+                        "type": "master_not_discovered_exception",
+                        "reason": null
+                    },
+                    "status": 503
+                }),
+            );
+        }
+        answer(
+            StatusCode::OK,
+            json!({"cluster_name": "fsrename-proxy", "version": version}),
+        )
     }
 
     /// Whether any cut is in effect.
@@ -96,11 +176,10 @@ impl CutOff {
 
     /// The answer of the cut-off `node` to a request of `kind` that it cannot serve.
     pub(crate) fn refusal(&self, node: Node, kind: Kind) -> Option<Response> {
-        if !self.is_cut(node) {
-            return None;
-        }
+        let writes = self.cut_and_aware(node)?;
         match kind {
             Kind::Read => None,
+            Kind::Write if writes => None,
             // `_master` names no node in its cluster state any more: an empty selection.
             Kind::Master => Some(answer(
                 StatusCode::OK,
@@ -121,16 +200,13 @@ impl CutOff {
     }
 
     /// Passes on `response`, answered by `node` to a request of `kind`, once a cut is in
-    /// effect: a write through another node notes what it wrote; a read through the cut-off
-    /// node loses what was written since.
+    /// effect: a write notes what it wrote (one through the cut-off node too: the primaries
+    /// cannot replicate to it); a read through the cut-off node loses what was written since.
     pub(crate) async fn passed(&self, node: Node, kind: Kind, response: Response) -> Response {
         if !self.in_effect() || kind == Kind::Master {
             return response;
         }
         let cut_here = self.is_cut(node);
-        if kind == Kind::Write && cut_here {
-            return response;
-        }
         if kind == Kind::Read && !cut_here {
             return response;
         }
@@ -178,8 +254,8 @@ impl CutOff {
                 .for_each(&mut note),
             None => note(answer),
         }
-        if let Some((_, hidden)) = self.lock().as_mut() {
-            hidden.extend(written);
+        if let Some(cut) = self.lock().as_mut() {
+            cut.hidden.extend(written);
         }
     }
 
@@ -187,7 +263,7 @@ impl CutOff {
     /// to answer with (a `GET` of a missed document: 404).
     fn hide(&self, answer: &mut Value, status: StatusCode) -> StatusCode {
         let guard = self.lock();
-        let Some((_, hidden)) = guard.as_ref() else {
+        let Some(Cut { hidden, .. }) = guard.as_ref() else {
             return status;
         };
         let missed = |doc: &Value| {
@@ -250,7 +326,7 @@ mod tests {
     fn a_cut_off_node_misses_what_was_written_since_and_nothing_else() {
         let cut = CutOff::default();
         let (a, b) = (Node(1), Node(2));
-        cut.cut(a);
+        cut.cut(a, true, false);
         cut.note_written(&json!({"items": [
             {"create": {"_index": "fs", "_id": "new", "status": 201, "result": "created"}},
             {"create": {"_index": "fs", "_id": "old", "status": 409}},
@@ -271,5 +347,41 @@ mod tests {
         assert!(cut.refusal(b, Kind::Write).is_none());
         cut.heal();
         assert!(cut.refusal(a, Kind::Write).is_none());
+    }
+
+    async fn version_of(response: Response) -> (StatusCode, Value) {
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("a body");
+        (status, serde_json::from_slice(&bytes).expect("JSON"))
+    }
+
+    #[tokio::test]
+    async fn a_node_cut_off_and_not_yet_aware_writes_but_its_cluster_state_stays_behind() {
+        let cut = CutOff::default();
+        let (a, b) = (Node(1), Node(2));
+        let (_, before) = version_of(cut.state_version(a, true)).await;
+        cut.cut(a, false, true);
+        // It still carries out writes and forwards questions to the master.
+        assert!(cut.refusal(a, Kind::Write).is_none());
+        assert!(cut.refusal(a, Kind::Master).is_none());
+        let (status, master) = version_of(cut.state_version(a, false)).await;
+        assert_eq!(status, StatusCode::OK);
+        let (_, local) = version_of(cut.state_version(a, true)).await;
+        assert_eq!(local["version"], before["version"]);
+        assert!(master["version"].as_u64() > local["version"].as_u64());
+        let (_, other) = version_of(cut.state_version(b, true)).await;
+        assert_eq!(other["version"], master["version"]);
+        // Aware, it has no master to ask; on OpenSearch it still carries out writes.
+        cut.cut(a, true, true);
+        let (status, _) = version_of(cut.state_version(a, false)).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(cut.refusal(a, Kind::Write).is_none());
+        assert!(cut.refusal(a, Kind::Master).is_some());
+        cut.heal();
+        let (_, local) = version_of(cut.state_version(a, true)).await;
+        let (_, master) = version_of(cut.state_version(b, false)).await;
+        assert_eq!(local["version"], master["version"]);
     }
 }

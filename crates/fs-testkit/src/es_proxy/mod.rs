@@ -368,7 +368,28 @@ impl EsProxy {
     /// master, are refused as a node with no master refuses them, and reads through it miss
     /// every document written through the other nodes from now on. One node at a time.
     pub fn cut_off(&self) {
-        self.proxy.cut_off.cut(cut_off::Node(self.port()));
+        self.proxy
+            .cut_off
+            .cut(cut_off::Node(self.port()), true, false);
+    }
+
+    /// Cuts this node off as OpenSearch's nodes are cut off (`cluster.no_master_block:
+    /// metadata_write`, its default): as [`EsProxy::cut_off`], but writes through it are
+    /// carried out.
+    pub fn cut_off_opensearch(&self) {
+        self.proxy
+            .cut_off
+            .cut(cut_off::Node(self.port()), true, true);
+    }
+
+    /// Cuts this node off as [`EsProxy::cut_off`] does, but as it is before it learns it
+    /// (anomaly 12): it still carries out writes, its reads miss every document written
+    /// from now on (through it as well), and only its cluster state's version
+    /// (`GET _cluster/state/version?local=true`) stays behind the master's.
+    pub fn cut_off_unaware(&self) {
+        self.proxy
+            .cut_off
+            .cut(cut_off::Node(self.port()), false, true);
     }
 
     /// Ends the cut: the node has rejoined its cluster.
@@ -577,6 +598,17 @@ async fn handle(
         .unwrap_or_else(|e| e.into_inner())
         .push(format!("{} {}", request.method, request.path_and_query()));
     proxy.expire_contexts();
+    // The cluster state's version is the proxy's to say: the store behind has no cluster.
+    if request.method == Method::GET
+        && request.segments.first().map(String::as_str) == Some("_cluster")
+        && request.segments.get(1).map(String::as_str) == Some("state")
+    {
+        let local = request
+            .query
+            .as_deref()
+            .is_some_and(|q| q.split('&').any(|kv| kv == "local=true"));
+        return proxy.cut_off.state_version(node, local);
+    }
     let kind = cut_off::Kind::of(&request.method, &request.segments);
     if let Some(refused) = proxy.cut_off.refusal(node, kind) {
         return refused;
