@@ -43,6 +43,10 @@ const BETWEEN_ASKS: Duration = Duration::from_millis(100);
 /// How long the master is waited for through a node (a node with no master answers 503 then).
 const MASTER_TIMEOUT: &str = "2s";
 
+/// How long an answer is waited for: a node paused or cut off must not hold every read of the
+/// process for the whole request timeout (30 s by default) while one check waits on it.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Why a node was not shown current.
 enum NotShown {
     /// It is behind the master, did not answer, or answered that it cannot (no master):
@@ -137,7 +141,7 @@ impl ElasticStore {
                 HeaderMap::new(),
                 Some(&query),
                 None::<JsonBody<Value>>,
-                None,
+                Some(ANSWER_TIMEOUT),
             ),
         )
         .await;
