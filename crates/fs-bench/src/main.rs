@@ -188,7 +188,9 @@ struct Args {
     )]
     scale_dir: std::path::PathBuf,
     /// With --scale: only these operations (each with its peer), in their order: `index`
-    /// (the first and the second), `fsck`, `ls`, `mv` (there and back), `rm`. Default: all.
+    /// (the first and the second), `fsck`, `ls`, `mv` (there and back), `cp` (`cp -r /t /c`,
+    /// beside a raw `_bulk` of the same copies), `rm` (`rm -r /t`, beside a
+    /// `_delete_by_query` of a subtree as large). Default: all.
     /// The tree is removed after a store's run whatever the steps.
     #[arg(long, value_name = "STEP,..", value_delimiter = ',', requires = "scale",
           value_parser = clap::builder::PossibleValuesParser::new(scale::STEPS))]

@@ -1,6 +1,8 @@
-//! The server-side peer of a rename on a server that runs painless: one `_update_by_query`
-//! that rewrites the path prefix of every document under the source. What an Elasticsearch
-//! user would run instead of fsrename: no lock, no check, no journal, no version condition.
+//! The server-side peers of fsrename's bulk verbs, what an Elasticsearch user would run
+//! instead: no lock, no check, no journal, no version condition. A rename as one
+//! `_update_by_query` that rewrites the path prefix of every document under the source (on a
+//! server that runs painless); a delete as one `_delete_by_query`; a copy as a raw `_bulk` of
+//! the copies.
 
 use anyhow::Context as _;
 use fs_model::FsPath;
@@ -121,6 +123,79 @@ impl Peer {
                 .await;
         }
         Ok(read)
+    }
+
+    /// Writes `docs` (id and source) into `index` by bulk requests of `per_request` plain
+    /// `index` actions, one after another, and refreshes it: a user's own loader. Returns how
+    /// many it wrote.
+    pub async fn bulk_index(
+        &self,
+        index: &str,
+        docs: impl IntoIterator<Item = anyhow::Result<(String, Value)>>,
+        per_request: usize,
+    ) -> anyhow::Result<u64> {
+        let url = format!("{}/{index}/_bulk", self.url);
+        let mut written = 0u64;
+        let mut body = String::new();
+        let mut in_body = 0;
+        let mut docs = docs.into_iter().peekable();
+        while let Some(doc) = docs.next() {
+            let (id, source) = doc?;
+            body.push_str(&json!({ "index": { "_id": id } }).to_string());
+            body.push('\n');
+            body.push_str(&source.to_string());
+            body.push('\n');
+            in_body += 1;
+            if in_body == per_request || docs.peek().is_none() {
+                let answer = self
+                    .http
+                    .post(&url)
+                    .header("content-type", "application/x-ndjson")
+                    .body(std::mem::take(&mut body))
+                    .send()
+                    .await
+                    .with_context(|| format!("POST {url}"))?;
+                let status = answer.status();
+                let value: Value = answer.json().await.context("the answer of _bulk")?;
+                anyhow::ensure!(
+                    status.is_success() && value["errors"] == json!(false),
+                    "_bulk failed ({status}): {}",
+                    value.to_string().chars().take(500).collect::<String>()
+                );
+                written += in_body as u64;
+                in_body = 0;
+            }
+        }
+        self.http
+            .post(format!("{}/{index}/_refresh", self.url))
+            .send()
+            .await
+            .with_context(|| format!("refreshing {index}"))?;
+        Ok(written)
+    }
+
+    /// Deletes every document at or under `path` in `index` with one `_delete_by_query`
+    /// (`slices=auto`, refreshed when it answers), as a user would; returns how many it
+    /// deleted.
+    pub async fn delete_by_query(&self, index: &str, path: &FsPath) -> anyhow::Result<u64> {
+        let query = json!({ "bool": {
+            "should": [ { "term": { "path": path.as_str() } }, { "prefix": { "path": format!("{path}/") } } ],
+            "minimum_should_match": 1
+        } });
+        let answer = self
+            .post_json(
+                &format!(
+                    "{}/{index}/_delete_by_query?refresh=true&conflicts=abort&slices=auto",
+                    self.url
+                ),
+                &json!({ "query": query }),
+            )
+            .await?;
+        anyhow::ensure!(
+            answer["failures"].as_array().is_none_or(Vec::is_empty),
+            "_delete_by_query failed: {answer}"
+        );
+        Ok(answer["deleted"].as_u64().unwrap_or(0))
     }
 
     /// Deletes the indices `names` (comma-separated; those missing are ignored).

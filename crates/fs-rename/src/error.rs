@@ -122,17 +122,31 @@ pub enum RenameError {
         /// What is wrong.
         message: String,
     },
-    /// The server's task that rewrote a rename's documents stopped short: a document changed
-    /// under the locks (a foreign write), the script refused a document the check did not
-    /// see, or the task was cancelled. What it wrote stays written; the journal entry lets a
-    /// recovery finish the rename.
-    #[error("the server's rewrite of `{from}` stopped after {rewritten} of {found} documents: {failure}")]
+    /// The tree is kept by a newer fsrename protocol than this version knows (its journal
+    /// holds the marker a newer version wrote, `fs_rename::PROTOCOL_ID`): this version would
+    /// break what the newer one relies on, so it does nothing.
+    #[error("the tree is kept by fsrename protocol {protocol} (the marker `fsrename-protocol` in `{index}`), newer than this version's: run fsrename {needs} or later")]
+    NewerProtocol {
+        /// The journal index.
+        index: String,
+        /// The protocol of the marker.
+        protocol: u64,
+        /// The version the marker says it needs.
+        needs: String,
+    },
+    /// The server's task that rewrote a rename's documents (or deleted a delete's files)
+    /// stopped short: a document changed under the locks (a foreign write), the script
+    /// refused a document the check did not see, or the task was cancelled. What it wrote
+    /// stays written; the journal entry lets a recovery finish the job.
+    #[error(
+        "the server's task on `{from}` stopped after {rewritten} of {found} documents: {failure}"
+    )]
     ServerRewrite {
-        /// The source of the rename.
+        /// The source of the rename, or the path of the delete.
         from: String,
         /// Why the task stopped.
         failure: fs_store::TaskFailure,
-        /// Documents the task rewrote.
+        /// Documents the task rewrote (or deleted).
         rewritten: u64,
         /// Documents it found.
         found: u64,

@@ -353,10 +353,13 @@ async fn start_dying(
 ) -> tokio::task::JoinHandle<()> {
     let store = faulty(Arc::clone(&env.store), FaultPlan::default(), 1);
     let hooks = Arc::new(KillAtPage::new(page, Arc::clone(&store)));
+    // Pages written by the client, which the hooks count (a delete the server's task
+    // carries out dies elsewhere: `server_delete.rs`, `crash_server.rs`).
     let renamer = Renamer::builder(store.clone(), env.index.clone())
         .lease(LEASE)
         .page_size(PAGE)
         .wait(Duration::from_secs(5))
+        .rewrite(fs_rename::Rewrite::Client)
         .hooks(hooks)
         .build();
     let handle = job(renamer);

@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::*;
 use fs_model::FsPath;
 use fs_rename::{fsck, Recovery, RenameError, RenameEvent, Renamer, Rewrite};
-use fs_store::{SharedStore, TaskFailure};
+use fs_store::TaskFailure;
 use fs_testkit::{Backend, EsProxy, EsProxyOptions};
 
 // Long enough for the renewals behind a task's batches on a busy machine.
@@ -23,24 +23,12 @@ const LEASE: Duration = Duration::from_secs(6);
 /// renewals back past their lease.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A proxy that runs renames by query, pausing `pause` before each part (of 500) it writes.
 fn proxy(pause: Duration) -> EsProxy {
-    fs_testkit::start_es_proxy(EsProxyOptions {
-        update_by_query: true,
-        update_by_query_pause: pause,
-        ..EsProxyOptions::default()
-    })
+    by_query_proxy(pause)
 }
 
-/// A fresh tree index behind `url`.
 fn env_at(url: &str) -> Env {
-    Env {
-        store: Arc::new(fs_testkit::elastic_store(url)),
-        index: fs_testkit::unique_name("fs-srv"),
-        backend: Backend::Osmem,
-        dead_scans: Arc::default(),
-        faulty: None,
-    }
+    common::env_at(url, "fs-srv")
 }
 
 /// `/src` with `files` files in each of `/src/a` and `/src/b`, and `/dst-parent`.
@@ -282,17 +270,8 @@ async fn a_dead_job_s_task_is_stopped_before_recovery_finishes_the_rename() {
     assert_renamed(&env, &before).await;
 }
 
-/// A store handle of the real Elasticsearch at `FSRENAME_TEST_ES_URL`.
 fn real_env() -> Env {
-    let url = std::env::var("FSRENAME_TEST_ES_URL").expect("FSRENAME_TEST_ES_URL");
-    let store: SharedStore = Arc::new(fs_testkit::elastic_store(&url));
-    Env {
-        store,
-        index: fs_testkit::unique_name("fs-srv"),
-        backend: Backend::RealElastic,
-        dead_scans: Arc::default(),
-        faulty: None,
-    }
+    common::real_env("fs-srv")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

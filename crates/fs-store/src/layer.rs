@@ -35,7 +35,7 @@ use crate::capabilities::{
 };
 use crate::error::{Result, StoreError};
 use crate::scripted::{ScriptedUpdate, ScriptedUpdates, UpdateItemResult};
-use crate::server_rename::{PrefixMove, ServerRename, TaskId, TaskState};
+use crate::server_rename::{PrefixMove, ServerRename, SubtreeDelete, TaskId, TaskState};
 use crate::store::DocStore;
 use crate::types::{
     BulkItemResult, BulkOp, Chain, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
@@ -68,6 +68,7 @@ pub enum Call {
     BulkUpdate,
     BulkUpdateAfter,
     RenameOnServer,
+    DeleteOnServer,
     RunningRenames,
     CancelTask,
 }
@@ -90,7 +91,7 @@ impl Call {
         match self {
             CreateIndex | DeleteIndex | Create | Index | Delete | Bulk | BulkAfter
             | BulkRefreshed | ExtendMapping | PutScript | BulkUpdate | BulkUpdateAfter
-            | RenameOnServer | CancelTask => true,
+            | RenameOnServer | DeleteOnServer | CancelTask => true,
             Get | Mget | Search | Count | Refresh | CloseCursor | Find | IndicesExist
             | StoredScript | RunningRenames => false,
         }
@@ -263,6 +264,18 @@ pub trait StoreLayer: Send + Sync + std::fmt::Debug {
     async fn on_rename_on_server(&self, index: &str, job: &PrefixMove) -> Result<TaskState> {
         match self.inner().capabilities().server_rename {
             Some(server) => server.rename_on_server(index, job).await,
+            None => Err(no_server_rename()),
+        }
+    }
+
+    /// See [`ServerRename::delete_files_on_server`]; forwarded by default.
+    async fn on_delete_files_on_server(
+        &self,
+        index: &str,
+        job: &SubtreeDelete,
+    ) -> Result<TaskState> {
+        match self.inner().capabilities().server_rename {
+            Some(server) => server.delete_files_on_server(index, job).await,
             None => Err(no_server_rename()),
         }
     }
@@ -451,6 +464,11 @@ impl<L: StoreLayer> ServerRename for L {
     async fn rename_on_server(&self, index: &str, job: &PrefixMove) -> Result<TaskState> {
         let next = self.on_rename_on_server(index, job);
         self.around(Call::RenameOnServer, next).await
+    }
+
+    async fn delete_files_on_server(&self, index: &str, job: &SubtreeDelete) -> Result<TaskState> {
+        let next = self.on_delete_files_on_server(index, job);
+        self.around(Call::DeleteOnServer, next).await
     }
 
     async fn cancel_task(&self, task: &TaskId) -> Result<()> {

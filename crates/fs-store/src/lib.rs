@@ -80,7 +80,7 @@ pub use scripted::{
     plan_update, unknown_script, PlannedWrite, ScriptedUpdate, ScriptedUpdates, StoredLockScripts,
     UpdateItemResult, UpdateOutcome, UpdateResult,
 };
-pub use server_rename::{PrefixMove, ServerRename, TaskFailure, TaskId, TaskState};
+pub use server_rename::{PrefixMove, ServerRename, SubtreeDelete, TaskFailure, TaskId, TaskState};
 pub use sqlite::{CallUse, ConnectionUse, SqliteOptions, SqliteStore};
 pub use store::{DocStore, SharedStore};
 pub use types::{

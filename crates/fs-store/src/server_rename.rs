@@ -1,6 +1,7 @@
 //! [`ServerRename`]: a rename the server carries out itself, as a task (Elasticsearch's
-//! `_update_by_query` with fsrename's stored rename script, [`fs_model::rename_script`]), and
-//! the task's state as the tasks API reports it.
+//! `_update_by_query` with fsrename's stored rename script, [`fs_model::rename_script`]), the
+//! first part of a delete likewise (`_delete_by_query` of every document of a subtree but its
+//! directories, [`SubtreeDelete`]), and the task's state as the tasks API reports it.
 //!
 //! The caller holds the locks, the journal entry and the check around it: the store only runs
 //! the task, reports on it, cancels it, and finds the tasks a job started (on Elasticsearch by
@@ -29,6 +30,22 @@ pub struct PrefixMove {
     pub job: String,
 }
 
+/// The first part of a delete for the server to carry out: every document at or under `path`
+/// that is not a directory, by the job whose journal id is `job`.
+///
+/// Only what holds nothing: a file goes in any order without leaving anything without its
+/// parent, where one task deleting a directory and what it holds would delete them in the
+/// order the shards happen to run (a reader, or a job that stops there, would see documents
+/// whose parent is gone). The directories that remain are few (one per thousand files in a
+/// tree of directories of a thousand) and go after, deepest first, as the client deletes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubtreeDelete {
+    /// The root of the subtree.
+    pub path: FsPath,
+    /// The journal id of the job (kept with the task, as for a rename).
+    pub job: String,
+}
+
 /// A task the server runs, by the id it gave it (`node:number` on Elasticsearch).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TaskId(pub String);
@@ -46,7 +63,7 @@ pub struct TaskState {
     pub done: bool,
     /// How many documents it found to rewrite (0 until it has counted them).
     pub total: u64,
-    /// How many it has rewritten.
+    /// How many it has rewritten (a rename) or deleted (a delete).
     pub updated: u64,
     /// Why it stopped short, once it has ended; `None` for a task that did everything.
     pub failure: Option<TaskFailure>,
@@ -90,8 +107,19 @@ pub trait ServerRename: Send + Sync {
     /// may or may not be running.
     async fn rename_on_server(&self, index: &str, job: &PrefixMove) -> Result<TaskState>;
 
-    /// Returns the renames of the job with journal id `job` that are still running, each
-    /// with its progress.
+    /// Deletes, by one task on the server, every document of `index` at or under `job.path`
+    /// that is not a directory, and returns when it has ended, with what it did (the task
+    /// refreshes the index as it ends). Every delete is conditional on the version the task's
+    /// snapshot read (the first conflict stops it). Listed, cancelled and outliving its caller
+    /// as [`ServerRename::rename_on_server`]'s task is.
+    ///
+    /// # Errors
+    /// As [`ServerRename::rename_on_server`]: transient and backend failures, after which the
+    /// task may or may not be running.
+    async fn delete_files_on_server(&self, index: &str, job: &SubtreeDelete) -> Result<TaskState>;
+
+    /// Returns the renames and deletes of the job with journal id `job` that are still
+    /// running, each with its progress.
     ///
     /// # Errors
     /// Transient and backend failures.

@@ -1,6 +1,7 @@
-//! The crash test of renames the server rewrites: `fsrename mv --rewrite server` killed with
-//! SIGKILL at random moments, then `fsrename recover`. A killed `mv` leaves its task running on
-//! the server; recovery must stop it before it finishes the rename, and leave no task behind.
+//! The crash test of the jobs the server carries out: `fsrename mv --rewrite server` (and
+//! `fsrename rm -r --rewrite server`, whose files the server deletes) killed with SIGKILL at
+//! random moments, then `fsrename recover`. A killed job leaves its task running on the server;
+//! recovery must stop it before it finishes the job, and leave no task behind.
 //!
 //! Through the Elasticsearch-behaviour proxy, which runs the task and the tasks API as
 //! Elasticsearch does (5 000 documents, a pause before each part it writes so that kills land
@@ -8,8 +9,8 @@
 //! documents), ignored without one. Each round builds `/src`, times nothing, kills the `mv`
 //! after a random delay (uniform over 0 to 1.2 times an uninterrupted run, measured first),
 //! runs `recover`, and runs the `mv` again if the kill came before it journaled. Then: every
-//! document once, under `/dst`, with its id; fsck clean; no lock, no journal entry, no task
-//! running. `FSRENAME_CRASH_ROUNDS` sets the rounds (default 8 through the proxy, 20 on a
+//! document once, under `/dst`, with its id (for `rm -r`: none left, and at the kill none
+//! whose parent was gone); fsck clean; no lock, no journal entry, no task running. `FSRENAME_CRASH_ROUNDS` sets the rounds (default 8 through the proxy, 20 on a
 //! real server); the delays follow `FSRENAME_CRASH_SEED` (printed).
 //!
 //! The lease is long (ten minutes): `recover` does not wait it out, since the killed `mv` ran on
@@ -33,6 +34,15 @@ use rand::{Rng, SeedableRng};
 const LEASE: &str = "600s";
 const LEASE_SECS: u64 = 600;
 
+/// The job the rounds kill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verb {
+    /// `mv /src /dst`.
+    Mv,
+    /// `rm -r /src`.
+    Rm,
+}
+
 /// Where the rounds run.
 struct Place {
     url: String,
@@ -40,6 +50,7 @@ struct Place {
     /// The proxy that runs the tasks, when it is not a real server.
     proxy: Option<EsProxy>,
     docs: usize,
+    verb: Verb,
 }
 
 impl Place {
@@ -54,8 +65,20 @@ impl Place {
         cmd
     }
 
+    /// The job the rounds kill (the name is the first verb's).
     fn mv(&self, index: &str) -> Command {
-        self.fsrename(index, &["mv", "/src", "/dst", "--rewrite", "server"])
+        match self.verb {
+            Verb::Mv => self.fsrename(index, &["mv", "/src", "/dst", "--rewrite", "server"]),
+            Verb::Rm => self.fsrename(index, &["rm", "-r", "/src", "--rewrite", "server"]),
+        }
+    }
+
+    /// Where a document at `path` under `/src` is once the job is done (`None`: gone).
+    fn after_job(&self, path: &str) -> Option<String> {
+        match self.verb {
+            Verb::Mv => Some(path.replacen("/src", "/dst", 1)),
+            Verb::Rm => None,
+        }
     }
 
     /// The update-by-query tasks running on the server.
@@ -76,6 +99,23 @@ impl Place {
             .flatten()
             .map(|(_, n)| n["tasks"].as_object().map_or(0, serde_json::Map::len))
             .sum()
+    }
+}
+
+/// 5 000 documents behind a proxy that runs the tasks, pausing `pause_ms` before each part
+/// (of 500) a task writes, so that kills land in the middle of one.
+fn through_the_proxy(verb: Verb, pause_ms: u64) -> Place {
+    let proxy = fs_testkit::start_es_proxy(EsProxyOptions {
+        update_by_query: true,
+        update_by_query_pause: Duration::from_millis(pause_ms),
+        ..EsProxyOptions::default()
+    });
+    Place {
+        url: proxy.url().to_owned(),
+        store: Arc::new(fs_testkit::elastic_store(proxy.url())),
+        proxy: Some(proxy),
+        docs: 5_000,
+        verb,
     }
 }
 
@@ -165,33 +205,36 @@ async fn calibrate(place: &Place) -> Duration {
     took
 }
 
-/// One round: build, kill the `mv` after `delay`, recover, check. Returns how many documents
-/// had moved when the kill struck.
+/// One round: build, kill the job after `delay`, recover, check. Returns how many documents
+/// the job had done (moved, or deleted) when the kill struck.
 async fn round(place: &Place, delay: Duration) -> usize {
     let index = fs_testkit::unique_name("crash-srv");
     build(place, &index).await;
     let before = paths(place, &index).await;
-    let mut child = place.mv(&index).spawn().expect("start mv");
+    let mut child = place.mv(&index).spawn().expect("start the job");
     std::thread::sleep(delay);
     let _ = child.kill();
     let _ = child.wait();
-    let moved_at_kill = paths(place, &index)
-        .await
-        .values()
-        .filter(|p| p.starts_with("/dst"))
-        .count();
+    let at_kill = paths(place, &index).await;
+    let done_at_kill = match place.verb {
+        Verb::Mv => at_kill.values().filter(|p| p.starts_with("/dst")).count(),
+        Verb::Rm => {
+            assert_no_orphan(&at_kill);
+            before.len() - at_kill.len()
+        }
+    };
     run(place.fsrename(&index, &["recover"]), "recover");
     let after = paths(place, &index).await;
-    if after.values().all(|p| p.starts_with("/src")) && journals(place, &index).await == 0 {
+    if after == before && journals(place, &index).await == 0 {
         // Killed before it journaled: nothing to finish, the user runs it again.
-        run(place.mv(&index), "mv again");
+        run(place.mv(&index), "the job again");
     }
     let after = paths(place, &index).await;
-    assert_eq!(after.len(), before.len(), "documents lost or added");
-    for (id, path) in &before {
-        let want = path.replacen("/src", "/dst", 1);
-        assert_eq!(after.get(id), Some(&want), "document {id} ({path})");
-    }
+    let want: BTreeMap<String, String> = before
+        .iter()
+        .filter_map(|(id, path)| Some((id.clone(), place.after_job(path)?)))
+        .collect();
+    assert_eq!(after, want, "documents lost, added or misplaced");
     let report = fsck(Arc::clone(&place.store), &index, &FsPath::root())
         .await
         .expect("fsck");
@@ -200,7 +243,23 @@ async fn round(place: &Place, delay: Duration) -> usize {
     assert_eq!(journals(place, &index).await, 0, "journal entries left");
     assert_eq!(place.running_tasks().await, 0, "a task left running");
     place.store.delete_index(&index).await.expect("delete");
-    moved_at_kill
+    done_at_kill
+}
+
+/// Every document of `paths` but `/src` has its parent among them: a delete that stopped
+/// anywhere left none whose parent is gone.
+fn assert_no_orphan(paths: &BTreeMap<String, String>) {
+    let present: std::collections::BTreeSet<&str> = paths.values().map(String::as_str).collect();
+    for path in &present {
+        if *path == "/src" {
+            continue;
+        }
+        let parent = p(path).parent().expect("a parent");
+        assert!(
+            present.contains(parent.as_str()),
+            "`{path}` left without its parent"
+        );
+    }
 }
 
 async fn crash_rounds(place: Place, default_rounds: usize) {
@@ -216,15 +275,15 @@ async fn crash_rounds(place: Place, default_rounds: usize) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let uninterrupted = calibrate(&place).await;
     println!(
-        "an uninterrupted mv of {} documents: {uninterrupted:?}",
-        place.docs
+        "an uninterrupted {:?} of {} documents: {uninterrupted:?}",
+        place.verb, place.docs
     );
     let mut struck = Vec::new();
     for r in 0..rounds {
         let delay = uninterrupted.mul_f64(rng.random_range(0.0..1.2));
         let moved = round(&place, delay).await;
         println!(
-            "round {r}: killed after {delay:?}, {moved} of {} moved",
+            "round {r}: killed after {delay:?}, {moved} of {} done",
             place.docs
         );
         struck.push(moved);
@@ -235,18 +294,12 @@ async fn crash_rounds(place: Place, default_rounds: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_during_a_server_side_rename_then_recover_through_the_proxy() {
-    let proxy = fs_testkit::start_es_proxy(EsProxyOptions {
-        update_by_query: true,
-        update_by_query_pause: Duration::from_millis(60),
-        ..EsProxyOptions::default()
-    });
-    let place = Place {
-        url: proxy.url().to_owned(),
-        store: Arc::new(fs_testkit::elastic_store(proxy.url())),
-        proxy: Some(proxy),
-        docs: 5_000,
-    };
-    crash_rounds(place, 8).await;
+    crash_rounds(through_the_proxy(Verb::Mv, 60), 8).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_a_server_side_delete_then_recover_through_the_proxy() {
+    crash_rounds(through_the_proxy(Verb::Rm, 60), 6).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,23 +311,28 @@ async fn real_elasticsearch_sigkill_during_a_server_side_rename_then_recover() {
         url,
         proxy: None,
         docs: 20_000,
+        verb: Verb::Mv,
+    };
+    crash_rounds(place, 20).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real Elasticsearch: FSRENAME_TEST_ES_URL"]
+async fn real_elasticsearch_sigkill_during_a_server_side_delete_then_recover() {
+    let url = std::env::var("FSRENAME_TEST_ES_URL").expect("FSRENAME_TEST_ES_URL");
+    let place = Place {
+        store: Arc::new(fs_testkit::elastic_store(&url)),
+        url,
+        proxy: None,
+        docs: 20_000,
+        verb: Verb::Rm,
     };
     crash_rounds(place, 20).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_cancels_the_server_s_task_and_leaves_the_rename_to_recover() {
-    let proxy = fs_testkit::start_es_proxy(EsProxyOptions {
-        update_by_query: true,
-        update_by_query_pause: Duration::from_millis(200),
-        ..EsProxyOptions::default()
-    });
-    let place = Place {
-        url: proxy.url().to_owned(),
-        store: Arc::new(fs_testkit::elastic_store(proxy.url())),
-        proxy: Some(proxy),
-        docs: 5_000,
-    };
+    let place = through_the_proxy(Verb::Mv, 200);
     let index = fs_testkit::unique_name("crash-srv");
     build(&place, &index).await;
     let before = paths(&place, &index).await;

@@ -98,7 +98,9 @@ const JOBS: [Job; 3] = [
         doing: "cancelled after copying",
     },
     Job {
-        args: &["rm", "-r", "/src"],
+        // The client's pages, which the test counts (the server's delete is
+        // `crash_server.rs`'s).
+        args: &["--rewrite", "client", "rm", "-r", "/src"],
         kind: "delete",
         doing: "cancelled after deleting",
     },

@@ -23,13 +23,16 @@ pub fn render(rows: &[Row], command: &str, stamp: &str, machine: &str) -> String
          run as a child process on a tree of directories of 1 000 empty files, one after \
          another: a first `index`, `index` again with nothing changed, `fsck`, `ls -R`, `mv` \
          (on Elasticsearch the default: the server rewrites, sliced), `mv --rewrite client` \
-         back, `rm -r`. Peak RSS is the child's `VmHWM`, read every 20 ms. The peers are what a \
+         back, `cp -r` of the tree, `rm -r` (on Elasticsearch the default: the server deletes \
+         the files, sliced, then the client the directories). Peak RSS is the child's `VmHWM`, read every 20 ms. The peers are what a \
          user's own tool does with the same documents, with no lock, no check and no journal: \
          raw `_bulk` requests of 1 000 documents one after another (the same mapping and \
          shards); one plain read of every document (a scroll by `_doc` on Elasticsearch, the \
          store's scan of the index on the embedded store); the rename as one \
-         `_update_by_query` with `slices=auto` (the median of there and back). \
-         Ratio: fsrename's time over the peer's.\n"
+         `_update_by_query` with `slices=auto` (the median of there and back); the copy as \
+         raw `_bulk` requests of the same copies, 5 000 a request, into the tree index; the \
+         delete as one `_delete_by_query` with `slices=auto` of a subtree as large (the \
+         copy). Ratio: fsrename's time over the peer's.\n"
     );
     let mut groups: Vec<(&str, Option<u32>, usize)> = Vec::new();
     for row in rows {

@@ -33,12 +33,13 @@ pub struct Plan {
     pub shards: Vec<u32>,
     /// Where the trees on disk and the embedded databases go.
     pub dir: PathBuf,
-    /// The operations to measure, of [`STEPS`].
+    /// The operations to measure, of [`STEPS`] (`cp` copies `/t` to `/c`; `rm` removes `/t`,
+    /// its peer deleting `/c`).
     pub steps: Vec<String>,
 }
 
 /// The operations `--scale` can measure, in the order it measures them.
-pub const STEPS: [&str; 5] = ["index", "fsck", "ls", "mv", "rm"];
+pub const STEPS: [&str; 6] = ["index", "fsck", "ls", "mv", "cp", "rm"];
 
 /// One operation measured, with its peer where it has one.
 #[derive(Debug, Clone)]
@@ -156,8 +157,36 @@ async fn measure(
             None,
         ));
     }
+    if wanted("cp") {
+        // The peer first: its copy is deleted (by the rm step's peer where it runs) before
+        // fsrename's copy of the same subtree to the same place.
+        let bulk = peers::raw_bulk_copy(place, shape).await?;
+        peers::delete_by_query(place, "/c").await?;
+        out.push((
+            "cp -r",
+            run(&["cp", "-r", "/t", "/c"])?,
+            bulk.map(|s| ("raw _bulk of the copies, 5 000 a request", s)),
+        ));
+    }
     if wanted("rm") {
-        out.push(("rm -r", run(&["rm", "-r", "/t"])?, None));
+        // The peer deletes a subtree of the same size, the copy (made by `cp`, or by the raw
+        // bulk here when that step did not run), before fsrename removes `/t`.
+        if !wanted("cp") {
+            peers::raw_bulk_copy(place, shape).await?;
+        }
+        let by_query = peers::delete_by_query(place, "/c").await?;
+        if let Some((_, deleted)) = by_query {
+            anyhow::ensure!(
+                deleted as usize == shape.docs(),
+                "_delete_by_query deleted {deleted} documents, not {}",
+                shape.docs()
+            );
+        }
+        out.push((
+            "rm -r",
+            run(&["rm", "-r", "/t"])?,
+            by_query.map(|(s, _)| ("_delete_by_query slices=auto", s)),
+        ));
     }
     Ok(out)
 }

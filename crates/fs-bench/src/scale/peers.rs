@@ -167,6 +167,52 @@ pub async fn raw_bulk(place: &Place, shape: &Shape) -> anyhow::Result<f64> {
     Ok(seconds)
 }
 
+/// The copy of `/t` as `/c` written by raw bulk requests of 5 000 documents into the tree index
+/// itself (Elasticsearch only), one after another, as a user's own copy would write them
+/// (ids of its own, no lock, no claim); returns the seconds it took.
+///
+/// # Errors
+/// Store failures.
+pub async fn raw_bulk_copy(place: &Place, shape: &Shape) -> anyhow::Result<Option<f64>> {
+    let Store::Es { url } = &place.store else {
+        return Ok(None);
+    };
+    let (t, c) = (FsPath::parse("/t")?, FsPath::parse("/c")?);
+    // Made as they are sent, a directory at a time: ten million sources held at once would
+    // measure the bench's memory, not the server.
+    let dirs = (0..shape.dirs).map(|d| shape.dir_docs(&t, d));
+    let docs = std::iter::once(Ok(vec![fs_model::FsDoc::dir(t.clone(), 0)]))
+        .chain(dirs)
+        .flat_map(|dir| match dir {
+            Ok(docs) => docs.into_iter().map(Ok).collect::<Vec<_>>(),
+            Err(e) => vec![Err(e)],
+        })
+        .enumerate()
+        .map(|(i, doc)| {
+            let copy = doc?.renamed(&t, &c)?;
+            Ok((format!("peer-copy-{i}"), serde_json::to_value(copy)?))
+        });
+    let started = Instant::now();
+    Peer::new(url).bulk_index(&place.index, docs, 5_000).await?;
+    Ok(Some(started.elapsed().as_secs_f64()))
+}
+
+/// The delete of `/c` as one `_delete_by_query` with `slices=auto` (Elasticsearch only);
+/// returns the seconds it took and how many it deleted.
+///
+/// # Errors
+/// If the server refuses it.
+pub async fn delete_by_query(place: &Place, path: &str) -> anyhow::Result<Option<(f64, u64)>> {
+    let Store::Es { url } = &place.store else {
+        return Ok(None);
+    };
+    let started = Instant::now();
+    let deleted = Peer::new(url)
+        .delete_by_query(&place.index, &FsPath::parse(path)?)
+        .await?;
+    Ok(Some((started.elapsed().as_secs_f64(), deleted)))
+}
+
 /// The embedded database file of the raw bulk peer, beside the commands' `file`.
 fn peer_file(file: &Path) -> PathBuf {
     file.with_extension("peer.db")

@@ -59,18 +59,23 @@ impl Renamer {
         context: &str,
         report: &mut RenameReport,
     ) -> Result<Vec<ItemAnswer>> {
+        self.send_ops(tree, ops, context, &mut report.retries).await
+    }
+
+    /// [`Renamer::send_page`], counting its resent items in `retries`: for a caller with two
+    /// pages in flight, which cannot lend each its report.
+    pub(super) async fn send_ops(
+        &self,
+        tree: &FsTree,
+        ops: Vec<BulkOp>,
+        context: &str,
+        retries: &mut u64,
+    ) -> Result<Vec<ItemAnswer>> {
         let mut answers: Vec<ItemAnswer> = Vec::with_capacity(ops.len());
         let mut unanswered = Unanswered::new(ops.len());
         let op_for = |i: usize| Ok(ops[i].clone());
         while !unanswered.is_empty() {
-            let round = self.send_round(
-                tree,
-                &mut unanswered,
-                op_for,
-                false,
-                context,
-                &mut report.retries,
-            );
+            let round = self.send_round(tree, &mut unanswered, op_for, false, context, retries);
             answers.extend(round.await?);
         }
         answers.sort_by_key(|a| a.index);

@@ -18,7 +18,6 @@
 
 use std::sync::OnceLock;
 
-use fs_locks::LockClient;
 use fs_model::{FsDoc, FsPath};
 use fs_store::{BulkOp, Scope, StoreError, Version};
 use serde_json::Value;
@@ -32,6 +31,12 @@ use crate::tree::{next_entries, Entry, FsTree};
 impl Renamer {
     /// Copies everything at or under `from` to `to`; `total` is the count the checks found
     /// (once known).
+    ///
+    /// A pipeline two pages deep: while the copies of one page are written over their claims,
+    /// the next page is read and its claims sent. Claims are no part of the tree, so only the
+    /// writes keep the path order (a page's written, and acknowledged, before the next page's
+    /// are sent: no copy is ever seen without its parent), and the server has a second request
+    /// to work on meanwhile, on its second core. At most two pages are held.
     pub(super) async fn copy_all(
         &self,
         hold: Hold<'_>,
@@ -50,26 +55,56 @@ impl Renamer {
         );
         let copied = async {
             let context = || format!("scanning under `{from}`");
-            // The scan is in path order, so a directory's page is written (and acknowledged)
-            // before the page of anything under it is sent.
-            while let Some(page) = next_entries(&mut scan, hold.tree.index(), context).await? {
-                let entries = page.collect::<Result<Vec<_>>>()?;
-                report.found += entries.len() as u64;
-                self.before_page(
-                    hold,
-                    &entries,
-                    from,
-                    (report.kind, report.rewritten, report.found),
-                )
-                .await?;
-                self.copy_page(hold.tree, hold.locks, &entries, (from, to), job_id, report)
-                    .await?;
-                self.emit(RenameEvent::Progress {
-                    done: report.rewritten,
-                    total: total.get().copied().unwrap_or(0).max(report.found),
-                });
+            let index = hold.tree.index();
+            let mut pending: Option<Claimed> = None;
+            loop {
+                let (mut write_retries, mut claim_retries) = (0, 0);
+                let progress = (report.kind, report.rewritten, report.found);
+                let write = async {
+                    match pending.take() {
+                        Some(page) => self
+                            .write_claimed(hold, page, (from, to), &mut write_retries)
+                            .await
+                            .map(Some),
+                        None => Ok(None),
+                    }
+                };
+                let next = async {
+                    let Some(page) = next_entries(&mut scan, index, context).await? else {
+                        return Ok(None);
+                    };
+                    let entries = page.collect::<Result<Vec<_>>>()?;
+                    self.before_page(hold, &entries, from, progress).await?;
+                    self.claim_page(hold.tree, entries, (from, to), job_id, &mut claim_retries)
+                        .await
+                        .map(Some)
+                };
+                let (written, next): (Result<Option<Written>>, Result<Option<Claimed>>) =
+                    tokio::join!(write, next);
+                report.retries += write_retries + claim_retries;
+                if let Some(written) = written? {
+                    report.rewritten += written.count;
+                    if let Some((path, e)) = written.failure {
+                        return Err(copy_failure((path, (from, to)), e, report));
+                    }
+                    // Progress counts copies written, once they are: the last page's
+                    // progress is the job's last write.
+                    self.emit(RenameEvent::Progress {
+                        done: report.rewritten,
+                        total: total.get().copied().unwrap_or(0).max(report.found),
+                    });
+                }
+                let Some(claimed) = next? else {
+                    return Ok(());
+                };
+                report.found += claimed.entries.len() as u64;
+                report.rewritten += claimed.done;
+                if let Some((i, e)) = claimed.failure {
+                    let path = claimed.entries[i].doc.path.clone();
+                    return Err(copy_failure((path, (from, to)), e, report));
+                }
+                pending = Some(claimed);
             }
-            Ok(())
         }
         .await;
         // However the copy ended, what the store keeps open for the scan is closed before the
@@ -78,38 +113,69 @@ impl Renamer {
         copied
     }
 
-    /// Copies one page in two bulk requests: claims on the copies' ids, then, once the
-    /// locks are known to be still this job's, the copies over their claims.
-    async fn copy_page(
+    /// The first half of a page's copy: claims on the copies' ids, in one bulk request.
+    async fn claim_page(
         &self,
         tree: &FsTree,
-        locks: &LockClient,
-        entries: &[Entry],
+        entries: Vec<Entry>,
         (from, to): (&FsPath, &FsPath),
         job_id: &str,
-        report: &mut RenameReport,
-    ) -> Result<()> {
-        let copies = copies_of(tree, entries, (from, to), job_id)?;
+        retries: &mut u64,
+    ) -> Result<Claimed> {
+        let copies = copies_of(tree, &entries, (from, to), job_id)?;
         let context = format!("copying documents under `{from}` to `{to}`");
         // Every item's fate is tallied before any failure is reported: the other items of a
         // bulk request are written whatever happens to one of them.
         let mut failure: Option<(usize, StoreError)> = None;
-        // 1. Claims.
-        let mut claimed = self
-            .claim(tree, &copies, job_id, &context, &mut failure, report)
+        let mut done = 0;
+        let claimed = self
+            .claim(
+                tree,
+                &copies,
+                (job_id, &context),
+                &mut failure,
+                (&mut done, retries),
+            )
             .await?;
-        if let Some((i, e)) = failure {
-            return Err(copy_failure(entries, i, e, (from, to), report));
-        }
-        if claimed.is_empty() {
-            return Ok(());
-        }
+        Ok(Claimed {
+            entries,
+            copies,
+            claimed,
+            done,
+            failure,
+        })
+    }
 
-        // 2. The copies, each conditional on its claim's version. A job paused after its
-        //    claims were acknowledged and past its lease stops here; one paused after this
-        //    check writes nothing a recovery has changed since (the version moved on), and
-        //    nothing another job deleted (it is gone).
-        locks.ensure_held(from.as_str()).await?;
+    /// The second half: once the locks are known to be still this job's, the copies over
+    /// their claims, in one bulk request. Returns how many were written, and the first
+    /// failure with the path of the copy it stopped at.
+    async fn write_claimed(
+        &self,
+        hold: Hold<'_>,
+        page: Claimed,
+        (from, to): (&FsPath, &FsPath),
+        retries: &mut u64,
+    ) -> Result<Written> {
+        let Claimed {
+            entries,
+            copies,
+            mut claimed,
+            ..
+        } = page;
+        let mut written = Written {
+            count: 0,
+            failure: None,
+        };
+        if claimed.is_empty() {
+            return Ok(written);
+        }
+        let tree = hold.tree;
+        let context = format!("copying documents under `{from}` to `{to}`");
+        // The copies, each conditional on its claim's version. A job paused after its claims
+        // were acknowledged and past its lease stops here; one paused after this check writes
+        // nothing a recovery has changed since (the version moved on), and nothing another job
+        // deleted (it is gone).
+        hold.locks.ensure_held(from.as_str()).await?;
         claimed.sort_unstable_by_key(|&(i, _)| i);
         let writes: Vec<BulkOp> = claimed
             .iter()
@@ -119,11 +185,12 @@ impl Renamer {
                 if_version: Some(version),
             })
             .collect();
+        let mut failure: Option<(usize, StoreError)> = None;
         let mut changed: Vec<(usize, StoreError)> = Vec::new();
-        for answer in self.send_page(tree, writes, &context, report).await? {
+        for answer in self.send_ops(tree, writes, &context, retries).await? {
             let i = claimed[answer.index].0;
             match answer.result {
-                Ok(_) => report.rewritten += 1,
+                Ok(_) => written.count += 1,
                 Err(e) if e.is_conflict() => changed.push((i, e)),
                 Err(e) => {
                     failure.get_or_insert((i, e));
@@ -133,16 +200,14 @@ impl Renamer {
         // A conflict may be the first send having landed (`read_back` says how).
         for (i, found) in self.read_copies(tree, &copies, &changed).await? {
             match found {
-                Found::Copy => report.rewritten += 1,
+                Found::Copy => written.count += 1,
                 Found::Claim(_) | Found::Other => {
                     failure.get_or_insert((i, conflict(tree, &copies[i])));
                 }
             }
         }
-        match failure {
-            Some((i, e)) => Err(copy_failure(entries, i, e, (from, to), report)),
-            None => Ok(()),
-        }
+        written.failure = failure.map(|(i, e)| (entries[i].doc.path.clone(), e));
+        Ok(written)
     }
 
     /// Claims the id of each of `copies` in one bulk request; returns the claims to write
@@ -154,10 +219,9 @@ impl Renamer {
         &self,
         tree: &FsTree,
         copies: &[Copy],
-        job_id: &str,
-        context: &str,
+        (job_id, context): (&str, &str),
         failure: &mut Option<(usize, StoreError)>,
-        report: &mut RenameReport,
+        (done, retries): (&mut u64, &mut u64),
     ) -> Result<Vec<(usize, Version)>> {
         let claims: Vec<BulkOp> = copies
             .iter()
@@ -168,7 +232,7 @@ impl Renamer {
             .collect();
         let mut claimed: Vec<(usize, Version)> = Vec::new();
         let mut taken: Vec<(usize, StoreError)> = Vec::new();
-        for answer in self.send_page(tree, claims, context, report).await? {
+        for answer in self.send_ops(tree, claims, context, retries).await? {
             match answer.result {
                 Ok(version) => claimed.push((answer.index, version)),
                 Err(e) if e.is_conflict() => taken.push((answer.index, e)),
@@ -179,7 +243,7 @@ impl Renamer {
         }
         for (i, found) in self.read_copies(tree, copies, &taken).await? {
             match found {
-                Found::Copy => report.rewritten += 1,
+                Found::Copy => *done += 1,
                 Found::Claim(version) => claimed.push((i, version)),
                 Found::Other => {
                     failure.get_or_insert((i, conflict(tree, &copies[i])));
@@ -218,6 +282,24 @@ impl Renamer {
             })
             .collect())
     }
+}
+
+/// A page whose claims are made: its documents, their copies, the claims to write over (by
+/// index in `copies`, with their versions), the copies found already made, and the first
+/// failure.
+struct Claimed {
+    entries: Vec<Entry>,
+    copies: Vec<Copy>,
+    claimed: Vec<(usize, Version)>,
+    done: u64,
+    failure: Option<(usize, StoreError)>,
+}
+
+/// What writing a page's copies did: how many were written, and the first failure with the
+/// path it stopped at.
+struct Written {
+    count: u64,
+    failure: Option<(FsPath, StoreError)>,
 }
 
 /// One copy of a page: its id and its source.
@@ -268,21 +350,18 @@ fn conflict(tree: &FsTree, copy: &Copy) -> StoreError {
     }
 }
 
-/// The error that stops a copy at `entries[i]`.
+/// The error that stops a copy at the document at `path` (under `from`, copied under `to`).
 fn copy_failure(
-    entries: &[Entry],
-    i: usize,
+    (path, (from, to)): (FsPath, (&FsPath, &FsPath)),
     e: StoreError,
-    (from, to): (&FsPath, &FsPath),
     report: &RenameReport,
 ) -> RenameError {
-    let path = entries[i].doc.path.to_string();
     match e {
         StoreError::Conflict { .. } => RenameError::Conflict {
             kind: report.kind,
-            path: match entries[i].doc.renamed(from, to) {
-                Ok(copy) => copy.path.to_string(),
-                Err(_) => path,
+            path: match path.rebase(from, to) {
+                Ok(copy) => copy.to_string(),
+                Err(_) => path.to_string(),
             },
             rewritten: report.rewritten,
             found: report.found,

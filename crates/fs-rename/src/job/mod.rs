@@ -65,6 +65,7 @@ mod read_back;
 mod release;
 mod rewrite;
 mod run;
+mod server_delete;
 mod server_rewrite;
 mod task;
 

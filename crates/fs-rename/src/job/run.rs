@@ -515,6 +515,10 @@ impl Renamer {
                 }
             },
             Task::Copy { from, to } => self.copy_all(hold, (from, to), job_id, total, report).await,
+            Task::Delete {
+                path,
+                recursive: true,
+            } => self.delete_subtree(hold, path, job_id, total, report).await,
             Task::Delete { path, .. } => self.delete_all(hold, path, total, report).await,
         };
         report.phases.rewriting = started.elapsed();

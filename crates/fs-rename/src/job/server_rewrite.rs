@@ -62,14 +62,21 @@ impl Renamer {
         }
     }
 
-    /// Refuses, before any lock is taken, a rename asked to be rewritten by the server
-    /// ([`Rewrite::Server`]) on a store that cannot: a setting, not a failure half-way.
+    /// Refuses, before any lock is taken, a rename (or a recursive delete) asked to be carried
+    /// out by the server ([`Rewrite::Server`]) on a store that cannot: a setting, not a failure
+    /// half-way.
     pub(super) fn can_rewrite(&self, task: &super::Task) -> Result<()> {
         let store = &self.config.store;
-        let renames = matches!(task, super::Task::Rename { .. });
-        if renames && self.config.rewrite == Rewrite::Server && store.server_rename().is_none() {
+        let doing = match task {
+            super::Task::Rename { .. } => "renaming",
+            super::Task::Delete {
+                recursive: true, ..
+            } => "deleting",
+            _ => return Ok(()),
+        };
+        if self.config.rewrite == Rewrite::Server && store.server_rename().is_none() {
             return Err(RenameError::Store {
-                context: format!("renaming `{}` on the server", task.from()),
+                context: format!("{doing} `{}` on the server", task.from()),
                 cause: no_server_rename(&store.describe()),
             });
         }
@@ -104,7 +111,8 @@ impl Renamer {
             job: job_id.to_owned(),
         };
         let run = server.rename_on_server(hold.tree.index(), &job);
-        let state = match self.watch(hold, server, (&job, run), total).await {
+        let watched = (JobKind::Rename, from, job_id);
+        let state = match self.watch(hold, server, (watched, run), total).await {
             Ok(state) => state,
             Err(RenameError::Store {
                 cause: e @ StoreError::Rejected { .. },
@@ -142,20 +150,21 @@ impl Renamer {
         }
     }
 
-    /// Waits for `run`, the task of `job`, to end; meanwhile looks at it now and then, as the
-    /// client's rewrite does before each page: shows its progress, and where the job is
-    /// cancelled or its lease lost, stops the task and fails the job.
-    async fn watch(
+    /// Waits for `run`, the task of the job `job_id` (a `kind` of job on `from`), to end;
+    /// meanwhile looks at it now and then, as the client does before each page: shows its
+    /// progress, and where the job is cancelled or its lease lost, stops the task and fails
+    /// the job.
+    pub(super) async fn watch(
         &self,
         hold: Hold<'_>,
         server: &dyn ServerRename,
-        (job, run): (
-            &PrefixMove,
+        ((kind, from, job_id), run): (
+            (JobKind, &FsPath, &str),
             impl Future<Output = fs_store::Result<TaskState>>,
         ),
         total: &OnceLock<u64>,
     ) -> Result<TaskState> {
-        let context = || format!("rewriting `{}` on the server", job.from);
+        let context = || format!("the {kind} of `{from}` on the server");
         tokio::pin!(run);
         let mut pause = FIRST_LOOK;
         let mut shown = None;
@@ -166,7 +175,7 @@ impl Renamer {
             }
             pause = (pause * 2).min(MOST_LOOK);
             let running = server
-                .running_renames(&job.job)
+                .running_renames(job_id)
                 .await
                 .map_err(RenameError::store(context()))?;
             let progress = running
@@ -180,10 +189,10 @@ impl Renamer {
                     total: expected.max(progress.1),
                 });
             }
-            if let Err(e) = self.still_ours(hold, &job.from, progress).await {
-                let stopped = stop(server, &job.job, Some(run.as_mut())).await;
+            if let Err(e) = self.still_ours(hold, (kind, from), progress).await {
+                let stopped = stop(server, job_id, Some(run.as_mut())).await;
                 if let Err(stop) = stopped {
-                    tracing::warn!(job = %job.job, error = %stop, "the server's task could not be stopped; recovery stops it");
+                    tracing::warn!(job = %job_id, error = %stop, "the server's task could not be stopped; recovery stops it");
                 }
                 return Err(e);
             }
@@ -225,12 +234,12 @@ impl Renamer {
     async fn still_ours(
         &self,
         hold: Hold<'_>,
-        from: &FsPath,
+        (kind, from): (JobKind, &FsPath),
         (rewritten, found): (u64, u64),
     ) -> Result<()> {
         if self.config.cancel.as_ref().is_some_and(|c| *c.borrow()) {
             return Err(RenameError::Cancelled {
-                kind: JobKind::Rename,
+                kind,
                 rewritten,
                 found,
             });
@@ -243,7 +252,7 @@ impl Renamer {
 }
 
 /// Why a store cannot rewrite on the server.
-fn no_server_rename(store: &str) -> StoreError {
+pub(super) fn no_server_rename(store: &str) -> StoreError {
     StoreError::Rejected {
         context: "a rename rewritten by the server".to_owned(),
         status: None,

@@ -379,3 +379,37 @@ pub fn seed() -> u64 {
     println!("seed {seed} (replay with FSRENAME_TEST_SEED={seed})");
     seed
 }
+
+/// A proxy that runs tasks by query (`_update_by_query` with the rename script, a subtree's
+/// `_delete_by_query`), pausing `pause` before each part (of 500) a task writes.
+pub fn by_query_proxy(pause: std::time::Duration) -> fs_testkit::EsProxy {
+    fs_testkit::start_es_proxy(fs_testkit::EsProxyOptions {
+        update_by_query: true,
+        update_by_query_pause: pause,
+        ..fs_testkit::EsProxyOptions::default()
+    })
+}
+
+/// A fresh tree index (named from `prefix`) behind the Elasticsearch-like server at `url`.
+pub fn env_at(url: &str, prefix: &str) -> Env {
+    Env {
+        store: Arc::new(fs_testkit::elastic_store(url)),
+        index: fs_testkit::unique_name(prefix),
+        backend: Backend::Osmem,
+        dead_scans: Arc::default(),
+        faulty: None,
+    }
+}
+
+/// A fresh tree index (named from `prefix`) on the real Elasticsearch at
+/// `FSRENAME_TEST_ES_URL`.
+pub fn real_env(prefix: &str) -> Env {
+    let url = std::env::var("FSRENAME_TEST_ES_URL").expect("FSRENAME_TEST_ES_URL");
+    Env {
+        store: Arc::new(fs_testkit::elastic_store(&url)),
+        index: fs_testkit::unique_name(prefix),
+        backend: Backend::RealElastic,
+        dead_scans: Arc::default(),
+        faulty: None,
+    }
+}

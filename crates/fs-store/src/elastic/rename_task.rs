@@ -1,5 +1,6 @@
-//! Renames the server carries out: `_update_by_query` with fsrename's stored rename script, and
-//! the tasks API to follow, cancel and find them.
+//! Renames the server carries out: `_update_by_query` with fsrename's stored rename script; the
+//! files of a subtree a delete removes: `_delete_by_query`; and the tasks API to follow, cancel
+//! and find them. Both run the same way (below).
 //!
 //! The request waits for the task to end (its answer comes the moment the task has refreshed the
 //! index): measured on Elasticsearch 7.10, starting it without waiting
@@ -19,7 +20,7 @@ use elasticsearch::http::headers::{HeaderMap, HeaderName, HeaderValue};
 use elasticsearch::http::request::JsonBody;
 use elasticsearch::http::Method;
 use elasticsearch::params::{Conflicts, Slices};
-use elasticsearch::UpdateByQueryParts;
+use elasticsearch::{DeleteByQueryParts, UpdateByQueryParts};
 use fs_model::rename_script::RENAME_PREFIX;
 use serde_json::{json, Value};
 
@@ -29,7 +30,9 @@ use super::search::scope_query;
 use super::ElasticStore;
 use crate::error::{Result, StoreError};
 use crate::scripted::ScriptedUpdates;
-use crate::server_rename::{PrefixMove, ServerRename, TaskFailure, TaskId, TaskState};
+use crate::server_rename::{
+    PrefixMove, ServerRename, SubtreeDelete, TaskFailure, TaskId, TaskState,
+};
 use crate::types::Scope;
 
 /// Documents a task reads and writes a batch (`scroll_size`; Elasticsearch's default is
@@ -87,20 +90,32 @@ impl ServerRename for ElasticStore {
                     .send()
             })
             .await?;
-        // A task that stopped short answers with its status (409 for a conflict) and the
-        // failures, or with the error that stopped it (a script's exception).
-        if answer.get("updated").is_some() || answer.get("failures").is_some() {
-            return Ok(ended(&answer));
-        }
-        let kind = answer["error"]["type"].as_str().unwrap_or("");
-        if kind.contains("script_exception") {
-            return Ok(TaskState {
-                done: true,
-                failure: Some(cause_of(&answer["error"])),
-                ..TaskState::default()
-            });
-        }
-        Err(error_of(&context, index, "", status, &answer))
+        task_answer(&context, index, status, &answer)
+    }
+
+    async fn delete_files_on_server(&self, index: &str, job: &SubtreeDelete) -> Result<TaskState> {
+        let context = format!("deleting the files under `{}` on the server", job.path);
+        let body = json!({ "query": files_query(&job.path) });
+        let opaque = HeaderValue::from_str(&opaque_id(&job.job))
+            .map_err(|e| StoreError::rejected(context.clone(), format!("the job id: {e}")))?;
+        let client = &self.inner.client;
+        let indices = [index];
+        // As a rename's: not sent again when its outcome is unknown.
+        let (status, answer) = self
+            .send(&context, Retry::IfNotCarriedOut, || {
+                client
+                    .delete_by_query(DeleteByQueryParts::Index(&indices))
+                    .header(HeaderName::from_static(OPAQUE_ID), opaque.clone())
+                    .conflicts(Conflicts::Abort)
+                    .refresh(true)
+                    .slices(Slices::Auto)
+                    .scroll_size(BATCH)
+                    .request_timeout(RENAME_TIMEOUT)
+                    .body(body.clone())
+                    .send()
+            })
+            .await?;
+        task_answer(&context, index, status, &answer)
     }
 
     async fn running_renames(&self, job: &str) -> Result<Vec<(TaskId, TaskState)>> {
@@ -153,6 +168,33 @@ impl ServerRename for ElasticStore {
     }
 }
 
+/// What a task's answer says: how it ended, or the error that kept it from running.
+fn task_answer(context: &str, index: &str, status: u16, answer: &Value) -> Result<TaskState> {
+    // A task that stopped short answers with its status (409 for a conflict) and the
+    // failures, or with the error that stopped it (a script's exception).
+    let counted = ["updated", "deleted", "failures"];
+    if counted.iter().any(|field| answer.get(field).is_some()) {
+        return Ok(ended(answer));
+    }
+    let kind = answer["error"]["type"].as_str().unwrap_or("");
+    if kind.contains("script_exception") {
+        return Ok(TaskState {
+            done: true,
+            failure: Some(cause_of(&answer["error"])),
+            ..TaskState::default()
+        });
+    }
+    Err(error_of(context, index, "", status, answer))
+}
+
+/// Every document at or under `path` but the directories: what a delete's task removes.
+pub(crate) fn files_query(path: &fs_model::FsPath) -> Value {
+    json!({ "bool": {
+        "filter": [ scope_query(&Scope::Subtree(path.clone())) ],
+        "must_not": [ { "term": { "kind": "dir" } } ]
+    } })
+}
+
 /// A task id (`node:number`, the node's id being random letters) as a path segment: every
 /// byte but lower-case letters and digits percent-encoded. The server decodes it; an HTTP layer
 /// strict about characters in a path passes it (Debian's netty 4.1.48, for one, refuses
@@ -183,7 +225,7 @@ fn tasks_of(answer: &Value, opaque: &str) -> Vec<(TaskId, TaskState)> {
                 let state = TaskState {
                     done: false,
                     total: number(&status["total"]),
-                    updated: number(&status["updated"]),
+                    updated: number(&status["updated"]) + number(&status["deleted"]),
                     failure: None,
                     failed_id: None,
                 };
@@ -201,7 +243,7 @@ fn ended(response: &Value) -> TaskState {
     TaskState {
         done: true,
         total: number(&response["total"]),
-        updated: number(&response["updated"]),
+        updated: number(&response["updated"]) + number(&response["deleted"]),
         failure: failure_of(response),
         failed_id: response["failures"][0]["id"].as_str().map(str::to_owned),
     }

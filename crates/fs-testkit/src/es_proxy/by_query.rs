@@ -14,8 +14,12 @@
 //! [`EsProxyOptions::update_by_query_pause`](super::EsProxyOptions)) stretches a task out, so
 //! that a test can kill its client in the middle.
 //!
-//! Only the rename script runs here; any other `_update_by_query` goes to osmem, which refuses
-//! scripts. The snapshot is read from the server behind directly: what a search would see
+//! `_delete_by_query` of the files of a subtree (the query fsrename's delete sends: a subtree
+//! but its directories) runs here the same way, each delete conditional on the version its
+//! snapshot read.
+//!
+//! Only the rename script runs here; any other `_update_by_query` (or `_delete_by_query`) goes to
+//! osmem, which refuses scripts. The snapshot is read from the server behind directly: what a search would see
 //! under the rename's locks, whose holders refresh before they release.
 
 use std::collections::HashMap;
@@ -34,6 +38,9 @@ use super::{answer, Proxy, Request};
 /// The action name Elasticsearch gives an update by query.
 const ACTION: &str = "indices:data/write/update/byquery";
 
+/// The action name Elasticsearch gives a delete by query.
+const DELETE_ACTION: &str = "indices:data/write/delete/byquery";
+
 /// The most documents the proxy reads or writes in one request to osmem for a task.
 const UPSTREAM_PART: usize = 500;
 
@@ -47,9 +54,10 @@ pub(crate) struct Tasks {
     tasks: Mutex<HashMap<u64, Arc<Task>>>,
 }
 
-/// One update by query.
+/// One update (or delete) by query.
 struct Task {
     description: String,
+    action: &'static str,
     opaque: Option<String>,
     cancel: AtomicBool,
     state: Mutex<TaskState>,
@@ -59,6 +67,7 @@ struct Task {
 struct TaskState {
     total: u64,
     updated: u64,
+    deleted: u64,
     batches: u64,
     /// The answer once it ended: `Ok(response)` or `Err(error)`.
     ended: Option<Result<Value, Value>>,
@@ -71,14 +80,14 @@ impl Task {
 
     fn status(&self) -> Value {
         let s = self.state();
-        json!({"total": s.total, "updated": s.updated, "created": 0, "deleted": 0,
+        json!({"total": s.total, "updated": s.updated, "created": 0, "deleted": s.deleted,
                "batches": s.batches, "version_conflicts": 0, "noops": 0,
                "retries": {"bulk": 0, "search": 0}, "throttled_millis": 0,
                "requests_per_second": -1.0, "throttled_until_millis": 0})
     }
 
     fn info(&self, number: u64) -> Value {
-        let mut info = json!({"node": NODE, "id": number, "type": "transport", "action": ACTION,
+        let mut info = json!({"node": NODE, "id": number, "type": "transport", "action": self.action,
             "description": self.description, "status": self.status(),
             "cancellable": true, "cancelled": self.cancel.load(Ordering::Relaxed)});
         if let Some(opaque) = &self.opaque {
@@ -101,7 +110,7 @@ impl Tasks {
             .values()
             .map(|t| t.state())
             .filter(|state| state.ended.is_none())
-            .map(|state| state.updated)
+            .map(|state| state.updated + state.deleted)
             .sum()
     }
 
@@ -129,8 +138,58 @@ pub(crate) async fn start(
             "the rename script's params have no valid `from`",
         )));
     };
+    let task = (format!("update-by-query [{index}]"), ACTION);
+    Some(Ok(launch(
+        proxy,
+        index,
+        r,
+        task,
+        (from, Op::Rename(params)),
+    )
+    .await))
+}
+
+/// `POST {index}/_delete_by_query` of the files of a subtree (fsrename's delete): as
+/// [`start`]. `None` for any other delete by query.
+pub(crate) async fn start_delete(
+    proxy: &Arc<Proxy>,
+    index: &str,
+    r: &Request,
+) -> Option<Result<Response, String>> {
+    let path = files_of(&r.json_body()["query"])?;
+    let task = (format!("delete-by-query [{index}]"), DELETE_ACTION);
+    Some(Ok(
+        launch(proxy, index, r, task, (path, Op::DeleteFiles)).await
+    ))
+}
+
+/// The subtree whose files `query` asks for, if it is the query fsrename's delete sends
+/// (`fs_store`'s `files_query`): a subtree filtered, directories excluded.
+fn files_of(query: &Value) -> Option<FsPath> {
+    let bool_query = &query["bool"];
+    let excluded = bool_query["must_not"][0]["term"]["kind"].as_str() == Some("dir");
+    let scope = &bool_query["filter"][0];
+    let root = if scope["prefix"]["path"].as_str() == Some("/") {
+        Some("/")
+    } else {
+        scope["bool"]["should"][0]["term"]["path"].as_str()
+    };
+    let path = FsPath::parse(root?).ok()?;
+    excluded.then_some(path)
+}
+
+/// Starts a task doing `op` on the documents at or under `from`, and answers as
+/// Elasticsearch does.
+async fn launch(
+    proxy: &Arc<Proxy>,
+    index: &str,
+    r: &Request,
+    (description, action): (String, &'static str),
+    (from, op): (FsPath, Op),
+) -> Response {
     let task = Arc::new(Task {
-        description: format!("update-by-query [{index}]"),
+        description,
+        action,
         opaque: r
             .headers
             .get("x-opaque-id")
@@ -149,7 +208,7 @@ pub(crate) async fn start(
     let run = Run {
         index: index.to_owned(),
         from,
-        params,
+        op,
         batch: r
             .param("scroll_size")
             .and_then(|s| s.parse().ok())
@@ -161,16 +220,16 @@ pub(crate) async fn start(
     };
     let running = tokio::spawn(run.run(Arc::clone(proxy), Arc::clone(&task)));
     if r.param("wait_for_completion").as_deref() == Some("false") {
-        return Some(Ok(answer(
+        return answer(
             StatusCode::OK,
             json!({ "task": format!("{NODE}:{number}") }),
-        )));
+        );
     }
     let _ = running.await;
     let ended = task.state().ended.clone();
     // As Elasticsearch answers: the response with the status of its worst failure (409 for a
     // conflict), or the error that stopped the task with its own (400 for a script's).
-    Some(Ok(match ended {
+    match ended {
         Some(Ok(response)) => {
             let failed = response["failures"]
                 .as_array()
@@ -194,7 +253,7 @@ pub(crate) async fn start(
             StatusCode::INTERNAL_SERVER_ERROR,
             json!({"error": "the task did not end", "status": 500}),
         ),
-    }))
+    }
 }
 
 /// `GET _tasks/{id}`.
@@ -231,7 +290,7 @@ pub(crate) fn cancel(proxy: &Proxy, id: &str) -> Response {
     }
 }
 
-/// `GET _tasks`: the update-by-query tasks still running.
+/// `GET _tasks`: the update-by-query and delete-by-query tasks still running.
 pub(crate) fn list(proxy: &Proxy) -> Response {
     let tasks = proxy.tasks.tasks.lock().unwrap_or_else(|p| p.into_inner());
     let running: Map<String, Value> = tasks
@@ -273,11 +332,19 @@ impl Drop for Ended {
     }
 }
 
+/// What a task does to each document of its snapshot.
+enum Op {
+    /// Rewrites it with the rename script, these its params.
+    Rename(Value),
+    /// Deletes it (the snapshot holds only the subtree's files).
+    DeleteFiles,
+}
+
 /// What one task does.
 struct Run {
     index: String,
     from: FsPath,
-    params: Value,
+    op: Op,
     batch: usize,
     refresh: bool,
 }
@@ -309,17 +376,7 @@ impl Run {
             }
             let mut ops = Vec::with_capacity(batch.len());
             for doc in batch {
-                let Value::Object(mut source) = doc.source.clone() else {
-                    return Err(script_error(&doc.id, "the document is not an object"));
-                };
-                if let Err(e) = RENAME_PREFIX.run(&mut source, &self.params) {
-                    return Err(script_error(&doc.id, &e.to_string()));
-                }
-                ops.push(BulkOp::Index {
-                    id: doc.id.clone(),
-                    source: Value::Object(source),
-                    if_version: Some(doc.version),
-                });
+                ops.push(self.op_on(doc)?);
             }
             let ids = batch.iter().map(|d| (self.index.clone(), d.id.clone()));
             let writing = proxy.nrt.begin(ids);
@@ -330,7 +387,10 @@ impl Run {
             // of its own for its tasks does not.
             let mut ops = ops.into_iter();
             for part in batch.chunks(UPSTREAM_PART) {
-                let written = task.state().updated as usize / UPSTREAM_PART;
+                let written = {
+                    let state = task.state();
+                    (state.updated + state.deleted) as usize / UPSTREAM_PART
+                };
                 if proxy.options.update_by_query_fails_after == Some(written) {
                     return Err(json!({"type": "search_phase_execution_exception",
                         "reason": "all shards failed (the proxy's fault)"}));
@@ -347,7 +407,10 @@ impl Run {
                     match result {
                         Ok(_) => {
                             proxy.nrt.written(&self.index, &doc.id);
-                            task.state().updated += 1;
+                            match self.op {
+                                Op::Rename(_) => task.state().updated += 1,
+                                Op::DeleteFiles => task.state().deleted += 1,
+                            }
                         }
                         Err(e) => failures.push(failure(&self.index, &doc.id, &e)),
                     }
@@ -362,15 +425,42 @@ impl Run {
         Ok(self.response(task, Vec::new(), None))
     }
 
-    /// Every document under the source, with its version, read before the first write.
+    /// The write the task makes of `doc`, conditional on the version its snapshot read; the
+    /// error of a script that refused it.
+    fn op_on(&self, doc: &StoredDoc) -> Result<BulkOp, Value> {
+        let Op::Rename(params) = &self.op else {
+            return Ok(BulkOp::Delete {
+                id: doc.id.clone(),
+                if_version: Some(doc.version),
+            });
+        };
+        let Value::Object(mut source) = doc.source.clone() else {
+            return Err(script_error(&doc.id, "the document is not an object"));
+        };
+        if let Err(e) = RENAME_PREFIX.run(&mut source, params) {
+            return Err(script_error(&doc.id, &e.to_string()));
+        }
+        Ok(BulkOp::Index {
+            id: doc.id.clone(),
+            source: Value::Object(source),
+            if_version: Some(doc.version),
+        })
+    }
+
+    /// Every document under the source, with its version, read before the first write (a
+    /// delete's: only those that are not directories).
     async fn snapshot(&self, store: &SharedStore) -> fs_store::Result<Vec<StoredDoc>> {
         store.refresh(&self.index).await?;
         let scope = Scope::Subtree(self.from.clone());
         let page = self.batch.min(UPSTREAM_PART);
         let mut scan = Scan::new(Arc::clone(store), &self.index, scope, page);
         let mut docs = Vec::new();
+        let deletes = matches!(self.op, Op::DeleteFiles);
         while let Some(page) = scan.next_page().await? {
-            docs.extend(page);
+            docs.extend(
+                page.into_iter()
+                    .filter(|d| !deletes || d.source.get("kind") != Some(&json!("dir"))),
+            );
             tokio::task::yield_now().await;
         }
         Ok(docs)
@@ -380,7 +470,7 @@ impl Run {
         let s = task.state();
         let conflicts = failures.len();
         let mut response = json!({"took": 0, "timed_out": false, "total": s.total,
-            "updated": s.updated, "created": 0, "deleted": 0, "batches": s.batches,
+            "updated": s.updated, "created": 0, "deleted": s.deleted, "batches": s.batches,
             "version_conflicts": conflicts, "noops": 0,
             "retries": {"bulk": 0, "search": 0}, "throttled_millis": 0,
             "requests_per_second": -1.0, "throttled_until_millis": 0, "failures": failures});

@@ -33,8 +33,8 @@
 //!   ([`NetFaults::unassigned_shards`]).
 //!
 //! - **Renames by query** ([`by_query`], off unless asked for): `_update_by_query` with
-//!   fsrename's rename script, run as a task, and the tasks API that follows, cancels and lists
-//!   it, as on a server that runs painless.
+//!   fsrename's rename script, and `_delete_by_query` of a subtree's files, run as tasks, and
+//!   the tasks API that follows, cancels and lists them, as on a server that runs painless.
 //!
 //! - **The server's clock**: node statistics (`GET _nodes/stats`, `_nodes/_master/stats`,
 //!   `_nodes/_local/stats`) carry the node's `timestamp`, the proxy's clock moved by
@@ -93,8 +93,8 @@ pub struct EsProxyOptions {
     /// Whether stored scripts are accepted and run; default true. Off, the proxy refuses to
     /// store them, as a server with scripting disabled does.
     pub scripts: bool,
-    /// Whether `_update_by_query` with fsrename's rename script runs here, as a task, with the
-    /// tasks API ([`by_query`]); default false (osmem refuses it, as a server without painless
+    /// Whether `_update_by_query` with fsrename's rename script (and `_delete_by_query` of a
+    /// subtree's files) runs here, as a task, with the tasks API ([`by_query`]); default false (osmem refuses it, as a server without painless
     /// would).
     pub update_by_query: bool,
     /// A pause before each part (500 documents) such a task writes; default none. A longer one stretches a task
@@ -718,6 +718,12 @@ async fn route(proxy: &Arc<Proxy>, r: &Request) -> Result<Response, String> {
         }
         [index, "_update_by_query"] if m == Method::POST && proxy.options.update_by_query => {
             match by_query::start(proxy, &decode(index), r).await {
+                Some(answered) => answered,
+                None => nrt::route(proxy, r, &seg).await,
+            }
+        }
+        [index, "_delete_by_query"] if m == Method::POST && proxy.options.update_by_query => {
+            match by_query::start_delete(proxy, &decode(index), r).await {
                 Some(answered) => answered,
                 None => nrt::route(proxy, r, &seg).await,
             }

@@ -330,6 +330,26 @@ pub(crate) async fn route(proxy: &Proxy, r: &Request, seg: &[&str]) -> Result<Re
             }
             Ok(passed_on(status, body))
         }
+        [index, "_delete_by_query" | "_update_by_query"]
+            if m == Method::POST && proxy.options.near_real_time =>
+        {
+            // The server behind writes whatever the query finds: the proxy notes those ids, as
+            // it notes a write by id, so that the next refresh shows what became of them.
+            let index = decode(index);
+            let ids = matching_ids(proxy, &index, &r.json_body()["query"]).await?;
+            let writing = proxy
+                .nrt
+                .begin(ids.iter().map(|id| (index.clone(), id.clone())));
+            let (status, body) = forward(proxy, r).await?;
+            for id in &ids {
+                proxy.nrt.written(&index, id);
+            }
+            writing.done();
+            if (200..300).contains(&status) {
+                refresh_if_asked(proxy, r, &index).await?;
+            }
+            Ok(passed_on(status, body))
+        }
         [index, verb @ ("_search" | "_count")] => {
             let (status, body) = search(proxy, r, &decode(index), verb).await?;
             Ok(super::answer(code(status), body))
@@ -362,6 +382,49 @@ pub(crate) async fn route(proxy: &Proxy, r: &Request, seg: &[&str]) -> Result<Re
             Ok(passed_on(status, body))
         }
     }
+}
+
+/// The most documents a by-query request the server behind carries out may touch here: the
+/// proxy reads their ids in one search first.
+const MOST_BY_QUERY: usize = 10_000;
+
+/// The ids of the documents of `index` that `query` finds now (the index itself, not its
+/// searchable copy: what the server behind will write).
+async fn matching_ids(proxy: &Proxy, index: &str, query: &Value) -> Result<Vec<String>, String> {
+    let query = if query.is_null() {
+        json!({"match_all": {}})
+    } else {
+        query.clone()
+    };
+    let body = json!({"query": query, "size": MOST_BY_QUERY, "_source": false,
+                      "track_total_hits": true});
+    let path = format!("/{}/_search", encode(index));
+    let (status, answer) = proxy
+        .upstream
+        .json(Method::POST, &path, Some(&body))
+        .await?;
+    if status == 404 {
+        return Ok(Vec::new());
+    }
+    if !(200..300).contains(&status) {
+        return Err(format!(
+            "reading what a by-query request of {index} finds: HTTP {status} {answer}"
+        ));
+    }
+    let total = answer["hits"]["total"]["value"].as_u64().unwrap_or(0);
+    if total > MOST_BY_QUERY as u64 {
+        return Err(format!(
+            "a by-query request of {index} finds {total} documents: the proxy notes at most {MOST_BY_QUERY}"
+        ));
+    }
+    let hits = answer["hits"]["hits"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    Ok(hits
+        .iter()
+        .filter_map(|hit| hit["_id"].as_str().map(str::to_owned))
+        .collect())
 }
 
 async fn refresh_if_asked(proxy: &Proxy, r: &Request, index: &str) -> Result<(), String> {

@@ -69,11 +69,13 @@ pub struct Cli {
     )]
     pub lock_protocol: LockProtocol,
 
-    /// Where `mv` rewrites its documents: `auto`, `server` or `client`.
+    /// Where `mv` rewrites its documents and `rm -r` deletes them: `auto`, `server` or
+    /// `client`.
     ///
-    /// `auto` has the server do it, in one task, where it runs painless and the rename moves
-    /// more than a page of documents, and this process otherwise. The locks, check and journal
-    /// are the same.
+    /// `auto` has the server do it, in one task (`_update_by_query`; for `rm -r`,
+    /// `_delete_by_query` of the files, then the directories deepest first), where it runs
+    /// painless and the job touches more than a page of documents, and this process otherwise.
+    /// The locks, check and journal are the same.
     #[arg(
         long,
         global = true,
