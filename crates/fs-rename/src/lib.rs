@@ -68,7 +68,10 @@ pub use indexer::{
     Skipped, WatchBatch, WatchEvent, WatchOptions, WatchReport, WatchSink, DEFAULT_CONTENT_MAX,
 };
 pub use job::{RenameOutcome, Renamer, RenamerBuilder, DEFAULT_IN_FLIGHT};
-pub use journal::{FenceOutcome, Journal, JournalEntry, JournalFence, JournalLock, JournalState};
+pub use journal::{
+    FenceOutcome, Journal, JournalEntry, JournalFence, JournalLock, JournalState, PROTOCOL,
+    PROTOCOL_ID,
+};
 pub use kind::JobKind;
 pub use ops::{list, list_page, mkdir, stat, touch, Listed, LockSettings, Made};
 pub use recover::{FinishOrphans, Recovered, Recovery, RecoveryReport, Running};

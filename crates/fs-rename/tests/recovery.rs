@@ -852,7 +852,46 @@ async fn a_hold_is_kept_while_a_borrower_that_journaled_may_act(env: Env) {
     handle.abort();
 }
 
+/// The protocol marker (issue 73): written once, read past by this version's recovery and
+/// fsck; a newer protocol's stops them both, naming the version it needs, before any lock is
+/// touched.
+async fn the_protocol_marker_is_passed_over_and_a_newer_one_stops_recovery(env: Env) {
+    setup(&env).await;
+    let journal = Journal::new(Arc::clone(&env.store), &env.index);
+    journal.declare_protocol().await.expect("marker");
+    journal.declare_protocol().await.expect("marker again");
+    assert!(journal.list().await.expect("list").is_empty(), "no job's");
+    let report = recovery(&env).run().await.expect("recover past the marker");
+    assert!(report.finished.is_empty(), "{report}");
+    let checked = fsck(Arc::clone(&env.store), &env.index, &FsPath::root())
+        .await
+        .expect("fsck");
+    assert!(checked.is_clean(), "{checked}");
+
+    // What a newer version would leave.
+    let journal_index = fs_model::journal_index_name(&env.index);
+    let newer = serde_json::json!({"kind": "fsrename protocol 99: run fsrename 9.0.0 or later",
+        "protocol": fs_rename::PROTOCOL + 1, "needs": "9.0.0"});
+    env.store
+        .index(&journal_index, fs_rename::PROTOCOL_ID, newer, None)
+        .await
+        .expect("a newer marker");
+    let refused = recovery(&env).run().await.expect_err("a newer protocol");
+    assert!(
+        matches!(refused, RenameError::NewerProtocol { .. })
+            && refused.to_string().contains("9.0.0"),
+        "{refused}"
+    );
+    let refused = fsck(Arc::clone(&env.store), &env.index, &FsPath::root())
+        .await
+        .expect_err("fsck refuses too");
+    assert!(refused.to_string().contains("9.0.0"), "{refused}");
+    let refused = journal.declare_protocol().await.expect_err("not lowered");
+    assert!(refused.to_string().contains("9.0.0"), "{refused}");
+}
+
 on_every_backend!(
+    the_protocol_marker_is_passed_over_and_a_newer_one_stops_recovery,
     a_borrowing_job_paused_before_journaling_is_fenced_off,
     a_hold_is_kept_while_a_borrower_that_journaled_may_act,
     a_job_cancelled_before_its_first_write_gives_its_locks_back,

@@ -492,7 +492,21 @@ async fn reads_show_only_what_the_token_may_read(backend: Backend) {
     assert_eq!(status, 404, "another's job is absent");
     let (status, _) = s.json("alice-secret", &format!("/renames/{alices}")).await;
     assert_eq!(status, 200);
-    // Locks: a lock in bob's tree is bob's to see, and ops's; not alice's.
+    // Locks: a lock in bob's tree is bob's to see, and ops's; not alice's. First the
+    // intention locks the service lent the jobs above are given back (they linger 250 ms
+    // after their last job, `fs_locks::DEFAULT_LINGER`), so that only the lock below is left.
+    let lingering = Instant::now();
+    loop {
+        let (_, all) = s.json("ops-secret", "/locks").await;
+        if all["locks"].as_array().is_some_and(Vec::is_empty) {
+            break;
+        }
+        assert!(
+            lingering.elapsed() < Duration::from_secs(10),
+            "the service's intention locks were never given back: {all}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let locks =
         fs_locks::LockClient::builder(Arc::clone(&s.store), fs_model::lock_index_name(&s.index))
             .holder("rm -r /home/bob/p")

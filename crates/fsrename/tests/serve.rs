@@ -1954,6 +1954,43 @@ async fn an_instance_decides_its_lock_protocol_once_for_all_its_jobs() {
     service.stop().await;
 }
 
+/// Sharing intention locks is the default (issue 73), and a service that shares marks the tree
+/// with the protocol marker before its first job: what stops an older recoverer (its journal
+/// listing cannot read it). One that does not share writes none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharing_service_marks_the_tree_with_its_protocol_before_its_first_job() {
+    let marker = |service: &Service| {
+        let (store, index) = (Arc::clone(&service.store), service.index.clone());
+        async move {
+            store
+                .get(
+                    &fs_model::journal_index_name(&index),
+                    fs_rename::PROTOCOL_ID,
+                )
+                .await
+                .expect("read the marker")
+        }
+    };
+    assert!(ServeConfig::new("x").share_intentions, "shared by default");
+    let service = Service::start(Backend::Embedded, |_| {}).await;
+    let found = marker(&service).await.expect("the marker");
+    assert_eq!(found.source["protocol"], fs_rename::PROTOCOL);
+    assert!(
+        found.source["kind"]
+            .as_str()
+            .is_some_and(|k| k.contains("run fsrename 0.2.0 or later")),
+        "{:#}",
+        found.source
+    );
+    service.stop().await;
+    let unshared = Service::start(Backend::Embedded, |c| c.share_intentions = false).await;
+    assert!(
+        marker(&unshared).await.is_none(),
+        "no marker without sharing"
+    );
+    unshared.stop().await;
+}
+
 /// Counts the store calls of one kind made through it.
 #[derive(Debug)]
 struct CallsOf {

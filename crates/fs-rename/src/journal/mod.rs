@@ -29,9 +29,11 @@ use crate::error::{RenameError, Result};
 use crate::resend;
 
 mod entry;
+mod protocol;
 
 use entry::{parse_doc, to_source, JournalDoc, CLOSED_BY, FENCED, WITHDRAWN_BY};
 pub use entry::{FenceOutcome, JournalEntry, JournalFence, JournalLock, JournalState};
+pub use protocol::{PROTOCOL, PROTOCOL_ID};
 
 /// The journal index of a tree.
 #[derive(Debug, Clone)]
@@ -490,6 +492,12 @@ impl Journal {
                 .map_err(RenameError::store(context()))?
             {
                 for doc in docs {
+                    // The protocol marker: no job's; a newer protocol than this version's stops
+                    // the listing, and with it every recovery and fsck.
+                    if doc.id == PROTOCOL_ID {
+                        protocol::check(&self.index, &doc.source)?;
+                        continue;
+                    }
                     match parse_doc(&self.index, &doc.id, doc.source)? {
                         JournalDoc::Entry(entry) => entries.push((entry, doc.version)),
                         JournalDoc::Fence(fence) => fences.push((fence, doc.version)),

@@ -125,7 +125,9 @@ pub enum Verb {
     ///
     /// With tree locks (the default) it takes an exclusive lock on PATH and intention locks on
     /// its ancestors. It deletes deepest first, so a directory goes only after everything in
-    /// it: at no moment is a document left whose parent is gone. It journals itself before its
+    /// it: at no moment is a document left whose parent is gone. On Elasticsearch and
+    /// OpenSearch a subtree of more than a page has its files deleted by the server, in one
+    /// task (`--rewrite`), and then its directories, deepest first. It journals itself before its
     /// first delete: if it dies half-way, `fsrename recover` finishes the delete once its
     /// locks' lease runs out. The root cannot be removed.
     Rm {
@@ -316,12 +318,16 @@ pub enum Verb {
         /// lends them to its jobs, instead of each job taking its own: a directory many jobs
         /// run under has its lock document written once per instance, not twice per job.
         /// Kept 250 ms after the last job that needed it, for the next one; given back at
-        /// once to a request that conflicts, and when the service stops. Only where every
-        /// `fsrename recover` (and every service) on this tree is of this version or later: an
-        /// older recovery would clear an expired hold without fencing the jobs that borrowed
-        /// it.
-        #[arg(long)]
+        /// once to a request that conflicts, and when the service stops. The default: the
+        /// flag is kept for scripts that pass it. Before its first job the service writes a
+        /// protocol marker in the journal index that an fsrename older than 0.2.0 cannot
+        /// read, so an older `recover`, `fsck` or service stops, naming the version it needs,
+        /// instead of clearing a hold without fencing the jobs that borrowed it.
+        #[arg(long, overrides_with = "no_share_intentions")]
         share_intentions: bool,
+        /// Each job takes its own intention locks, as before 0.2.0 (no marker is written).
+        #[arg(long, overrides_with = "share_intentions")]
+        no_share_intentions: bool,
         /// A token file (TOML): tokens by name, each with the SHA-256 of its secret (the file
         /// holds no secret) and its grants, a path and what may be done over it and under it
         /// (`read`, `rename`, `copy`, `delete`, `admin`). Deny unless granted. Read at start

@@ -58,7 +58,9 @@ pub struct ServeConfig {
     pub layout: fs_model::IndexLayout,
     /// Whether the jobs' tree locks borrow the intention locks on their ancestors from the
     /// instance, which holds each once (`fs_locks::SharedIntentions`), instead of each job
-    /// taking its own. Every recoverer of the tree must know these holds. Default: off.
+    /// taking its own. Every recoverer of the tree must know these holds: the service writes
+    /// the protocol marker that stops an older one (`fs_rename::Journal::declare_protocol`)
+    /// before its first job. Default: on.
     pub share_intentions: bool,
 }
 
@@ -90,7 +92,7 @@ impl ServeConfig {
             rewrite: fs_rename::Rewrite::Auto,
             recover_every: Some(Duration::from_secs(30)),
             layout: fs_model::IndexLayout::default(),
-            share_intentions: false,
+            share_intentions: true,
         }
     }
 

@@ -110,6 +110,8 @@ impl Jobs {
     pub fn new(store: SharedStore, config: ServeConfig) -> Jobs {
         let (cancel_tx, _) = watch::channel(false);
         let (closing_tx, _) = watch::channel(false);
+        // One decision of the lock protocol for the instance: its jobs' and its holds'.
+        let protocol = fs_locks::ProtocolMemo::new();
         Jobs {
             inner: Arc::new(Inner {
                 records: Records::new(Arc::clone(&store), &config.index),
@@ -121,8 +123,8 @@ impl Jobs {
                 ),
                 shared: config
                     .share_intentions
-                    .then(|| shared_intentions(&store, &config)),
-                protocol: fs_locks::ProtocolMemo::new(),
+                    .then(|| shared_intentions(&store, &config, protocol.clone())),
+                protocol,
                 store,
                 slots: Arc::new(Semaphore::new(config.max_jobs)),
                 config,
@@ -831,7 +833,11 @@ impl RenameHooks for StoreJournalId {
 }
 
 /// The intention locks an instance lends its jobs (`--share-intentions`), leased as theirs.
-fn shared_intentions(store: &SharedStore, config: &ServeConfig) -> fs_locks::SharedIntentions {
+fn shared_intentions(
+    store: &SharedStore,
+    config: &ServeConfig,
+    memo: fs_locks::ProtocolMemo,
+) -> fs_locks::SharedIntentions {
     let lock_index = fs_model::lock_index_name(&config.index);
     fs_locks::SharedIntentions::new(
         fs_locks::LockClient::builder(Arc::clone(store), lock_index)
@@ -840,6 +846,7 @@ fn shared_intentions(store: &SharedStore, config: &ServeConfig) -> fs_locks::Sha
                 config.instance
             ))
             .lease(config.lease)
-            .protocol(config.protocol),
+            .protocol(config.protocol)
+            .protocol_memo(memo),
     )
 }

@@ -80,6 +80,21 @@ impl Server {
         tree.ensure_indices().await.with_context(|| {
             format!("preparing index `{}` in {}", config.index, store.describe())
         })?;
+        if config.share_intentions {
+            // Before any hold is taken: an older recoverer must stop at the marker rather
+            // than clear a hold unfenced (`fs_rename::Journal::declare_protocol`).
+            fs_rename::Journal::new(Arc::clone(&store), &config.index)
+                .declare_protocol()
+                .await
+                .with_context(|| {
+                    format!(
+                        "marking `{}` in {} as kept by fsrename protocol {}",
+                        config.index,
+                        store.describe(),
+                        fs_rename::PROTOCOL
+                    )
+                })?;
+        }
         let recovery = fs_rename::Recovery::new(Arc::clone(&store), config.index.clone())
             .lease(config.lease)
             .wait(config.wait);

@@ -22,7 +22,9 @@ pub async fn run(
         strategy,
         recover_every,
         instance,
-        share_intentions,
+        // The default: passing it changes nothing.
+        share_intentions: _,
+        no_share_intentions,
         tokens,
         audit,
     } = &cli.verb
@@ -45,7 +47,7 @@ pub async fn run(
         config.instance.clone_from(name);
     }
     config.protocol = cli.lock_protocol;
-    config.share_intentions = *share_intentions;
+    config.share_intentions = !*no_share_intentions;
     config.tokens.clone_from(tokens);
     config.audit = match audit {
         Some(file) => AuditTo::File(file.clone()),
