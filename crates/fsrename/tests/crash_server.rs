@@ -43,6 +43,10 @@ enum Verb {
     Rm,
 }
 
+/// The rounds on a real server one test at a time: a round counts every by-query task the
+/// server runs (the other test's too), and the kills' moments follow a run measured alone.
+static ONE_REAL_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Where the rounds run.
 struct Place {
     url: String,
@@ -305,6 +309,7 @@ async fn sigkill_during_a_server_side_delete_then_recover_through_the_proxy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real Elasticsearch: FSRENAME_TEST_ES_URL"]
 async fn real_elasticsearch_sigkill_during_a_server_side_rename_then_recover() {
+    let _alone = ONE_REAL_AT_A_TIME.lock().await;
     let url = std::env::var("FSRENAME_TEST_ES_URL").expect("FSRENAME_TEST_ES_URL");
     let place = Place {
         store: Arc::new(fs_testkit::elastic_store(&url)),
@@ -319,6 +324,7 @@ async fn real_elasticsearch_sigkill_during_a_server_side_rename_then_recover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real Elasticsearch: FSRENAME_TEST_ES_URL"]
 async fn real_elasticsearch_sigkill_during_a_server_side_delete_then_recover() {
+    let _alone = ONE_REAL_AT_A_TIME.lock().await;
     let url = std::env::var("FSRENAME_TEST_ES_URL").expect("FSRENAME_TEST_ES_URL");
     let place = Place {
         store: Arc::new(fs_testkit::elastic_store(&url)),
