@@ -259,10 +259,13 @@ async fn real_cluster_histories_under_faults() {
             Duration::from_secs(20),
             &["--shards", "3", "--replicas", "1"],
         );
-        // Every other history, the service instances share their jobs' intention locks.
-        if run % 2 == 1 {
-            fsrename.serve = vec!["--share-intentions".to_owned()];
-        }
+        // Every other history, the service instances share their jobs' intention locks (the
+        // default from 0.2.0); the others take their own.
+        fsrename.serve = vec![if run % 2 == 1 {
+            "--share-intentions".to_owned()
+        } else {
+            "--no-share-intentions".to_owned()
+        }];
         let workload = Workload {
             fsrename,
             cli_clients: 4,
