@@ -198,6 +198,27 @@ impl Peer {
         Ok(answer["deleted"].as_u64().unwrap_or(0))
     }
 
+    /// The HTTP requests the server's REST handlers have answered since it started, summed
+    /// over its nodes (`_nodes/usage`, `rest_actions`), leaving out the asks for this count
+    /// itself: the difference across a command is what the command sent, whatever client it
+    /// is (fsrename, a peer) and however it counts.
+    pub async fn rest_requests(&self) -> anyhow::Result<u64> {
+        let url = format!("{}/_nodes/usage", self.url);
+        let answer = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .with_context(|| format!("GET {url}"))?;
+        let status = answer.status();
+        let value: Value = answer
+            .json()
+            .await
+            .with_context(|| format!("the answer of GET {url}"))?;
+        anyhow::ensure!(status.is_success(), "GET {url} failed ({status}): {value}");
+        Ok(rest_requests_of(&value))
+    }
+
     /// Deletes the indices `names` (comma-separated; those missing are ignored).
     pub async fn delete_indices(&self, names: &str) -> anyhow::Result<()> {
         let answer = self
@@ -229,5 +250,34 @@ impl Peer {
             .with_context(|| format!("the answer of POST {url}"))?;
         anyhow::ensure!(status.is_success(), "POST {url} failed ({status}): {value}");
         Ok(value)
+    }
+}
+
+/// The sum of `rest_actions` over the nodes of a `_nodes/usage` answer, but its own action.
+fn rest_requests_of(usage: &Value) -> u64 {
+    usage["nodes"]
+        .as_object()
+        .into_iter()
+        .flat_map(|nodes| nodes.values())
+        .filter_map(|node| node["rest_actions"].as_object())
+        .flat_map(|actions| actions.iter())
+        .filter(|(action, _)| action.as_str() != "nodes_usage_action")
+        .filter_map(|(_, count)| count.as_u64())
+        .sum()
+}
+
+#[cfg(test)]
+mod usage_tests {
+    use super::*;
+
+    #[test]
+    fn the_requests_are_the_rest_actions_of_every_node_but_the_count_itself() {
+        let usage = json!({"nodes": {
+            "a": {"rest_actions": {"bulk_action": 7, "search_action": 2, "nodes_usage_action": 5}},
+            "b": {"rest_actions": {"bulk_action": 1}},
+            "c": {}
+        }});
+        assert_eq!(rest_requests_of(&usage), 10);
+        assert_eq!(rest_requests_of(&json!({"error": "x"})), 0);
     }
 }

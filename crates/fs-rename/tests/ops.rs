@@ -120,10 +120,46 @@ async fn indexing_is_idempotent_and_prunes_on_request(env: Env) {
     assert_eq!(locks_left(&env).await, 0);
 }
 
+/// `find` asked for more than one search may answer (Elasticsearch refuses `from + size`
+/// above 10 000; `find --limit 10000` asks for 10 001, to tell whether there are more): every
+/// hit once, in path order.
+async fn find_answers_past_one_search_window(env: Env) {
+    let tree = env.tree();
+    tree.ensure_indices().await.expect("indices");
+    let mut docs = vec![fs_model::FsDoc::dir(p("/w"), 0)];
+    docs.extend((0..10_050).map(|i| fs_model::FsDoc::file(p(&format!("/w/f{i:05}")), 0, 0)));
+    tree.insert_all(docs).await.expect("insert");
+    tree.refresh().await.expect("refresh");
+    let query = fs_model::FindQuery::under(p("/w"));
+    let found = tree
+        .find_matching(&query, 10_001)
+        .await
+        .expect("find 10 001");
+    let paths: Vec<String> = found.iter().map(|e| e.doc.path.to_string()).collect();
+    assert_eq!(paths.len(), 10_001);
+    assert!(
+        paths.windows(2).all(|w| w[0] < w[1]),
+        "in path order, each once"
+    );
+    assert_eq!(
+        (paths[0].as_str(), paths[10_000].as_str()),
+        ("/w", "/w/f09999")
+    );
+    let all = tree.find_matching(&query, 30_000).await.expect("find all");
+    assert_eq!(all.len(), 10_051);
+}
+
 on_every_backend!(
     mkdir_and_touch_check_what_they_must,
-    indexing_is_idempotent_and_prunes_on_request
+    indexing_is_idempotent_and_prunes_on_request,
+    find_answers_past_one_search_window
 );
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real Elasticsearch: FSRENAME_TEST_ES_URL"]
+async fn real_elasticsearch_find_answers_past_one_search_window() {
+    find_answers_past_one_search_window(common::real_env("fs-find")).await;
+}
 
 /// A proxy of its own in front of osmem and a tree (indices made) through it, whose store
 /// resends for `retry_deadline` (the default's half minute if `None`): for the tests below,

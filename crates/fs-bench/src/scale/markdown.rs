@@ -8,6 +8,8 @@ use std::path::Path;
 
 use anyhow::Context as _;
 
+#[cfg(test)]
+use super::PeerRun;
 use super::Row;
 use crate::report::{SCALE_END, SCALE_START};
 
@@ -21,10 +23,14 @@ pub fn render(rows: &[Row], command: &str, stamp: &str, machine: &str) -> String
         s,
         "`{command}`, {stamp}; {machine}.\n\nEach operation is the release `fsrename` binary \
          run as a child process on a tree of directories of 1 000 empty files, one after \
-         another: a first `index`, `index` again with nothing changed, `fsck`, `ls -R`, `mv` \
-         (on Elasticsearch the default: the server rewrites, sliced), `mv --rewrite client` \
-         back, `cp -r` of the tree, `rm -r` (on Elasticsearch the default: the server deletes \
-         the files, sliced, then the client the directories). Peak RSS is the child's `VmHWM`, read every 20 ms. The peers are what a \
+         another: a first `index`, `index` again with nothing changed, `fsck`, `ls -R`, `find \
+         --name` of one name in every directory, the first pass of `index --watch` (to its \
+         first report), `mv` (on Elasticsearch the default: the server rewrites, sliced), `mv \
+         --rewrite client` back, `recover` after `kill -9` of a whole-tree `mv` at 40 % of its \
+         time, `cp -r` of the tree (of its first group of a million on a tree of ten), `rm -r` \
+         of the same (on Elasticsearch the default: the server deletes the files, sliced, then \
+         the client the directories). Peak RSS is the child's `VmHWM`, read every 20 ms; \
+         requests are those the server's REST layer answered meanwhile (`_nodes/usage`). The peers are what a \
          user's own tool does with the same documents, with no lock, no check and no journal: \
          raw `_bulk` requests of 1 000 documents one after another (the same mapping and \
          shards); one plain read of every document (a scroll by `_doc` on Elasticsearch, the \
@@ -46,7 +52,7 @@ pub fn render(rows: &[Row], command: &str, stamp: &str, machine: &str) -> String
         let _ = writeln!(s, "Measured {stamp}: `{command}`.\n");
         let _ = writeln!(
             s,
-            "| operation | s | documents/s | peak RSS MiB | peer | peer s | ratio |\n| --- | --- | --- | --- | --- | --- | --- |"
+            "| operation | documents | s | documents/s | peak RSS MiB | requests | peer | peer s | peer requests | ratio |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
         );
         for row in rows
             .iter()
@@ -55,20 +61,29 @@ pub fn render(rows: &[Row], command: &str, stamp: &str, machine: &str) -> String
             let rss = row
                 .peak_kb
                 .map_or("–".to_owned(), |kb| format!("{:.1}", kb as f64 / 1024.0));
-            let (peer, peer_s, ratio) = match row.peer {
-                Some((name, secs)) => (
-                    name.to_owned(),
-                    format!("{secs:.1}"),
-                    format!("{:.2} ×", row.seconds / secs.max(1e-9)),
+            let count = |n: Option<u64>| n.map_or("–".to_owned(), |n| n.to_string());
+            let (peer, peer_s, peer_requests, ratio) = match row.peer {
+                Some(p) => (
+                    p.name.to_owned(),
+                    format!("{:.1}", p.seconds),
+                    count(p.requests),
+                    format!("{:.2} ×", row.seconds / p.seconds.max(1e-9)),
                 ),
-                None => ("–".to_owned(), "–".to_owned(), "–".to_owned()),
+                None => (
+                    "–".to_owned(),
+                    "–".to_owned(),
+                    "–".to_owned(),
+                    "–".to_owned(),
+                ),
             };
             let _ = writeln!(
                 s,
-                "| {} | {:.1} | {:.0} | {rss} | {peer} | {peer_s} | {ratio} |",
+                "| {} | {} | {:.1} | {:.0} | {rss} | {} | {peer} | {peer_s} | {peer_requests} | {ratio} |",
                 row.step,
+                row.handled,
                 row.seconds,
-                row.docs as f64 / row.seconds.max(1e-9)
+                row.handled as f64 / row.seconds.max(1e-9),
+                count(row.requests),
             );
         }
         let _ = writeln!(s);
@@ -157,33 +172,52 @@ mod tests {
 
     #[test]
     fn a_section_holds_a_table_per_store_and_size() {
-        let row = |store: &str, step, peer| Row {
+        let peer = |name, seconds, requests| {
+            Some(PeerRun {
+                name,
+                seconds,
+                requests,
+            })
+        };
+        let row = |store: &str, step, requests, peer| Row {
             store: store.to_owned(),
             shards: None,
             docs: 1_000,
+            handled: 1_000,
             step,
             seconds: 2.0,
             peak_kb: Some(20_480),
+            requests,
             peer,
         };
         let rows = [
-            row("embedded", "index (first)", Some(("raw _bulk", 1.0))),
-            row("embedded", "fsck", None),
+            row(
+                "embedded",
+                "index (first)",
+                None,
+                peer("raw _bulk", 1.0, None),
+            ),
+            row("embedded", "fsck", None, None),
             row(
                 "Elasticsearch, 3 shard(s)",
                 "fsck",
-                Some(("one plain read", 4.0)),
+                Some(12),
+                peer("one plain read", 4.0, Some(3)),
             ),
         ];
         let section = render(&rows, "fsrename-bench --scale", "today", "2 cores");
         assert!(section.starts_with(SCALE_START) && section.ends_with(SCALE_END));
         assert_eq!(section.matches("| operation |").count(), 2, "{section}");
         assert!(
-            section.contains("| index (first) | 2.0 | 500 | 20.0 | raw _bulk | 1.0 | 2.00 × |"),
+            section.contains(
+                "| index (first) | 1000 | 2.0 | 500 | 20.0 | – | raw _bulk | 1.0 | – | 2.00 × |"
+            ),
             "{section}"
         );
         assert!(
-            section.contains("| fsck | 2.0 | 500 | 20.0 | one plain read | 4.0 | 0.50 × |"),
+            section.contains(
+                "| fsck | 1000 | 2.0 | 500 | 20.0 | 12 | one plain read | 4.0 | 3 | 0.50 × |"
+            ),
             "{section}"
         );
     }
@@ -194,9 +228,11 @@ mod tests {
             store: store.to_owned(),
             shards: None,
             docs,
+            handled: docs,
             step: "fsck",
             seconds,
             peak_kb: None,
+            requests: None,
             peer: None,
         };
         let earlier = render(
@@ -228,15 +264,15 @@ mod tests {
         let section = &text[text.find(SCALE_START).expect("start")..];
         assert_eq!(section.matches("| operation |").count(), 3, "{section}");
         assert!(
-            section.contains("| fsck | 9.0 |"),
+            section.contains("| fsck | 10000000 | 9.0 |"),
             "the 10 M table kept: {section}"
         );
         assert!(
-            section.contains("| fsck | 2.0 |"),
+            section.contains("| fsck | 1000 | 2.0 |"),
             "the 1 000 table new: {section}"
         );
         assert!(
-            !section.contains("| fsck | 1.0 |"),
+            !section.contains("| fsck | 1000 | 1.0 |"),
             "the old 1 000 table gone: {section}"
         );
         let order: Vec<usize> = [

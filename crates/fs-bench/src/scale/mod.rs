@@ -18,7 +18,10 @@ mod tree;
 
 use std::path::PathBuf;
 
+use std::time::Duration;
+
 use anyhow::Context as _;
+use fs_model::FsPath;
 
 pub use markdown::{render, write_into};
 
@@ -33,13 +36,16 @@ pub struct Plan {
     pub shards: Vec<u32>,
     /// Where the trees on disk and the embedded databases go.
     pub dir: PathBuf,
-    /// The operations to measure, of [`STEPS`] (`cp` copies `/t` to `/c`; `rm` removes `/t`,
-    /// its peer deleting `/c`).
+    /// The operations to measure, of [`STEPS`] (`cp` copies `/t` to `/c`, or its first group
+    /// of a million documents on a tree of ten; `rm` removes the same, its peer deleting
+    /// `/c`).
     pub steps: Vec<String>,
 }
 
 /// The operations `--scale` can measure, in the order it measures them.
-pub const STEPS: [&str; 6] = ["index", "fsck", "ls", "mv", "cp", "rm"];
+pub const STEPS: [&str; 9] = [
+    "index", "fsck", "ls", "find", "watch", "mv", "recover", "cp", "rm",
+];
 
 /// One operation measured, with its peer where it has one.
 #[derive(Debug, Clone)]
@@ -47,11 +53,23 @@ pub struct Row {
     pub store: String,
     pub shards: Option<u32>,
     pub docs: usize,
+    /// The documents the operation went through: the tree's, or the part's (`cp`, `rm`).
+    pub handled: usize,
     pub step: &'static str,
     pub seconds: f64,
     pub peak_kb: Option<u64>,
-    /// The peer's name and time.
-    pub peer: Option<(&'static str, f64)>,
+    /// The HTTP requests the server answered meanwhile (`None` on the embedded store).
+    pub requests: Option<u64>,
+    /// The peer, where it has one.
+    pub peer: Option<PeerRun>,
+}
+
+/// What a peer took.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerRun {
+    pub name: &'static str,
+    pub seconds: f64,
+    pub requests: Option<u64>,
 }
 
 /// Runs the plan; returns a row per operation.
@@ -76,20 +94,20 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Vec<Row>> {
                 let place = peers::Place::new(store, &plan.dir, docs, shards)?;
                 eprintln!("scale: {} documents on {place}", shape.docs());
                 let measured = measure(&binary, &place, &disk, &shape, &plan.steps).await?;
-                for (step, m, peer) in measured {
-                    eprintln!(
-                        "  {step:<28} {:>8.1} s {:>8.1} MiB{}",
-                        m.seconds,
-                        m.peak_kb.map_or(0.0, |kb| kb as f64 / 1024.0),
-                        peer.map_or(String::new(), |(name, s)| format!("   {name}: {s:.1} s"))
-                    );
+                for (step, (m, requests), peer) in measured {
                     rows.push(Row {
                         store: place.label(),
                         shards,
                         docs: shape.docs(),
+                        handled: if matches!(step, "cp -r" | "rm -r") {
+                            shape.part_docs()
+                        } else {
+                            shape.docs()
+                        },
                         step,
                         seconds: m.seconds,
                         peak_kb: m.peak_kb,
+                        requests,
                         peer,
                     });
                 }
@@ -100,10 +118,60 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Vec<Row>> {
     Ok(rows)
 }
 
-type Step = (&'static str, child::Measured, Option<(&'static str, f64)>);
+/// An operation's name, what it took with the requests it sent, and its peer.
+type Step = (
+    &'static str,
+    (child::Measured, Option<u64>),
+    Option<PeerRun>,
+);
+
+/// Prints a step as soon as it is measured (a ten-million-document run takes an hour: what
+/// it measured stays on the terminal if a later step fails).
+fn say(step: &Step) {
+    let (name, (m, requests), peer) = step;
+    let count = |n: &Option<u64>| n.map_or("–".to_owned(), |n| n.to_string());
+    eprintln!(
+        "  {name:<28} {:>8.1} s {:>8.1} MiB {:>8} requests{}",
+        m.seconds,
+        m.peak_kb.map_or(0.0, |kb| kb as f64 / 1024.0),
+        count(requests),
+        peer.map_or(String::new(), |p| format!(
+            "   {}: {:.1} s, {} requests",
+            p.name,
+            p.seconds,
+            count(&p.requests)
+        ))
+    );
+}
+
+/// The requests the server answered while `work` ran (`None` on the embedded store).
+async fn counted<T>(
+    place: &peers::Place,
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<(T, Option<u64>)> {
+    let before = peers::requests(place).await?;
+    let done = work.await?;
+    let after = peers::requests(place).await?;
+    Ok((done, before.zip(after).map(|(b, a)| a.saturating_sub(b))))
+}
+
+/// A peer's run, counted, where it has one.
+async fn peer_run(
+    place: &peers::Place,
+    name: &'static str,
+    work: impl std::future::Future<Output = anyhow::Result<Option<f64>>>,
+) -> anyhow::Result<Option<PeerRun>> {
+    let (seconds, requests) = counted(place, work).await?;
+    Ok(seconds.map(|seconds| PeerRun {
+        name,
+        seconds,
+        requests,
+    }))
+}
 
 /// The operations on one store among `steps`, each after the one before (the tree is indexed,
-/// checked, listed, renamed there and back, and removed), with their peers.
+/// checked, listed, searched, watched, renamed there and back, renamed by a job killed
+/// half-way and recovered, copied, and removed), with their peers.
 async fn measure(
     binary: &std::path::Path,
     place: &peers::Place,
@@ -112,81 +180,169 @@ async fn measure(
     steps: &[String],
 ) -> anyhow::Result<Vec<Step>> {
     place.clean().await?;
-    let run = |args: &[&str]| {
+    let command = |args: &[&str]| {
         let mut all = place.args();
         all.extend(args.iter().map(|a| (*a).to_owned()));
-        child::run(binary, &all)
+        all
+    };
+    let run = |args: &[&str]| {
+        let all = command(args);
+        counted(place, async move { child::run(binary, &all) })
     };
     let wanted = |step: &str| steps.iter().any(|s| s == step);
     let disk = disk.to_string_lossy().into_owned();
-    let mut out = Vec::new();
+    let mut out: Vec<Step> = Vec::new();
+    let push = |out: &mut Vec<Step>, step: Step| {
+        say(&step);
+        out.push(step);
+    };
     if wanted("index") {
-        let bulk = peers::raw_bulk(place, shape).await?;
-        out.push((
-            "index (first)",
-            run(&["index", &disk, "--as", "/t"])?,
-            Some(("raw _bulk", bulk)),
-        ));
-        out.push((
-            "index again (unchanged)",
-            run(&["index", &disk, "--as", "/t"])?,
-            None,
-        ));
+        let bulk = peer_run(place, "raw _bulk", async {
+            peers::raw_bulk(place, shape).await.map(Some)
+        })
+        .await?;
+        push(
+            &mut out,
+            (
+                "index (first)",
+                run(&["index", &disk, "--as", "/t"]).await?,
+                bulk,
+            ),
+        );
+        push(
+            &mut out,
+            (
+                "index again (unchanged)",
+                run(&["index", &disk, "--as", "/t"]).await?,
+                None,
+            ),
+        );
     } else {
         // What the other steps work on, unmeasured.
-        run(&["index", &disk, "--as", "/t"])?;
+        child::run(binary, &command(&["index", &disk, "--as", "/t"]))?;
     }
     if wanted("fsck") {
-        let read = peers::plain_read(place).await?;
-        out.push(("fsck", run(&["fsck"])?, Some(("one plain read", read))));
+        let read = peer_run(place, "one plain read", async {
+            peers::plain_read(place).await.map(Some)
+        })
+        .await?;
+        push(&mut out, ("fsck", run(&["fsck"]).await?, read));
     }
     if wanted("ls") {
-        out.push(("ls -R", run(&["ls", "-R", "/t"])?, None));
+        push(&mut out, ("ls -R", run(&["ls", "-R", "/t"]).await?, None));
     }
+    if wanted("find") {
+        // One name in every directory: as many entries as directories, from every one.
+        push(
+            &mut out,
+            (
+                "find --name f0999",
+                run(&["find", "/t", "--name", "f0999", "--limit", "10000"]).await?,
+                None,
+            ),
+        );
+    }
+    if wanted("watch") {
+        // `index --watch` on the indexed tree: its first pass (the walk, the comparison with
+        // the store, a watch on every directory) to its first report, then Ctrl-C.
+        let all = command(&["index", &disk, "--as", "/t", "--watch", "--json"]);
+        push(
+            &mut out,
+            (
+                "index --watch (first pass)",
+                counted(place, async move { child::run_to_first_line(binary, &all) }).await?,
+                None,
+            ),
+        );
+    }
+    let mut mv_seconds = None;
     if wanted("mv") {
-        let by_query = peers::update_by_query(place).await?;
-        let mv = run(&["mv", "/t", "/t2"])?;
-        out.push((
-            "mv",
-            mv,
-            by_query.map(|s| ("_update_by_query slices=auto", s)),
-        ));
-        out.push((
-            "mv --rewrite client",
-            run(&["mv", "--rewrite", "client", "/t2", "/t"])?,
-            None,
-        ));
+        let by_query = peer_run(
+            place,
+            "_update_by_query slices=auto",
+            peers::update_by_query(place),
+        )
+        .await?;
+        let mv = run(&["mv", "/t", "/t2"]).await?;
+        mv_seconds = Some(mv.0.seconds);
+        push(&mut out, ("mv", mv, by_query));
+        push(
+            &mut out,
+            (
+                "mv --rewrite client",
+                run(&["mv", "--rewrite", "client", "/t2", "/t"]).await?,
+                None,
+            ),
+        );
     }
+    let mut root = FsPath::parse("/t")?;
+    if wanted("recover") {
+        // The whole tree's rename killed with SIGKILL at 40 % of its time (of the `mv`
+        // measured above, or of a guess), then `recover`, which finishes it: a server-side
+        // task goes on without its client, and recovery waits for it, or resumes a client-side
+        // rewrite where the journal says it stopped.
+        let guess =
+            Duration::from_secs_f64(mv_seconds.unwrap_or(shape.docs() as f64 / 40_000.0) * 0.4)
+                .max(Duration::from_millis(100));
+        let killed = child::run_killed_after(binary, &command(&["mv", "/t", "/t3"]), guess)?;
+        // On a small tree the rename may end first: then `recover` finds nothing to finish,
+        // and says so in the table.
+        let label = match killed {
+            Some(_) => "recover (mv killed at 40 %)",
+            None => "recover (the mv ended before its kill)",
+        };
+        push(&mut out, (label, run(&["recover"]).await?, None));
+        child::run(binary, &command(&["fsck"])).context("fsck after recover")?;
+        // Rolled forward: the tree is where the killed job was taking it.
+        if child::run(binary, &command(&["ls", "/t3"])).is_ok() {
+            root = FsPath::parse("/t3")?;
+        }
+    }
+    let part = peers::part_path(&root, shape)?.to_string();
     if wanted("cp") {
         // The peer first: its copy is deleted (by the rm step's peer where it runs) before
         // fsrename's copy of the same subtree to the same place.
-        let bulk = peers::raw_bulk_copy(place, shape).await?;
+        let bulk = peer_run(
+            place,
+            "raw _bulk of the copies, 5 000 a request",
+            peers::raw_bulk_copy(place, shape),
+        )
+        .await?;
         peers::delete_by_query(place, "/c").await?;
-        out.push((
-            "cp -r",
-            run(&["cp", "-r", "/t", "/c"])?,
-            bulk.map(|s| ("raw _bulk of the copies, 5 000 a request", s)),
-        ));
+        push(
+            &mut out,
+            ("cp -r", run(&["cp", "-r", &part, "/c"]).await?, bulk),
+        );
     }
     if wanted("rm") {
         // The peer deletes a subtree of the same size, the copy (made by `cp`, or by the raw
-        // bulk here when that step did not run), before fsrename removes `/t`.
+        // bulk here when that step did not run), before fsrename removes the part.
         if !wanted("cp") {
             peers::raw_bulk_copy(place, shape).await?;
         }
-        let by_query = peers::delete_by_query(place, "/c").await?;
+        let ((by_query, _), requests) = counted(place, async {
+            Ok((peers::delete_by_query(place, "/c").await?, ()))
+        })
+        .await?;
         if let Some((_, deleted)) = by_query {
             anyhow::ensure!(
-                deleted as usize == shape.docs(),
+                deleted as usize == shape.part_docs(),
                 "_delete_by_query deleted {deleted} documents, not {}",
-                shape.docs()
+                shape.part_docs()
             );
         }
-        out.push((
-            "rm -r",
-            run(&["rm", "-r", "/t"])?,
-            by_query.map(|(s, _)| ("_delete_by_query slices=auto", s)),
-        ));
+        push(
+            &mut out,
+            (
+                "rm -r",
+                run(&["rm", "-r", &part]).await?,
+                by_query.map(|(seconds, _)| PeerRun {
+                    name: "_delete_by_query slices=auto",
+                    seconds,
+                    requests,
+                }),
+            ),
+        );
     }
     Ok(out)
 }

@@ -167,9 +167,10 @@ pub async fn raw_bulk(place: &Place, shape: &Shape) -> anyhow::Result<f64> {
     Ok(seconds)
 }
 
-/// The copy of `/t` as `/c` written by raw bulk requests of 5 000 documents into the tree index
-/// itself (Elasticsearch only), one after another, as a user's own copy would write them
-/// (ids of its own, no lock, no claim); returns the seconds it took.
+/// The copy of the part `cp -r` takes (`/t`, or `/t/g00` on a grouped tree: [`Shape::part`])
+/// as `/c`, written by raw bulk requests of 5 000 documents into the tree index itself
+/// (Elasticsearch only), one after another, as a user's own copy would write them (ids of
+/// its own, no lock, no claim); returns the seconds it took.
 ///
 /// # Errors
 /// Store failures.
@@ -177,11 +178,18 @@ pub async fn raw_bulk_copy(place: &Place, shape: &Shape) -> anyhow::Result<Optio
     let Store::Es { url } = &place.store else {
         return Ok(None);
     };
-    let (t, c) = (FsPath::parse("/t")?, FsPath::parse("/c")?);
+    let t = FsPath::parse("/t")?;
+    let (from, c) = (part_path(&t, shape)?, FsPath::parse("/c")?);
     // Made as they are sent, a directory at a time: ten million sources held at once would
-    // measure the bench's memory, not the server.
-    let dirs = (0..shape.dirs).map(|d| shape.dir_docs(&t, d));
-    let docs = std::iter::once(Ok(vec![fs_model::FsDoc::dir(t.clone(), 0)]))
+    // measure the bench's memory, not the server. A grouped part's first directory brings
+    // the group (the part's root) with it.
+    let root = match shape.part() {
+        None => vec![Ok(vec![fs_model::FsDoc::dir(t.clone(), 0)])],
+        Some(_) => Vec::new(),
+    };
+    let dirs = shape.part_dirs().map(|d| shape.dir_docs(&t, d));
+    let docs = root
+        .into_iter()
         .chain(dirs)
         .flat_map(|dir| match dir {
             Ok(docs) => docs.into_iter().map(Ok).collect::<Vec<_>>(),
@@ -189,12 +197,33 @@ pub async fn raw_bulk_copy(place: &Place, shape: &Shape) -> anyhow::Result<Optio
         })
         .enumerate()
         .map(|(i, doc)| {
-            let copy = doc?.renamed(&t, &c)?;
+            let copy = doc?.renamed(&from, &c)?;
             Ok((format!("peer-copy-{i}"), serde_json::to_value(copy)?))
         });
     let started = Instant::now();
     Peer::new(url).bulk_index(&place.index, docs, 5_000).await?;
     Ok(Some(started.elapsed().as_secs_f64()))
+}
+
+/// The part of the tree at `root` that `cp -r` and `rm -r` take: `root` itself, or its first
+/// group.
+pub fn part_path(root: &FsPath, shape: &Shape) -> anyhow::Result<FsPath> {
+    Ok(match shape.part() {
+        Some(group) => root.join(&group)?,
+        None => root.clone(),
+    })
+}
+
+/// The requests the server has answered so far (`Peer::rest_requests`; `None` on the
+/// embedded store, which has no requests).
+///
+/// # Errors
+/// If the server does not answer.
+pub async fn requests(place: &Place) -> anyhow::Result<Option<u64>> {
+    match &place.store {
+        Store::Es { url } => Ok(Some(Peer::new(url).rest_requests().await?)),
+        Store::Embedded { .. } => Ok(None),
+    }
 }
 
 /// The delete of `/c` as one `_delete_by_query` with `slices=auto` (Elasticsearch only);

@@ -16,11 +16,34 @@ use crate::types::{Scope, StoredDoc};
 impl Find for ElasticStore {
     async fn find(&self, index: &str, query: &FindQuery, size: usize) -> Result<Vec<StoredDoc>> {
         let context = format!("searching `{index}` by name and content");
-        let body = find_body(query, size);
-        let answer = self.search_body(&context, index, &body, None).await?;
-        docs_of(&context, answer)
+        let mut body = find_body(query, size.min(WINDOW));
+        let mut found = Vec::new();
+        loop {
+            let answer = self.search_body(&context, index, &body, None).await?;
+            // The last hit's sort values, where a full window may have more after it.
+            let after = answer["hits"]["hits"]
+                .as_array()
+                .filter(|hits| hits.len() == WINDOW)
+                .and_then(|hits| hits.last())
+                .map(|hit| hit["sort"].clone());
+            found.extend(docs_of(&context, answer)?);
+            match after {
+                Some(after) if found.len() < size && after.is_array() => {
+                    body["size"] = json!((size - found.len()).min(WINDOW));
+                    body["search_after"] = after;
+                }
+                _ => return Ok(found),
+            }
+        }
     }
 }
+
+/// The most hits one search may answer: `index.max_result_window`'s default, which a
+/// `from + size` above it makes the server refuse ("Result window is too large"). A larger
+/// `size` (`find --limit 10000` asks for one more, to tell whether there are more) is
+/// searched a window at a time, each after the last hit of the one before (the sort ends
+/// with `path`, unique, so no hit is seen twice).
+const WINDOW: usize = 10_000;
 
 /// The search body: the subtree and the name pattern as filters (a `regexp` that means what
 /// the pattern means: Elasticsearch 7's `wildcard` has no character classes), the words as a

@@ -13,6 +13,8 @@
 //!   with their keep-alive, and are capped (default 500, Elasticsearch's
 //!   `search.max_open_scroll_context`); past the cap a search that would open one fails with
 //!   HTTP 500, as on Elasticsearch.
+//! - **The result window** ([`window`]): a search asking past `from + size` 10 000 is
+//!   refused with 400, as Elasticsearch refuses it; osmem answers it.
 //! - **Near-real-time search** ([`nrt`]): a write becomes visible to search and count only after
 //!   a refresh of its index. Reads by id stay realtime.
 //!
@@ -60,6 +62,7 @@ mod scripted;
 mod trap;
 mod update_run;
 mod upstream;
+mod window;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -744,6 +747,9 @@ async fn route(proxy: &Arc<Proxy>, r: &Request) -> Result<Response, String> {
             failover::read(proxy, r, &seg).await
         }
         _ => {
+            if let Some(refused) = window::refuse(r, &seg) {
+                return Ok(refused);
+            }
             if let Some(response) = contexts::route(proxy, r, &seg).await? {
                 return Ok(response);
             }
