@@ -16,6 +16,7 @@ use crate::error::Result;
 use crate::scripted::ScriptedUpdates;
 use crate::server_rename::ServerRename;
 use crate::types::{BulkItemResult, BulkOp, Chain, Chained, Cursor, StoredDoc};
+use crate::write_gate::WriteGates;
 
 /// What a store can do beyond the primitives, each capability the object that does it; `None`
 /// where the store cannot. [`Capabilities::NONE`] is a store with primitives only.
@@ -41,6 +42,9 @@ pub struct Capabilities<'a> {
     /// Renames the server carries out itself, as tasks (`_update_by_query` on a server that
     /// runs painless). Without it, a rename's documents are rewritten by the client.
     pub server_rename: Option<&'a dyn ServerRename>,
+    /// Gates that fence a job's writes with one request (see [`WriteGates`]). Without it, a
+    /// copy fences each document with a claim.
+    pub write_gates: Option<&'a dyn WriteGates>,
 }
 
 impl Capabilities<'_> {
@@ -53,6 +57,7 @@ impl Capabilities<'_> {
         find: None,
         index_admin: None,
         server_rename: None,
+        write_gates: None,
     };
 
     /// The names of the capabilities present, for logs and test messages.
@@ -65,6 +70,7 @@ impl Capabilities<'_> {
             ("find", self.find.is_some()),
             ("index_admin", self.index_admin.is_some()),
             ("server_rename", self.server_rename.is_some()),
+            ("write_gates", self.write_gates.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, present)| present.then_some(name))

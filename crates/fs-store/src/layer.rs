@@ -40,6 +40,7 @@ use crate::store::DocStore;
 use crate::types::{
     BulkItemResult, BulkOp, Chain, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
 };
+use crate::write_gate::WriteGates;
 
 /// Which call a layer sees in [`StoreLayer::around`]: one per method of the store and of its
 /// capabilities, and one per kind of [`DocStore::write`] (`Create`, `Index`, `Delete`).
@@ -71,6 +72,9 @@ pub enum Call {
     DeleteOnServer,
     RunningRenames,
     CancelTask,
+    OpenGate,
+    BulkThroughGate,
+    ShutGates,
 }
 
 impl Call {
@@ -91,7 +95,8 @@ impl Call {
         match self {
             CreateIndex | DeleteIndex | Create | Index | Delete | Bulk | BulkAfter
             | BulkRefreshed | ExtendMapping | PutScript | BulkUpdate | BulkUpdateAfter
-            | RenameOnServer | DeleteOnServer | CancelTask => true,
+            | RenameOnServer | DeleteOnServer | CancelTask | OpenGate | BulkThroughGate
+            | ShutGates => true,
             Get | Mget | Search | Count | Refresh | CloseCursor | Find | IndicesExist
             | StoredScript | RunningRenames => false,
         }
@@ -295,6 +300,38 @@ pub trait StoreLayer: Send + Sync + std::fmt::Debug {
             None => Ok(Vec::new()),
         }
     }
+
+    /// See [`WriteGates::open_gate`]; forwarded by default.
+    async fn on_open_gate(&self, index: &str, gate: &str) -> Result<bool> {
+        match self.inner().capabilities().write_gates {
+            Some(gates) => gates.open_gate(index, gate).await,
+            None => Ok(false),
+        }
+    }
+
+    /// See [`WriteGates::bulk_through_gate`]; forwarded by default.
+    async fn on_bulk_through_gate(
+        &self,
+        gate: &str,
+        ops: Vec<BulkOp>,
+    ) -> Result<Vec<BulkItemResult>> {
+        match self.inner().capabilities().write_gates {
+            Some(gates) => gates.bulk_through_gate(gate, ops).await,
+            None => Err(no_write_gates()),
+        }
+    }
+
+    /// See [`WriteGates::shut_gates`]; forwarded by default.
+    async fn on_shut_gates(&self, index: &str, prefix: &str) -> Result<()> {
+        match self.inner().capabilities().write_gates {
+            Some(gates) => gates.shut_gates(index, prefix).await,
+            None => Ok(()),
+        }
+    }
+}
+
+fn no_write_gates() -> StoreError {
+    StoreError::rejected("a write gate", "the store has none")
 }
 
 fn no_server_rename() -> StoreError {
@@ -367,6 +404,7 @@ impl<L: StoreLayer> DocStore for L {
             find: inner.find.map(|_| self as &dyn Find),
             index_admin: inner.index_admin.map(|_| self as &dyn IndexAdmin),
             server_rename: inner.server_rename.map(|_| self as &dyn ServerRename),
+            write_gates: inner.write_gates.map(|_| self as &dyn WriteGates),
         };
         self.on_capabilities(offered)
     }
@@ -456,6 +494,24 @@ impl<L: StoreLayer> ScriptedUpdates for L {
     ) -> Result<Chained<UpdateItemResult>> {
         let next = self.on_bulk_update_after(chain);
         self.around(Call::BulkUpdateAfter, next).await
+    }
+}
+
+#[async_trait]
+impl<L: StoreLayer> WriteGates for L {
+    async fn open_gate(&self, index: &str, gate: &str) -> Result<bool> {
+        let next = self.on_open_gate(index, gate);
+        self.around(Call::OpenGate, next).await
+    }
+
+    async fn bulk_through_gate(&self, gate: &str, ops: Vec<BulkOp>) -> Result<Vec<BulkItemResult>> {
+        let next = self.on_bulk_through_gate(gate, ops);
+        self.around(Call::BulkThroughGate, next).await
+    }
+
+    async fn shut_gates(&self, index: &str, prefix: &str) -> Result<()> {
+        let next = self.on_shut_gates(index, prefix);
+        self.around(Call::ShutGates, next).await
     }
 }
 

@@ -10,8 +10,9 @@
 //!   early closes the search with `close_cursor`.
 //! - [`Capabilities`]: what a store can do beyond those, each capability the object that does
 //!   it ([`ChainedBulk`], [`RefreshedBulk`], [`ScriptedUpdates`], [`HeldCursors`], [`Find`],
-//!   [`IndexAdmin`], [`ServerRename`]); callers ask a store handle (`chains_bulk`, `bulk_after`, `find`,
-//!   `scripted`, ...), which answers from them.
+//!   [`IndexAdmin`], [`ServerRename`], [`WriteGates`]); callers ask a store handle
+//!   (`chains_bulk`, `bulk_after`, `find`, `scripted`, `write_gates`, ...), which answers from
+//!   them. A write gate fences a job's writes with one request (Elasticsearch: an alias).
 //! - [`StoreLayer`]: a store that wraps another, with its forwarding written once: it offers
 //!   every capability of the wrapped store unless it hides one on purpose.
 //! - [`StoreError`]: conflict, not found, transient, rejected; [`StoreError::is_retryable`]
@@ -66,6 +67,7 @@ mod sqlite;
 mod store;
 mod types;
 mod version;
+mod write_gate;
 
 pub use capabilities::{Capabilities, ChainedBulk, Find, HeldCursors, IndexAdmin, RefreshedBulk};
 pub use counting::CountingStore;
@@ -87,3 +89,4 @@ pub use types::{
     BulkItemResult, BulkOp, Chain, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
     WithFirst,
 };
+pub use write_gate::WriteGates;

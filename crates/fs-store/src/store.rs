@@ -15,6 +15,7 @@ use crate::server_rename::ServerRename;
 use crate::types::{
     BulkItemResult, BulkOp, Chain, Chained, Cursor, Page, Scope, SearchRequest, StoredDoc, Version,
 };
+use crate::write_gate::WriteGates;
 
 /// A document store with Elasticsearch's guarantees: each document is read and written
 /// atomically, and nothing spans documents (a bulk request is many independent writes).
@@ -231,6 +232,11 @@ impl<'s> dyn DocStore + 's {
     /// [`ServerRename`]); `None` where the client rewrites every document.
     pub fn server_rename(&self) -> Option<&dyn ServerRename> {
         self.capabilities().server_rename
+    }
+
+    /// Returns the store's write gates, where it has them (see [`WriteGates`]).
+    pub fn write_gates(&self) -> Option<&dyn WriteGates> {
+        self.capabilities().write_gates
     }
 
     /// Returns the store's scripted updates if its server runs scripts.

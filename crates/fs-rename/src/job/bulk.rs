@@ -12,6 +12,16 @@ use crate::report::{RenameEvent, RenameReport};
 use crate::resend;
 use crate::tree::FsTree;
 
+/// Where a page's writes go.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum WriteTo<'a> {
+    /// The tree index; with `refresh`, searchable once written.
+    Index { refresh: bool },
+    /// The tree index through a write gate (see [`fs_store::WriteGates`]): refused once the
+    /// gate is shut.
+    Gate(&'a str),
+}
+
 /// The final answer to one item of a page.
 #[derive(Debug)]
 pub(super) struct ItemAnswer {
@@ -71,11 +81,24 @@ impl Renamer {
         context: &str,
         retries: &mut u64,
     ) -> Result<Vec<ItemAnswer>> {
+        let to = WriteTo::Index { refresh: false };
+        self.send_ops_to(tree, to, ops, context, retries).await
+    }
+
+    /// [`Renamer::send_ops`] to `to`.
+    pub(super) async fn send_ops_to(
+        &self,
+        tree: &FsTree,
+        to: WriteTo<'_>,
+        ops: Vec<BulkOp>,
+        context: &str,
+        retries: &mut u64,
+    ) -> Result<Vec<ItemAnswer>> {
         let mut answers: Vec<ItemAnswer> = Vec::with_capacity(ops.len());
         let mut unanswered = Unanswered::new(ops.len());
         let op_for = |i: usize| Ok(ops[i].clone());
         while !unanswered.is_empty() {
-            let round = self.send_round(tree, &mut unanswered, op_for, false, context, retries);
+            let round = self.send_round(tree, &mut unanswered, op_for, to, context, retries);
             answers.extend(round.await?);
         }
         answers.sort_by_key(|a| a.index);
@@ -83,8 +106,8 @@ impl Renamer {
     }
 
     /// Sends the `unanswered` items of a page in one bulk request (after the pause their last
-    /// send left, counted in `retries`), built by `op_for` from their position in the page;
-    /// with `refresh`, the page is searchable once written. Returns the items answered for
+    /// send left, counted in `retries`), built by `op_for` from their position in the page,
+    /// to `to`. Returns the items answered for
     /// good in this send; those that failed transiently stay in `unanswered` while the policy
     /// allows another send. Fails only if the whole request fails for good.
     pub(super) async fn send_round(
@@ -92,7 +115,7 @@ impl Renamer {
         tree: &FsTree,
         unanswered: &mut Unanswered,
         op_for: impl Fn(usize) -> Result<BulkOp>,
-        refresh: bool,
+        to: WriteTo<'_>,
         context: &str,
         retries: &mut u64,
     ) -> Result<Vec<ItemAnswer>> {
@@ -108,10 +131,19 @@ impl Renamer {
             .iter()
             .map(|&i| op_for(i))
             .collect::<Result<Vec<BulkOp>>>()?;
-        let sent = if refresh {
-            tree.store().bulk_refreshed(tree.index(), ops).await
-        } else {
-            tree.store().bulk(tree.index(), ops).await
+        let sent = match to {
+            WriteTo::Index { refresh: true } => {
+                tree.store().bulk_refreshed(tree.index(), ops).await
+            }
+            WriteTo::Index { refresh: false } => tree.store().bulk(tree.index(), ops).await,
+            WriteTo::Gate(gate) => match tree.store().write_gates() {
+                Some(gates) => gates.bulk_through_gate(gate, ops).await,
+                None => Err(StoreError::Rejected {
+                    context: format!("writing through the gate `{gate}`"),
+                    status: None,
+                    message: "the store has no write gates".to_owned(),
+                }),
+            },
         };
         let transient = match &sent {
             Ok(results) => results

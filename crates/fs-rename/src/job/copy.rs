@@ -10,6 +10,9 @@
 //! finished the copy (and someone deleted it since) adds only claims, which nobody sees and
 //! recovery sweeps, never a document of the tree.
 //!
+//! Where the store has write gates (`copy_gated.rs`), a copy of more than a page writes each
+//! copy once, through the job's gate, instead: the gate is what fences it.
+//!
 //! The derived ids make the copy idempotent. A claim that finds its id taken has found this
 //! job's own claim or copy, made by an earlier send (an answer lost in a timeout) or by the
 //! job a recovery is finishing: a claim goes on to be written over, a copy counts as done
@@ -30,13 +33,8 @@ use crate::tree::{next_entries, Entry, FsTree};
 
 impl Renamer {
     /// Copies everything at or under `from` to `to`; `total` is the count the checks found
-    /// (once known).
-    ///
-    /// A pipeline two pages deep: while the copies of one page are written over their claims,
-    /// the next page is read and its claims sent. Claims are no part of the tree, so only the
-    /// writes keep the path order (a page's written, and acknowledged, before the next page's
-    /// are sent: no copy is ever seen without its parent), and the server has a second request
-    /// to work on meanwhile, on its second core. At most two pages are held.
+    /// (once known): through a write gate where the store has them and the copy is more than
+    /// a page (`copy_gated.rs`), with claims otherwise.
     pub(super) async fn copy_all(
         &self,
         hold: Hold<'_>,
@@ -46,6 +44,11 @@ impl Renamer {
         report: &mut RenameReport,
     ) -> Result<()> {
         let page_size = self.config.page_size;
+        // Where the store has write gates, the copies go through one (one write a copy); the
+        // gates of the job's earlier runs are shut first, whichever way this run writes.
+        let gate = self
+            .open_copy_gate(hold.tree, job_id, total.get().copied())
+            .await?;
         // Under locks nothing is added under the source (as for a rename).
         let mut scan = self.subtree_scan(
             hold.tree,
@@ -53,64 +56,112 @@ impl Renamer {
             total.get(),
             page_size,
         );
-        let copied = async {
-            let context = || format!("scanning under `{from}`");
-            let index = hold.tree.index();
-            let mut pending: Option<Claimed> = None;
-            loop {
-                let (mut write_retries, mut claim_retries) = (0, 0);
-                let progress = (report.kind, report.rewritten, report.found);
-                let write = async {
-                    match pending.take() {
-                        Some(page) => self
-                            .write_claimed(hold, page, (from, to), &mut write_retries)
-                            .await
-                            .map(Some),
-                        None => Ok(None),
-                    }
-                };
-                let next = async {
-                    let Some(page) = next_entries(&mut scan, index, context).await? else {
-                        return Ok(None);
-                    };
-                    let entries = page.collect::<Result<Vec<_>>>()?;
-                    self.before_page(hold, &entries, from, progress).await?;
-                    self.claim_page(hold.tree, entries, (from, to), job_id, &mut claim_retries)
-                        .await
-                        .map(Some)
-                };
-                let (written, next): (Result<Option<Written>>, Result<Option<Claimed>>) =
-                    tokio::join!(write, next);
-                report.retries += write_retries + claim_retries;
-                if let Some(written) = written? {
-                    report.rewritten += written.count;
-                    if let Some((path, e)) = written.failure {
-                        return Err(copy_failure((path, (from, to)), e, report));
-                    }
-                    // Progress counts copies written, once they are: the last page's
-                    // progress is the job's last write.
-                    self.emit(RenameEvent::Progress {
-                        done: report.rewritten,
-                        total: total.get().copied().unwrap_or(0).max(report.found),
-                    });
-                }
-                let Some(claimed) = next? else {
-                    return Ok(());
-                };
-                report.found += claimed.entries.len() as u64;
-                report.rewritten += claimed.done;
-                if let Some((i, e)) = claimed.failure {
-                    let path = claimed.entries[i].doc.path.clone();
-                    return Err(copy_failure((path, (from, to)), e, report));
-                }
-                pending = Some(claimed);
+        let copied = match gate.as_deref() {
+            Some(gate) => {
+                let target = (from, to, job_id);
+                self.copy_through_gate(hold, &mut scan, target, gate, total, report)
+                    .await
             }
-        }
-        .await;
-        // However the copy ended, what the store keeps open for the scan is closed before the
-        // locks are released.
+            None => {
+                self.copy_with_claims(hold, &mut scan, (from, to), job_id, total, report)
+                    .await
+            }
+        };
+        // However the copy ended, what the store keeps open for the scan is closed, and the
+        // gate shut (its writes done), before the locks are released.
         scan.close().await;
-        copied
+        let shut = match gate {
+            Some(_) => self.shut_copy_gates(hold.tree, job_id).await,
+            None => Ok(()),
+        };
+        match (copied, shut) {
+            (Err(e), Err(shut)) => {
+                tracing::warn!(job = %job_id, error = %shut, "shutting the copy's write gate failed; recovery shuts it");
+                Err(e)
+            }
+            (copied, shut) => copied.and(shut),
+        }
+    }
+
+    /// The copy with a claim on each copy's id (stores without write gates, and copies of a
+    /// page or less): a pipeline two pages deep. While the copies of one page are written
+    /// over their claims, the next page is read and its claims sent. Claims are no part of
+    /// the tree, so only the writes keep the path order (a page's written, and acknowledged,
+    /// before the next page's are sent: no copy is ever seen without its parent), and the
+    /// server has a second request to work on meanwhile, on its second core. At most two
+    /// pages are held.
+    async fn copy_with_claims(
+        &self,
+        hold: Hold<'_>,
+        scan: &mut fs_store::Scan,
+        (from, to): (&FsPath, &FsPath),
+        job_id: &str,
+        total: &OnceLock<u64>,
+        report: &mut RenameReport,
+    ) -> Result<()> {
+        let context = || format!("scanning under `{from}`");
+        let index = hold.tree.index();
+        let mut pending: Option<Claimed> = None;
+        loop {
+            let (mut write_retries, mut claim_retries) = (0, 0);
+            let progress = (report.kind, report.rewritten, report.found);
+            let write = async {
+                match pending.take() {
+                    Some(page) => self
+                        .write_claimed(hold, page, (from, to), &mut write_retries)
+                        .await
+                        .map(Some),
+                    None => Ok(None),
+                }
+            };
+            let next = async {
+                let Some(page) = next_entries(scan, index, context).await? else {
+                    return Ok(None);
+                };
+                let entries = page.collect::<Result<Vec<_>>>()?;
+                self.before_page(hold, &entries, from, progress).await?;
+                self.claim_page(hold.tree, entries, (from, to), job_id, &mut claim_retries)
+                    .await
+                    .map(Some)
+            };
+            let (written, next): (Result<Option<Written>>, Result<Option<Claimed>>) =
+                tokio::join!(write, next);
+            report.retries += write_retries + claim_retries;
+            if let Some(written) = written? {
+                self.tally_written(written, (from, to), total, report)?;
+            }
+            let Some(claimed) = next? else {
+                return Ok(());
+            };
+            report.found += claimed.entries.len() as u64;
+            report.rewritten += claimed.done;
+            if let Some((i, e)) = claimed.failure {
+                let path = claimed.entries[i].doc.path.clone();
+                return Err(copy_failure((path, (from, to)), e, report));
+            }
+            pending = Some(claimed);
+        }
+    }
+
+    /// Counts a page's copies written into `report`, and says so (progress counts copies
+    /// written, once they are: the last page's progress is the job's last write); the page's
+    /// failure, if any, stops the copy.
+    pub(super) fn tally_written(
+        &self,
+        written: Written,
+        (from, to): (&FsPath, &FsPath),
+        total: &OnceLock<u64>,
+        report: &mut RenameReport,
+    ) -> Result<()> {
+        report.rewritten += written.count;
+        if let Some((path, e)) = written.failure {
+            return Err(copy_failure((path, (from, to)), e, report));
+        }
+        self.emit(RenameEvent::Progress {
+            done: report.rewritten,
+            total: total.get().copied().unwrap_or(0).max(report.found),
+        });
+        Ok(())
     }
 
     /// The first half of a page's copy: claims on the copies' ids, in one bulk request.
@@ -256,7 +307,7 @@ impl Renamer {
     /// Reads the documents at the ids of `copies[i]` for each `(i, conflict)` of `which` in one
     /// request (none for none; again for those a lagging copy answered); returns, by `i`, what
     /// each holds.
-    async fn read_copies(
+    pub(super) async fn read_copies(
         &self,
         tree: &FsTree,
         copies: &[Copy],
@@ -297,20 +348,20 @@ struct Claimed {
 
 /// What writing a page's copies did: how many were written, and the first failure with the
 /// path it stopped at.
-struct Written {
-    count: u64,
-    failure: Option<(FsPath, StoreError)>,
+pub(super) struct Written {
+    pub(super) count: u64,
+    pub(super) failure: Option<(FsPath, StoreError)>,
 }
 
 /// One copy of a page: its id and its source.
-struct Copy {
-    id: String,
-    source: Value,
+pub(super) struct Copy {
+    pub(super) id: String,
+    pub(super) source: Value,
 }
 
 /// The copies of `entries`, moved from under `from` to under `to`, with the ids derived
 /// from `job_id` and each entry's id.
-fn copies_of(
+pub(super) fn copies_of(
     tree: &FsTree,
     entries: &[Entry],
     (from, to): (&FsPath, &FsPath),
@@ -332,7 +383,7 @@ fn copies_of(
 }
 
 /// What is at a copy's id.
-enum Found {
+pub(super) enum Found {
     /// Exactly the copy.
     Copy,
     /// A claim (necessarily this job's: the id derives from the job id), at this version.
@@ -341,7 +392,7 @@ enum Found {
     Other,
 }
 
-fn conflict(tree: &FsTree, copy: &Copy) -> StoreError {
+pub(super) fn conflict(tree: &FsTree, copy: &Copy) -> StoreError {
     StoreError::Conflict {
         index: tree.index().to_owned(),
         id: copy.id.clone(),

@@ -56,6 +56,7 @@ mod builder;
 mod bulk;
 mod chained;
 mod copy;
+mod copy_gated;
 mod delete;
 mod delete_order;
 mod document_locks;

@@ -319,7 +319,7 @@ impl Renamer {
                 tree,
                 &mut unanswered,
                 op_for,
-                refresh,
+                super::bulk::WriteTo::Index { refresh },
                 &context,
                 &mut written.retries,
             );

@@ -255,6 +255,41 @@ pub struct Flaky {
     pub failing_refreshes: AtomicUsize,
 }
 
+impl Flaky {
+    /// Sends `ops` with `send`, the first items failing as the fault says.
+    async fn faulted<F, Fut>(
+        &self,
+        ops: Vec<BulkOp>,
+        send: F,
+    ) -> fs_store::Result<Vec<BulkItemResult>>
+    where
+        F: Fn(Vec<BulkOp>) -> Fut,
+        Fut: std::future::Future<Output = fs_store::Result<Vec<BulkItemResult>>>,
+    {
+        let mut faulty = 0;
+        while faulty < ops.len() && self.remaining.load(Ordering::SeqCst) > 0 {
+            self.remaining.fetch_sub(1, Ordering::SeqCst);
+            faulty += 1;
+        }
+        let (written, mut results) = match self.fault {
+            Fault::Dropped => {
+                let rest = ops[faulty..].to_vec();
+                let mut results: Vec<BulkItemResult> =
+                    (0..faulty).map(|_| Err(transient())).collect();
+                results.extend(send(rest).await?);
+                (true, results)
+            }
+            Fault::LostAnswer => (false, send(ops).await?),
+        };
+        if !written {
+            for r in results.iter_mut().take(faulty) {
+                *r = Err(transient());
+            }
+        }
+        Ok(results)
+    }
+}
+
 fn transient() -> StoreError {
     StoreError::Transient {
         context: "test".into(),
@@ -287,27 +322,21 @@ impl StoreLayer for Flaky {
         if index != self.index {
             return self.inner.bulk(index, ops).await;
         }
-        let mut faulty = 0;
-        while faulty < ops.len() && self.remaining.load(Ordering::SeqCst) > 0 {
-            self.remaining.fetch_sub(1, Ordering::SeqCst);
-            faulty += 1;
-        }
-        let (written, mut results) = match self.fault {
-            Fault::Dropped => {
-                let rest = ops[faulty..].to_vec();
-                let mut results: Vec<BulkItemResult> =
-                    (0..faulty).map(|_| Err(transient())).collect();
-                results.extend(self.inner.bulk(index, rest).await?);
-                (true, results)
+        self.faulted(ops, |ops| self.inner.bulk(index, ops)).await
+    }
+    /// The writes through the tree index's gates (a copy's) fail as its own bulk requests.
+    async fn on_bulk_through_gate(
+        &self,
+        gate: &str,
+        ops: Vec<BulkOp>,
+    ) -> fs_store::Result<Vec<BulkItemResult>> {
+        self.faulted(ops, |ops| async move {
+            match self.inner.write_gates() {
+                Some(gates) => gates.bulk_through_gate(gate, ops).await,
+                None => Err(transient()),
             }
-            Fault::LostAnswer => (false, self.inner.bulk(index, ops).await?),
-        };
-        if !written {
-            for r in results.iter_mut().take(faulty) {
-                *r = Err(transient());
-            }
-        }
-        Ok(results)
+        })
+        .await
     }
     async fn on_refresh(&self, index: &str) -> fs_store::Result<()> {
         let failing = &self.failing_refreshes;

@@ -4,6 +4,7 @@
 //! a write whose outcome is unknown comes back as transient, for the caller to resolve by
 //! reading. A `200` answer to `_bulk` says nothing about its items: each is judged on its own.
 
+use elasticsearch::http::headers::{HeaderName, HeaderValue};
 use elasticsearch::http::request::JsonBody;
 use elasticsearch::{BulkParts, CreateParts, DeleteParts, GetParts, IndexParts, MgetParts};
 use serde_json::{json, Value};
@@ -23,6 +24,26 @@ macro_rules! if_version {
             None => $request,
         }
     };
+}
+
+/// The header Elasticsearch keeps with a request's tasks.
+pub(super) const OPAQUE_ID: &str = "x-opaque-id";
+
+/// The `X-Opaque-Id` of a write through the gate `gate` (`gates.rs` looks for it in the
+/// tasks).
+pub(super) fn gate_opaque_id(gate: &str) -> String {
+    format!("fsrename-gate-{gate}")
+}
+
+/// How a bulk request is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Bulk {
+    /// As it is.
+    Plain,
+    /// Its items searchable when it answers (`refresh=true`).
+    Refreshed,
+    /// Through a write gate (`index` is the gate's name; see `gates.rs`).
+    Gated,
 }
 
 impl ElasticStore {
@@ -136,15 +157,36 @@ impl ElasticStore {
         ops: Vec<BulkOp>,
         refresh: bool,
     ) -> Result<Vec<BulkItemResult>> {
+        let how = if refresh {
+            Bulk::Refreshed
+        } else {
+            Bulk::Plain
+        };
+        self.bulk_docs_how(index, ops, how).await
+    }
+
+    /// A bulk request sent as `how` says.
+    pub(super) async fn bulk_docs_how(
+        &self,
+        index: &str,
+        ops: Vec<BulkOp>,
+        how: Bulk,
+    ) -> Result<Vec<BulkItemResult>> {
         if ops.is_empty() {
-            if refresh {
+            if how == Bulk::Refreshed {
                 self.refresh_index(index).await?;
             }
             return Ok(Vec::new());
         }
-        let context = format!("bulk request of {} items to `{index}`", ops.len());
+        let context = match how {
+            Bulk::Gated => format!(
+                "bulk request of {} items through the gate `{index}`",
+                ops.len()
+            ),
+            _ => format!("bulk request of {} items to `{index}`", ops.len()),
+        };
         let answers = self
-            .send_bulk_with(&context, index, bulk_lines(&ops), ops.len(), refresh)
+            .send_bulk_with(&context, index, bulk_lines(&ops), ops.len(), how)
             .await?;
         Ok(answers
             .into_iter()
@@ -172,7 +214,7 @@ impl ElasticStore {
         lines: Vec<Value>,
         expected: usize,
     ) -> Result<Vec<(u16, Value)>> {
-        self.send_bulk_with(context, index, lines, expected, false)
+        self.send_bulk_with(context, index, lines, expected, Bulk::Plain)
             .await
     }
 
@@ -186,10 +228,10 @@ impl ElasticStore {
         index: &str,
         lines: Vec<Value>,
         expected: usize,
-        refresh: bool,
+        how: Bulk,
     ) -> Result<Vec<(u16, Value)>> {
         let first = self
-            .send_bulk_once(context, index, &lines, expected, refresh)
+            .send_bulk_once(context, index, &lines, expected, how)
             .await?;
         if !first.iter().any(|(status, _)| *status == 429) {
             return Ok(first);
@@ -219,7 +261,7 @@ impl ElasticStore {
                 .flat_map(|&i| lines[spans[i].clone()].iter().cloned())
                 .collect();
             match self
-                .send_bulk_once(context, index, &again, rejected.len(), refresh)
+                .send_bulk_once(context, index, &again, rejected.len(), how)
                 .await
             {
                 Ok(resent) => {
@@ -247,18 +289,31 @@ impl ElasticStore {
         index: &str,
         lines: &[Value],
         expected: usize,
-        refresh: bool,
+        how: Bulk,
     ) -> Result<Vec<(u16, Value)>> {
         let client = &self.inner.client;
+        // Through a gate: refused if the gate (an alias) is gone, rather than creating an
+        // index of its name; known to the tasks API by the gate's name.
+        let opaque = match how {
+            Bulk::Gated => Some(HeaderValue::from_str(&gate_opaque_id(index)).map_err(|e| {
+                StoreError::rejected(context.to_owned(), format!("the gate's name: {e}"))
+            })?),
+            _ => None,
+        };
         let body = self
             .ok(context, index, "", Retry::IfNotCarriedOut, || {
                 let lines: Vec<JsonBody<Value>> =
                     lines.iter().cloned().map(JsonBody::new).collect();
                 let request = client.bulk(BulkParts::Index(index)).body(lines);
-                if refresh {
-                    request.refresh(elasticsearch::params::Refresh::True).send()
-                } else {
-                    request.send()
+                match (how, &opaque) {
+                    (Bulk::Refreshed, _) => {
+                        request.refresh(elasticsearch::params::Refresh::True).send()
+                    }
+                    (Bulk::Gated, Some(opaque)) => request
+                        .require_alias(true)
+                        .header(HeaderName::from_static(OPAQUE_ID), opaque.clone())
+                        .send(),
+                    _ => request.send(),
                 }
             })
             .await?;

@@ -35,6 +35,7 @@ mod cursor;
 mod documents;
 mod find;
 mod fingerprint;
+mod gates;
 mod indices;
 mod nodes;
 mod rename_task;
@@ -161,6 +162,7 @@ impl DocStore for ElasticStore {
             find: Some(self),
             index_admin: Some(self),
             server_rename: Some(self),
+            write_gates: Some(self),
         }
     }
 

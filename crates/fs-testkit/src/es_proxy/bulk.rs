@@ -58,13 +58,14 @@ pub(crate) async fn bulk(
     let mut touched = BTreeSet::new();
     let mut run: Vec<&Item> = Vec::new();
     let mut updates: Vec<UpdateItem> = Vec::new();
+    let require_alias = r.param("require_alias").as_deref() == Some("true");
     for &item in &kept {
         if item.action != "update" {
             run_updates(proxy, &mut updates, &mut answers).await?;
             run.push(item);
             continue;
         }
-        flush(proxy, index, &mut run, &mut answers).await?;
+        flush(proxy, (index, require_alias), &mut run, &mut answers).await?;
         let Some(item_index) = index_of(item) else {
             return Err("an update item without an index".into());
         };
@@ -81,7 +82,7 @@ pub(crate) async fn bulk(
         });
     }
     run_updates(proxy, &mut updates, &mut answers).await?;
-    flush(proxy, index, &mut run, &mut answers).await?;
+    flush(proxy, (index, require_alias), &mut run, &mut answers).await?;
     let mut errors = false;
     for (item, answered) in kept.iter().zip(&answers) {
         let result = answered
@@ -92,9 +93,13 @@ pub(crate) async fn bulk(
         let status = result["status"].as_u64().unwrap_or(500);
         errors |= !(200..300).contains(&status);
         let written = (200..300).contains(&status) && result["result"] != "noop";
-        if let (true, Some(item_index), Some(id)) =
-            (written, index_of(item), result["_id"].as_str())
-        {
+        // Noted under the index the server wrote (an alias's is behind it).
+        let written_to = result["_index"].as_str().map(str::to_owned);
+        if let (true, Some(item_index), Some(id)) = (
+            written,
+            written_to.or_else(|| index_of(item)),
+            result["_id"].as_str(),
+        ) {
             proxy.nrt.written(&item_index, id);
             touched.insert(item_index);
         }
@@ -152,7 +157,7 @@ async fn run_updates(
 /// Sends the pending run of non-update items to the server behind, in one request.
 async fn flush(
     proxy: &Proxy,
-    index: Option<&str>,
+    (index, require_alias): (Option<&str>, bool),
     run: &mut Vec<&Item>,
     answers: &mut Vec<Value>,
 ) -> Result<(), String> {
@@ -166,7 +171,7 @@ async fn flush(
             lines.push(body.clone());
         }
     }
-    let (status, answer) = proxy.upstream.bulk(index, &lines).await?;
+    let (status, answer) = proxy.upstream.bulk(index, &lines, require_alias).await?;
     let items = answer["items"].as_array().filter(|a| a.len() == run.len());
     match items {
         Some(items) if (200..300).contains(&status) => answers.extend(items.iter().cloned()),

@@ -197,7 +197,7 @@ impl Proxy {
                 }
             }
             let copy = format!("{index}{COPY}");
-            let (status, answer) = self.upstream.bulk(Some(&copy), &lines).await?;
+            let (status, answer) = self.upstream.bulk(Some(&copy), &lines, false).await?;
             if !(200..300).contains(&status) {
                 return Err(format!("refreshing {index}: HTTP {status} {answer}"));
             }

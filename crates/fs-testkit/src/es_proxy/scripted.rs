@@ -237,7 +237,7 @@ async fn partial_doc(
     body: &Value,
 ) -> Result<Outcome, String> {
     let lines = [json!({"update": {"_id": id}}), body.clone()];
-    let (status, answer) = proxy.upstream.bulk(Some(index), &lines).await?;
+    let (status, answer) = proxy.upstream.bulk(Some(index), &lines, false).await?;
     if !(200..300).contains(&status) {
         return Ok(failed(index, id, status, answer["error"].clone()));
     }

@@ -77,16 +77,21 @@ impl Upstream {
         &self,
         index: Option<&str>,
         lines: &[Value],
+        require_alias: bool,
     ) -> Result<(u16, Value), String> {
         let mut body = String::new();
         for line in lines {
             body.push_str(&line.to_string());
             body.push('\n');
         }
-        let path = match index {
+        let mut path = match index {
             Some(index) => format!("/{}/_bulk", encode(index)),
             None => "/_bulk".to_owned(),
         };
+        // A write through an alias that must be one (a write gate): refused once it is gone.
+        if require_alias {
+            path.push_str("?require_alias=true");
+        }
         let (status, answer) = self
             .send(
                 Method::POST,
