@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::*;
 use fs_model::FsDoc;
 use fs_rename::{Recovery, Renamer};
-use fs_store::{BulkItemResult, BulkOp, Call, DocStore, Scan, Scope, SharedStore, StoreLayer};
+use fs_store::{BulkItemResult, BulkOp, Call, DocStore, SharedStore, StoreLayer};
 use fs_testkit::{faulty, FaultPlan};
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -70,18 +70,6 @@ impl StoreLayer for Noting {
             None => panic!("a gate used on a store without gates"),
         }
     }
-}
-
-/// Every document by id, its source as stored.
-async fn docs_by_id(env: &Env) -> BTreeMap<String, Value> {
-    env.store.refresh(&env.index).await.expect("refresh");
-    Scan::new(Arc::clone(&env.store), &env.index, Scope::All, 1_000)
-        .read_all()
-        .await
-        .expect("scan")
-        .into_iter()
-        .map(|d| (d.id, d.source))
-        .collect()
 }
 
 fn recovery(env: &Env) -> Recovery {

@@ -15,7 +15,7 @@ use fs_rename::{
     fsck, fsck_consistent, list_consistent, JobKind, Journal, LockSettings, Recovery, RenameError,
     Renamer, Strategy,
 };
-use fs_store::{Scan, Scope, SharedStore};
+use fs_store::SharedStore;
 use fs_testkit::{faulty, FaultPlan};
 use serde_json::Value;
 
@@ -33,18 +33,6 @@ fn recovery(env: &Env) -> Recovery {
         .lease(LEASE)
         .wait(Duration::from_secs(5))
         .page_size(PAGE)
-}
-
-/// Every document by id, its source as stored.
-async fn docs_by_id(env: &Env) -> BTreeMap<String, Value> {
-    env.store.refresh(&env.index).await.expect("refresh");
-    Scan::new(Arc::clone(&env.store), &env.index, Scope::All, 1_000)
-        .read_all()
-        .await
-        .expect("scan")
-        .into_iter()
-        .map(|d| (d.id, d.source))
-        .collect()
 }
 
 /// `/src` (two directories of `per_dir` files each, with sizes and times of their own) and

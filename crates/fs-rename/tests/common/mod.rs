@@ -208,6 +208,18 @@ pub async fn dir_of_files(env: &Env, dir: &str, files: usize) {
     tree_with(env, &refs).await;
 }
 
+/// Every document by id, its source as stored.
+pub async fn docs_by_id(env: &Env) -> BTreeMap<String, serde_json::Value> {
+    env.store.refresh(&env.index).await.expect("refresh");
+    Scan::new(Arc::clone(&env.store), &env.index, Scope::All, 1_000)
+        .read_all()
+        .await
+        .expect("scan")
+        .into_iter()
+        .map(|d| (d.id, d.source))
+        .collect()
+}
+
 /// Returns every document's path by id.
 pub async fn paths_by_id(env: &Env) -> BTreeMap<String, String> {
     let (store, index) = (&env.store, env.index.as_str());
