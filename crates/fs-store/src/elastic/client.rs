@@ -50,7 +50,16 @@ impl ElasticStore {
         let nodes = NodePool::new(first, urls.collect());
         let mut builder = TransportBuilder::new(nodes.clone())
             .timeout(config.request_timeout)
-            .disable_proxy();
+            .disable_proxy()
+            // Answers uncompressed, as Elasticsearch's own clients ask by default: the HTTP
+            // library would otherwise ask for gzip, and a node spends as much compressing a
+            // page of a thousand hits as finding it (a read of a million documents took 40 %
+            // longer, both cores busy). A copy, a rename or a check reads and writes pages
+            // back to back; the bytes saved matter only across a slow network.
+            .header(
+                elasticsearch::http::headers::ACCEPT_ENCODING,
+                elasticsearch::http::headers::HeaderValue::from_static("identity"),
+            );
         match &config.auth {
             Some(Auth::Basic { user, password }) => {
                 builder = builder.auth(Credentials::Basic(user.clone(), password.clone()))
