@@ -44,8 +44,7 @@ impl Renamer {
         report: &mut RenameReport,
     ) -> Result<()> {
         let page_size = self.config.page_size;
-        // Where the store has write gates, the copies go through one (one write a copy); the
-        // gates of the job's earlier runs are shut first, whichever way this run writes.
+        // Where the store has write gates, the copies go through one (one write a copy).
         let gate = self
             .open_copy_gate(hold.tree, job_id, total.get().copied())
             .await?;

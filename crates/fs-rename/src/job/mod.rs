@@ -75,6 +75,7 @@ pub(crate) use task::Task;
 
 use crate::error::{RenameError, Result};
 use crate::journal::JournalEntry;
+use crate::kind::JobKind;
 use crate::report::{RenameEvent, RenameReport};
 use crate::tree::FsTree;
 
@@ -214,6 +215,12 @@ impl Renamer {
             // A task the dead job started on the server may still be running: it is stopped
             // before the job is finished (see `server_rewrite.rs`).
             server_rewrite::stop_server_renames(&tree, &entry.job_id).await?;
+            // Nor may a page the dead copy sent through its write gate land once the copy is
+            // finished: its gates are shut, and what went through them written, first (see
+            // `copy_gated.rs`). Only a recovery needs this: a first run has no earlier gates.
+            if entry.kind == JobKind::Copy {
+                self.shut_copy_gates(&tree, &entry.job_id).await?;
+            }
             tree.refresh().await?;
             let total = tree.count_under(&from).await?;
             self.emit(RenameEvent::Checked { total });

@@ -465,7 +465,7 @@ impl Written {
 }
 
 /// `e` with the job's counts where it carries a page's own.
-fn recounted(e: RenameError, report: &RenameReport) -> RenameError {
+pub(super) fn recounted(e: RenameError, report: &RenameReport) -> RenameError {
     let (kind, rewritten, found) = (report.kind, report.rewritten, report.found);
     match e {
         RenameError::Conflict { path, .. } => RenameError::Conflict {
