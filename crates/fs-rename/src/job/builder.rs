@@ -101,9 +101,9 @@ impl RenamerBuilder {
         self
     }
 
-    /// Sets how many bulk requests of a rename's rewrite may be under way at once; the next
-    /// page is read meanwhile. One writes a page at a time (and still reads the next one
-    /// while it does). Default: [`DEFAULT_IN_FLIGHT`], chosen by measurement (`docs/benchmarks.md`).
+    /// Sets how many bulk requests of a rename's rewrite, or pages of a copy through a write
+    /// gate (`copy_gated.rs`), may be under way at once; the next page is read meanwhile. One
+    /// writes a page at a time (and still reads the next one while it does). Default: [`DEFAULT_IN_FLIGHT`], chosen by measurement (`docs/benchmarks.md`).
     pub fn in_flight(mut self, bulks: usize) -> RenamerBuilder {
         self.in_flight = bulks.max(1);
         self

@@ -479,9 +479,10 @@ pub struct JobArgs {
     /// Documents read and written per round trip.
     #[arg(long, default_value_t = 1_000, value_parser = parse_page_size)]
     pub page_size: usize,
-    /// How many bulk requests of a rename may be under way at once (the next page is read
-    /// meanwhile). More helps a store that serves requests in parallel, as an Elasticsearch
-    /// cluster does; 1 writes one page at a time.
+    /// How many bulk requests of a rename, or pages of a copy through a write gate, may be
+    /// under way at once (the next page is read meanwhile). More helps a store that serves
+    /// requests in parallel, as an Elasticsearch node with more than one core does; 1 writes
+    /// one page at a time.
     #[arg(long, default_value_t = fs_rename::DEFAULT_IN_FLIGHT, value_parser = parse_in_flight)]
     pub in_flight: usize,
     /// How to show progress on stderr: `auto` (a bar on a terminal, otherwise `lines`),
