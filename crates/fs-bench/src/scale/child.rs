@@ -45,7 +45,10 @@ pub fn run(binary: &Path, args: &[String]) -> anyhow::Result<Measured> {
 
 /// Runs `binary` with `args` until the first line it prints (a watcher's first pass: `index
 /// --watch --json` prints the first run's report, then follows the directory), measured to
-/// that line; then stops it with SIGINT, as Ctrl-C would, and waits for it to exit.
+/// that line; then stops it with SIGTERM, as a supervisor would, and waits for it to exit.
+/// Not SIGINT: a shell starts a background job (`fsrename-bench ... &`, as a long run is
+/// started) with SIGINT ignored, and every process under it inherits that, so the watcher
+/// would never hear it (`index --watch` stops on either).
 ///
 /// # Errors
 /// If it cannot be started, exits before printing, or does not stop within a minute.
@@ -83,9 +86,9 @@ pub fn run_to_first_line(binary: &Path, args: &[String]) -> anyhow::Result<Measu
     );
     let pid = running.child.id().to_string();
     Command::new("kill")
-        .args(["-INT", &pid])
+        .args(["-TERM", &pid])
         .status()
-        .context("sending SIGINT")?;
+        .context("sending SIGTERM")?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while running
         .child
@@ -96,7 +99,7 @@ pub fn run_to_first_line(binary: &Path, args: &[String]) -> anyhow::Result<Measu
         if Instant::now() > deadline {
             let _ = running.child.kill();
             anyhow::bail!(
-                "`fsrename {}` did not stop within a minute of SIGINT",
+                "`fsrename {}` did not stop within a minute of SIGTERM",
                 args.join(" ")
             );
         }
@@ -254,7 +257,7 @@ mod tests {
         assert!(measured.seconds >= 0.2, "{measured:?}");
         assert!(
             started.elapsed() < Duration::from_secs(20),
-            "stopped by SIGINT"
+            "stopped by SIGTERM"
         );
         let silent = ["-c".to_owned(), "exit 0".to_owned()];
         assert!(run_to_first_line(Path::new("sh"), &silent).is_err());
