@@ -26,6 +26,7 @@ use fs_store::{BulkOp, Scope, StoreError, Version};
 use serde_json::Value;
 
 use super::before_write::Hold;
+use super::bulk::WriteTo;
 use super::Renamer;
 use crate::error::{RenameError, Result};
 use crate::report::{RenameEvent, RenameReport};
@@ -212,12 +213,11 @@ impl Renamer {
             mut claimed,
             ..
         } = page;
-        let mut written = Written {
-            count: 0,
-            failure: None,
-        };
         if claimed.is_empty() {
-            return Ok(written);
+            return Ok(Written {
+                count: 0,
+                failure: None,
+            });
         }
         let tree = hold.tree;
         let context = format!("copying documents under `{from}` to `{to}`");
@@ -227,7 +227,39 @@ impl Renamer {
         // deleted (it is gone).
         hold.locks.ensure_held(from.as_str()).await?;
         claimed.sort_unstable_by_key(|&(i, _)| i);
-        let writes: Vec<BulkOp> = claimed
+        let to_index = WriteTo::Index { refresh: false };
+        let (count, failure) = self
+            .write_over_claims(tree, to_index, &copies, &claimed, &context, retries)
+            .await?;
+        Ok(Written {
+            count,
+            failure: failure.map(|(i, e)| (entries[i].doc.path.clone(), e)),
+        })
+    }
+
+    /// Writes the copies `claims` name (by index in `copies`, with the version of the claim
+    /// at each one's id) over their claims, each conditional on that version, in one bulk
+    /// request to `to`. A conflict may be the first send having landed: what is there is
+    /// read, and only this job's copy counts. Returns how many copies are there, and the
+    /// first failure, by index in `copies`.
+    ///
+    /// The one conditional write of a copy, for both fences: the claims' copy (`write_claimed`)
+    /// and the gated copy meeting a claim an earlier run made (`copy_gated.rs`).
+    pub(super) async fn write_over_claims(
+        &self,
+        tree: &FsTree,
+        to: WriteTo<'_>,
+        copies: &[Copy],
+        claims: &[(usize, Version)],
+        context: &str,
+        retries: &mut u64,
+    ) -> Result<(u64, Option<(usize, StoreError)>)> {
+        let mut written = 0;
+        let mut failure: Option<(usize, StoreError)> = None;
+        if claims.is_empty() {
+            return Ok((written, failure));
+        }
+        let writes: Vec<BulkOp> = claims
             .iter()
             .map(|&(i, version)| BulkOp::Index {
                 id: copies[i].id.clone(),
@@ -235,29 +267,26 @@ impl Renamer {
                 if_version: Some(version),
             })
             .collect();
-        let mut failure: Option<(usize, StoreError)> = None;
         let mut changed: Vec<(usize, StoreError)> = Vec::new();
-        for answer in self.send_ops(tree, writes, &context, retries).await? {
-            let i = claimed[answer.index].0;
+        for answer in self.send_ops_to(tree, to, writes, context, retries).await? {
+            let i = claims[answer.index].0;
             match answer.result {
-                Ok(_) => written.count += 1,
+                Ok(_) => written += 1,
                 Err(e) if e.is_conflict() => changed.push((i, e)),
                 Err(e) => {
                     failure.get_or_insert((i, e));
                 }
             }
         }
-        // A conflict may be the first send having landed (`read_back` says how).
-        for (i, found) in self.read_copies(tree, &copies, &changed).await? {
+        for (i, found) in self.read_copies(tree, copies, &changed).await? {
             match found {
-                Found::Copy => written.count += 1,
+                Found::Copy => written += 1,
                 Found::Claim(_) | Found::Other => {
                     failure.get_or_insert((i, conflict(tree, &copies[i])));
                 }
             }
         }
-        written.failure = failure.map(|(i, e)| (entries[i].doc.path.clone(), e));
-        Ok(written)
+        Ok((written, failure))
     }
 
     /// Claims the id of each of `copies` in one bulk request; returns the claims to write

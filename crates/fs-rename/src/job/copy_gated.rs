@@ -246,17 +246,14 @@ impl Renamer {
         {
             match answer.result {
                 Ok(_) => written += 1,
-                Err(StoreError::IndexNotFound { index }) if index == gate => {
-                    // Shut: a recovery took the job over (this run lost its lease, paused or cut
-                    // off), and finishes it.
-                    return Err(RenameError::TakenOver {
-                        job: job_id.to_owned(),
-                        by: format!("a recovery, which shut the copy's write gate `{gate}`"),
-                    });
-                }
-                Err(e) if e.is_conflict() => taken.push((answer.index, e)),
                 Err(e) => {
-                    failure.get_or_insert((answer.index, e));
+                    shut_under(gate, job_id, &e)?;
+                    match e.is_conflict() {
+                        true => taken.push((answer.index, e)),
+                        false => {
+                            failure.get_or_insert((answer.index, e));
+                        }
+                    }
                 }
             }
         }
@@ -270,42 +267,33 @@ impl Renamer {
                 }
             }
         }
-        if !claims.is_empty() {
-            let writes: Vec<BulkOp> = claims
-                .iter()
-                .map(|&(i, version)| BulkOp::Index {
-                    id: copies[i].id.clone(),
-                    source: copies[i].source.clone(),
-                    if_version: Some(version),
-                })
-                .collect();
-            let mut changed = Vec::new();
-            for answer in self
-                .send_ops_to(tree, to_gate, writes, &context, retries)
-                .await?
-            {
-                let i = claims[answer.index].0;
-                match answer.result {
-                    Ok(_) => written += 1,
-                    Err(e) if e.is_conflict() => changed.push((i, e)),
-                    Err(e) => {
-                        failure.get_or_insert((i, e));
-                    }
-                }
-            }
-            for (i, found) in self.read_copies(tree, &copies, &changed).await? {
-                match found {
-                    Found::Copy => written += 1,
-                    Found::Claim(_) | Found::Other => {
-                        failure.get_or_insert((i, conflict(tree, &copies[i])));
-                    }
-                }
-            }
+        // Claims an earlier run of the job made (it copied with claims), written over
+        // through the gate.
+        let (over, failed) = self
+            .write_over_claims(tree, to_gate, &copies, &claims, &context, retries)
+            .await?;
+        written += over;
+        if let Some((i, e)) = failed {
+            shut_under(gate, job_id, &e)?;
+            failure.get_or_insert((i, e));
         }
         Ok(Written {
             count: written,
             failure: failure.map(|(i, e)| (entries[i].doc.path.clone(), e)),
         })
+    }
+}
+
+/// The error a write through `gate` met where the gate is shut: a recovery took the job
+/// `job_id` over (this run lost its lease, paused or cut off), and finishes it. Nothing for
+/// any other failure.
+fn shut_under(gate: &str, job_id: &str, e: &StoreError) -> Result<()> {
+    match e {
+        StoreError::IndexNotFound { index } if index == gate => Err(RenameError::TakenOver {
+            job: job_id.to_owned(),
+            by: format!("a recovery, which shut the copy's write gate `{gate}`"),
+        }),
+        _ => Ok(()),
     }
 }
 
