@@ -191,8 +191,9 @@ struct Args {
     /// (the first and the second), `fsck`, `ls`, `find` (one name in every directory),
     /// `watch` (the first pass of `index --watch`), `mv` (there and back), `recover` (after
     /// `kill -9` of a whole-tree `mv`), `cp` (`cp -r /t /c`, of the first group of a million
-    /// on a tree of ten, beside a raw `_bulk` of the same copies), `rm` (`rm -r` of the same,
-    /// beside a `_delete_by_query` of a subtree as large). Default: all.
+    /// on a tree of ten, beside a raw `_bulk` of the same copies), `rm` (`rm -r` of a copy of
+    /// the same made just before, beside a `_delete_by_query` of another copy made the same
+    /// way). Default: all.
     /// The tree is removed after a store's run whatever the steps.
     #[arg(long, value_name = "STEP,..", value_delimiter = ',', requires = "scale",
           value_parser = clap::builder::PossibleValuesParser::new(scale::STEPS))]

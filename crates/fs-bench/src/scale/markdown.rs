@@ -28,8 +28,8 @@ pub fn render(rows: &[Row], command: &str, stamp: &str, machine: &str) -> String
          first report), `mv` (on Elasticsearch the default: the server rewrites, sliced), `mv \
          --rewrite client` back, `recover` after `kill -9` of a whole-tree `mv` at 40 % of its \
          time, `cp -r` of the tree (of its first group of a million on a tree of ten), `rm -r` \
-         of the same (on Elasticsearch the default: the server deletes the files, sliced, then \
-         the client the directories). Peak RSS is the child's `VmHWM`, read every 20 ms; \
+         of a copy of the same, made by `cp -r` just before (on Elasticsearch the default: the \
+         server deletes the files, sliced, then the client the directories). Peak RSS is the child's `VmHWM`, read every 20 ms; \
          requests are those the server's REST layer answered meanwhile (`_nodes/usage`). The peers are what a \
          user's own tool does with the same documents, with no lock, no check and no journal: \
          raw `_bulk` requests of 1 000 documents one after another (the same mapping and \
@@ -37,8 +37,8 @@ pub fn render(rows: &[Row], command: &str, stamp: &str, machine: &str) -> String
          store's scan of the index on the embedded store); the rename as one \
          `_update_by_query` with `slices=auto` (the median of there and back); the copy as \
          raw `_bulk` requests of the same copies, 5 000 a request, into the tree index; the \
-         delete as one `_delete_by_query` with `slices=auto` of a subtree as large (the \
-         copy). Ratio: fsrename's time over the peer's.\n"
+         delete as one `_delete_by_query` with `slices=auto` of another copy made the same \
+         way just before it (the same subtree, as far as the server can tell). Ratio: fsrename's time over the peer's.\n"
     );
     let mut groups: Vec<(&str, Option<u32>, usize)> = Vec::new();
     for row in rows {

@@ -36,6 +36,12 @@ impl std::fmt::Display for Place {
 }
 
 impl Place {
+    /// Whether the store is an Elasticsearch server: the peers that need a server run there
+    /// only.
+    pub fn is_server(&self) -> bool {
+        matches!(self.store, Store::Es { .. })
+    }
+
     /// `embedded` (a database file in `dir`) or `es=URL`, for a tree of `docs` documents.
     ///
     /// # Errors
