@@ -185,21 +185,23 @@ impl ElasticStore {
             ),
             _ => format!("bulk request of {} items to `{index}`", ops.len()),
         };
+        let expected = ops.len();
+        let (lines, ids) = bulk_lines(ops);
         let answers = self
-            .send_bulk_with(&context, index, bulk_lines(&ops), ops.len(), how)
+            .send_bulk_with(&context, index, lines, expected, how)
             .await?;
         Ok(answers
             .into_iter()
-            .zip(&ops)
-            .map(|((status, result), op)| {
+            .zip(&ids)
+            .map(|((status, result), id)| {
                 if (200..300).contains(&status) {
                     version_of(&result).ok_or_else(|| StoreError::Backend {
                         context: context.clone(),
                         message: format!("item without a version: {}", shorten(&result)),
                     })
                 } else {
-                    let context = format!("writing `{index}/{}`", op.id());
-                    Err(error_of(&context, index, op.id(), status, &result))
+                    let context = format!("writing `{index}/{id}`");
+                    Err(error_of(&context, index, id, status, &result))
                 }
             })
             .collect())
@@ -302,8 +304,9 @@ impl ElasticStore {
         };
         let body = self
             .ok(context, index, "", Retry::IfNotCarriedOut, || {
-                let lines: Vec<JsonBody<Value>> =
-                    lines.iter().cloned().map(JsonBody::new).collect();
+                // Serialized from where they are: a bulk of copies is mostly sources, and a
+                // copy of each (a map of strings) cost the client as much again in `malloc`.
+                let lines: Vec<JsonBody<&Value>> = lines.iter().map(JsonBody::new).collect();
                 let request = client.bulk(BulkParts::Index(index)).body(lines);
                 match (how, &opaque) {
                     (Bulk::Refreshed, _) => {
@@ -353,9 +356,11 @@ fn written_version(context: String, body: &Value) -> Result<Version> {
     })
 }
 
-/// Returns the action and source lines of a bulk request.
-fn bulk_lines(ops: &[BulkOp]) -> Vec<Value> {
+/// Returns the action and source lines of a bulk request, and the id of each item. The
+/// sources are moved, not copied: a page of copies is mostly its sources.
+fn bulk_lines(ops: Vec<BulkOp>) -> (Vec<Value>, Vec<String>) {
     let mut lines = Vec::with_capacity(ops.len() * 2);
+    let mut ids = Vec::with_capacity(ops.len());
     for op in ops {
         let condition = |meta: &mut Value, if_version: &Option<Version>| {
             if let Some(v) = if_version {
@@ -366,7 +371,8 @@ fn bulk_lines(ops: &[BulkOp]) -> Vec<Value> {
         match op {
             BulkOp::Create { id, source } => {
                 lines.push(json!({ "create": { "_id": id } }));
-                lines.push(source.clone());
+                lines.push(source);
+                ids.push(id);
             }
             BulkOp::Index {
                 id,
@@ -374,18 +380,20 @@ fn bulk_lines(ops: &[BulkOp]) -> Vec<Value> {
                 if_version,
             } => {
                 let mut meta = json!({ "_id": id });
-                condition(&mut meta, if_version);
+                condition(&mut meta, &if_version);
                 lines.push(json!({ "index": meta }));
-                lines.push(source.clone());
+                lines.push(source);
+                ids.push(id);
             }
             BulkOp::Delete { id, if_version } => {
                 let mut meta = json!({ "_id": id });
-                condition(&mut meta, if_version);
+                condition(&mut meta, &if_version);
                 lines.push(json!({ "delete": meta }));
+                ids.push(id);
             }
         }
     }
-    lines
+    (lines, ids)
 }
 
 /// The lines of each item of a bulk body: its action line, and its source line unless it is a
