@@ -306,3 +306,61 @@ async fn contexts_are_counted_capped_and_closed() {
         .expect("single page");
     assert_eq!(proxy.open_contexts().len(), 2);
 }
+
+#[tokio::test]
+async fn bulk_answers_are_filtered_as_asked_and_the_store_judges_the_items_from_what_is_left() {
+    let proxy = start_es_proxy(EsProxyOptions::default());
+    let index = fs_testkit::unique_name("filtered");
+    let body = "{\"create\":{\"_id\":\"a\"}}\n{\"x\":1}\n{\"create\":{\"_id\":\"a\"}}\n{\"x\":2}\n";
+    let url = format!(
+        "{}/{index}/_bulk?refresh=true&filter_path=errors,items.*.status,items.*._seq_no",
+        proxy.url()
+    );
+    let answer: serde_json::Value = reqwest::Client::new()
+        .post(&url)
+        .header("content-type", "application/x-ndjson")
+        .body(body)
+        .send()
+        .await
+        .expect("answer")
+        .json()
+        .await
+        .expect("json");
+    // As Elasticsearch answers it: no `took`, and of each item only what was named.
+    assert_eq!(
+        answer,
+        json!({"errors": true, "items": [
+            {"create": {"_seq_no": 0, "status": 201}},
+            {"create": {"status": 409}}
+        ]})
+    );
+    // Written all the same, and noted for search.
+    let store = elastic_store(proxy.url());
+    assert_eq!(store.count(&index, &Scope::All).await.expect("count"), 1);
+    // The store asks for filtered answers, and still tells a write from a conflict.
+    let ops = vec![
+        fs_store::BulkOp::Create {
+            id: "b".into(),
+            source: json!({"x": 3}),
+        },
+        fs_store::BulkOp::Create {
+            id: "a".into(),
+            source: json!({"x": 4}),
+        },
+    ];
+    let results = store.bulk(&index, ops).await.expect("bulk");
+    let version = results[0].as_ref().expect("b written");
+    assert_eq!(version.primary_term, 1);
+    assert!(
+        results[1].as_ref().is_err_and(StoreError::is_conflict),
+        "{:?}",
+        results[1]
+    );
+    let requests = proxy.take_requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.contains("/_bulk?") && r.contains("filter_path=")),
+        "{requests:?}"
+    );
+}

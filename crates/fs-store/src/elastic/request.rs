@@ -89,13 +89,9 @@ impl ElasticStore {
                     let again = matches!(status, 429 | 503)
                         || (retry == Retry::Always && matches!(status, 502 | 504));
                     let node = response.url().origin().ascii_serialization();
-                    match response.text().await {
-                        Ok(text) if !again => {
-                            let parsed = if text.trim().is_empty() {
-                                Ok(Value::Null)
-                            } else {
-                                serde_json::from_str(&text)
-                            };
+                    match response.bytes().await {
+                        Ok(bytes) if !again => {
+                            let parsed = parse_answer(&bytes);
                             let config = &self.inner.config;
                             let mut refused =
                                 access::refusal(status, parsed.as_ref().ok(), &node, config);
@@ -113,7 +109,7 @@ impl ElasticStore {
                                 context: context.to_owned(),
                                 message: format!(
                                     "HTTP {status} with a body that is not JSON ({e}): {}",
-                                    cut(&text)
+                                    cut(&String::from_utf8_lossy(&bytes))
                                 ),
                             })?;
                             match failed_shards(&body) {
@@ -123,7 +119,10 @@ impl ElasticStore {
                                 None => return Ok((status, body)),
                             }
                         }
-                        Ok(text) => (true, format!("HTTP {status}: {}", cut(&text))),
+                        Ok(bytes) => (
+                            true,
+                            format!("HTTP {status}: {}", cut(&String::from_utf8_lossy(&bytes))),
+                        ),
                         Err(e) => (
                             retry == Retry::Always,
                             format!("reading the answer failed: {e}"),
@@ -234,6 +233,19 @@ impl ElasticStore {
     }
 }
 
+/// An answer's body as JSON (`null` if empty), parsed from its bytes as they came: a copy of
+/// it as text first was one more pass over, and one more allocation of, every page of a scan.
+/// A body that is not UTF-8 is read as its text would be, each bad sequence replaced.
+fn parse_answer(bytes: &[u8]) -> serde_json::Result<Value> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Null);
+    }
+    serde_json::from_slice(bytes).or_else(|e| match std::str::from_utf8(bytes) {
+        Ok(_) => Err(e),
+        Err(_) => serde_json::from_str(&String::from_utf8_lossy(bytes)),
+    })
+}
+
 /// For a search or count answer that some shards did not give, what is missing: its hits or
 /// count are partial, and a page taken as whole would skip documents. Two shapes: shards that
 /// failed (`_shards.failed`, with `failures` saying why: a node lost between the query and the
@@ -341,8 +353,23 @@ fn never_arrived(error: &elasticsearch::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::failed_shards;
+    use super::{failed_shards, parse_answer};
     use serde_json::json;
+
+    #[test]
+    fn answers_parse_from_their_bytes_empty_as_null_and_bad_utf8_as_its_text() {
+        assert_eq!(parse_answer(b"").ok(), Some(json!(null)));
+        assert_eq!(parse_answer(b" \n").ok(), Some(json!(null)));
+        assert_eq!(
+            parse_answer(br#"{"a":"\u00e9"}"#).ok(),
+            Some(json!({"a": "\u{e9}"}))
+        );
+        assert_eq!(
+            parse_answer(b"{\"a\":\"x\xffy\"}").ok(),
+            Some(json!({"a": "x\u{fffd}y"}))
+        );
+        assert!(parse_answer(b"<html>").is_err());
+    }
 
     #[test]
     fn a_whole_answer_is_not_partial() {

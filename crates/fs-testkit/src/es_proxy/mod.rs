@@ -44,6 +44,10 @@
 //!   (which on one machine share one), for the lease clock's tests (osmem has no node
 //!   statistics).
 //!
+//! - **`filter_path` on bulk answers** ([`filter_path`]): the proxy makes a bulk request's
+//!   answer from the whole answer of the server behind, then leaves out what the request's
+//!   `filter_path` does not name, as Elasticsearch does.
+//!
 //! - **A trap** ([`trap`], off unless set): 503 for the requests matching one pattern once a
 //!   request matching another has come ([`EsProxy::trap`]), to fail one step of a protocol.
 //!
@@ -56,6 +60,7 @@ mod contexts;
 mod cut_off;
 mod failover;
 mod faults;
+mod filter_path;
 mod nrt;
 mod partial;
 mod scripted;
@@ -660,12 +665,15 @@ async fn handle(
     // Only when partial answers are asked for: otherwise every search answer would be read
     // and parsed for nothing.
     let searching = proxy.faults.partial_enabled() && partial::is_search(&request);
+    // A bulk answer is the proxy's own, made from the whole answer of the server behind:
+    // filtered last, as the server would have.
+    let bulk_filter = is_bulk(&request)
+        .then(|| request.param("filter_path"))
+        .flatten();
     let shared = Arc::clone(&proxy);
     let handled = tokio::spawn(async move {
         let seg: Vec<&str> = request.segments.iter().map(String::as_str).collect();
-        let bulk = matches!(seg.as_slice(), [_, "_bulk"] | ["_bulk"])
-            && (request.method == Method::POST || request.method == Method::PUT);
-        match bulk.then(|| shared.faults.replay()).flatten() {
+        match is_bulk(&request).then(|| shared.faults.replay()).flatten() {
             Some(reads) => failover::replay(&shared, &request, &seg, reads).await,
             None => route(&shared, &request).await,
         }
@@ -682,7 +690,7 @@ async fn handle(
         Ok(Ok(response)) => Ok(Ok(proxy.cut_off.passed(node, kind, response).await)),
         other => other,
     };
-    match handled {
+    let response = match handled {
         Ok(Ok(response)) if searching => partial::strike(&proxy, response).await,
         Ok(Ok(response)) => response,
         Ok(Err(e)) => answer(
@@ -693,7 +701,18 @@ async fn handle(
             StatusCode::INTERNAL_SERVER_ERROR,
             json!({"error": {"type": "proxy_exception", "reason": e.to_string()}, "status": 500}),
         ),
+    };
+    match bulk_filter {
+        Some(filter) => filter_path::answer(response, &filter).await,
+        None => response,
     }
+}
+
+/// Whether `r` is a bulk request.
+fn is_bulk(r: &Request) -> bool {
+    let seg: Vec<&str> = r.segments.iter().map(String::as_str).collect();
+    matches!(seg.as_slice(), [_, "_bulk"] | ["_bulk"])
+        && (r.method == Method::POST || r.method == Method::PUT)
 }
 
 /// Sends each request where it belongs: the proxy's own handling, or upstream as it is.
