@@ -94,11 +94,25 @@ impl Renamer {
         context: &str,
         retries: &mut u64,
     ) -> Result<Vec<ItemAnswer>> {
-        let mut answers: Vec<ItemAnswer> = Vec::with_capacity(ops.len());
-        let mut unanswered = Unanswered::new(ops.len());
-        let op_for = |i: usize| Ok(ops[i].clone());
+        let built = (ops.len(), |i: usize| Ok(ops[i].clone()));
+        self.send_built_to(tree, to, built, context, retries).await
+    }
+
+    /// [`Renamer::send_ops_to`] of `len` operations that `op_for` makes from their position,
+    /// anew for each send: a caller that keeps what the operations are made of (a copy keeps
+    /// its documents) spares a deep copy of every one.
+    pub(super) async fn send_built_to(
+        &self,
+        tree: &FsTree,
+        to: WriteTo<'_>,
+        (len, op_for): (usize, impl Fn(usize) -> Result<BulkOp>),
+        context: &str,
+        retries: &mut u64,
+    ) -> Result<Vec<ItemAnswer>> {
+        let mut answers: Vec<ItemAnswer> = Vec::with_capacity(len);
+        let mut unanswered = Unanswered::new(len);
         while !unanswered.is_empty() {
-            let round = self.send_round(tree, &mut unanswered, op_for, to, context, retries);
+            let round = self.send_round(tree, &mut unanswered, &op_for, to, context, retries);
             answers.extend(round.await?);
         }
         answers.sort_by_key(|a| a.index);

@@ -173,7 +173,7 @@ impl Renamer {
         job_id: &str,
         retries: &mut u64,
     ) -> Result<Claimed> {
-        let copies = copies_of(tree, &entries, (from, to), job_id)?;
+        let copies = copies_of(&entries, (from, to), job_id)?;
         let context = format!("copying documents under `{from}` to `{to}`");
         // Every item's fate is tallied before any failure is reported: the other items of a
         // bulk request are written whatever happens to one of them.
@@ -259,16 +259,17 @@ impl Renamer {
         if claims.is_empty() {
             return Ok((written, failure));
         }
-        let writes: Vec<BulkOp> = claims
-            .iter()
-            .map(|&(i, version)| BulkOp::Index {
+        let write = |n: usize| {
+            let (i, version) = claims[n];
+            Ok(BulkOp::Index {
                 id: copies[i].id.clone(),
-                source: copies[i].source.clone(),
+                source: copies[i].source(tree.index())?,
                 if_version: Some(version),
             })
-            .collect();
+        };
         let mut changed: Vec<(usize, StoreError)> = Vec::new();
-        for answer in self.send_ops_to(tree, to, writes, context, retries).await? {
+        let sent = (claims.len(), write);
+        for answer in self.send_built_to(tree, to, sent, context, retries).await? {
             let i = claims[answer.index].0;
             match answer.result {
                 Ok(_) => written += 1,
@@ -347,19 +348,19 @@ impl Renamer {
         let ids: Vec<String> = which.iter().map(|(i, _)| copies[*i].id.clone()).collect();
         let conflicts: Vec<&StoreError> = which.iter().map(|(_, e)| e).collect();
         let found = super::read_back::read_back(tree, &ids, &conflicts).await?;
-        Ok(which
+        which
             .iter()
             .map(|(i, _)| *i)
             .zip(found)
             .map(|(i, doc)| {
                 let found = match doc {
-                    Some(d) if d.source == copies[i].source => Found::Copy,
+                    Some(d) if d.source == copies[i].source(tree.index())? => Found::Copy,
                     Some(d) if FsDoc::claim_job(&d.source).is_some() => Found::Claim(d.version),
                     _ => Found::Other,
                 };
-                (i, found)
+                Ok((i, found))
             })
-            .collect())
+            .collect()
     }
 }
 
@@ -381,16 +382,30 @@ pub(super) struct Written {
     pub(super) failure: Option<(FsPath, StoreError)>,
 }
 
-/// One copy of a page: its id and its source.
+/// One copy of a page: its id and the document.
+///
+/// The document is kept typed, and each send makes the JSON value it sends from it: a value
+/// kept here besides would be one more deep copy of every source, and one more free of it,
+/// in a client whose time is mostly spent allocating and freeing such values.
 pub(super) struct Copy {
     pub(super) id: String,
-    pub(super) source: Value,
+    pub(super) doc: FsDoc,
+}
+
+impl Copy {
+    /// The copy's source, as sent and as stored.
+    pub(super) fn source(&self, index: &str) -> Result<Value> {
+        serde_json::to_value(&self.doc).map_err(|e| RenameError::BadDocument {
+            index: index.to_owned(),
+            id: self.id.clone(),
+            message: e.to_string(),
+        })
+    }
 }
 
 /// The copies of `entries`, moved from under `from` to under `to`, with the ids derived
 /// from `job_id` and each entry's id.
 pub(super) fn copies_of(
-    tree: &FsTree,
     entries: &[Entry],
     (from, to): (&FsPath, &FsPath),
     job_id: &str,
@@ -398,14 +413,9 @@ pub(super) fn copies_of(
     let mut copies = Vec::with_capacity(entries.len());
     for entry in entries {
         // A copy is no file on disk: it has no identity (see `FsDoc::identity`).
-        let copy = entry.doc.renamed(from, to)?.with_identity(None);
+        let doc = entry.doc.renamed(from, to)?.with_identity(None);
         let id = FsDoc::copy_id(job_id, &entry.id);
-        let source = serde_json::to_value(&copy).map_err(|e| RenameError::BadDocument {
-            index: tree.index().to_owned(),
-            id: id.clone(),
-            message: e.to_string(),
-        })?;
-        copies.push(Copy { id, source });
+        copies.push(Copy { id, doc });
     }
     Ok(copies)
 }

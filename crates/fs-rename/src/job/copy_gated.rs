@@ -166,7 +166,7 @@ impl Renamer {
             // The counts in a cancellation are set right by the caller.
             self.before_page(hold, &entries, from, (JobKind::Copy, 0, 0))
                 .await?;
-            let copies = copies_of(hold.tree, &entries, (from, to), job_id)?;
+            let copies = copies_of(&entries, (from, to), job_id)?;
             Ok::<_, RenameError>(Prepared { entries, copies })
         }
         .await;
@@ -229,19 +229,19 @@ impl Renamer {
         let tree = hold.tree;
         let context = format!("copying documents under `{from}` to `{to}`");
         hold.locks.ensure_held(from.as_str()).await?;
-        let creates: Vec<BulkOp> = copies
-            .iter()
-            .map(|c| BulkOp::Create {
-                id: c.id.clone(),
-                source: c.source.clone(),
+        let create = |i: usize| {
+            Ok(BulkOp::Create {
+                id: copies[i].id.clone(),
+                source: copies[i].source(tree.index())?,
             })
-            .collect();
+        };
         let mut written = 0;
         let mut failure: Option<(usize, StoreError)> = None;
         let mut taken: Vec<(usize, StoreError)> = Vec::new();
         let to_gate = WriteTo::Gate(gate);
+        let creates = (copies.len(), create);
         for answer in self
-            .send_ops_to(tree, to_gate, creates, &context, retries)
+            .send_built_to(tree, to_gate, creates, &context, retries)
             .await?
         {
             match answer.result {
