@@ -363,4 +363,15 @@ async fn bulk_answers_are_filtered_as_asked_and_the_store_judges_the_items_from_
             .any(|r| r.contains("/_bulk?") && r.contains("filter_path=")),
         "{requests:?}"
     );
+    // An error is answered whole, as Elasticsearch answers it.
+    let refused = reqwest::Client::new()
+        .post(&url)
+        .header("content-type", "application/x-ndjson")
+        .body("garbage\n")
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(refused.status(), 400);
+    let refused: serde_json::Value = refused.json().await.expect("json");
+    assert!(refused["error"]["reason"].is_string(), "{refused}");
 }

@@ -337,15 +337,17 @@ impl ElasticStore {
                 }
             })
             .await?;
+        if body["items"].as_array().map(Vec::len) != Some(expected) {
+            return Err(StoreError::Backend {
+                context: context.to_owned(),
+                message: format!("expected {expected} items in {}", shorten(&body)),
+            });
+        }
+        // Taken, not copied: each item's answer is moved into the result.
         let mut body = body;
         let items = match body.get_mut("items").map(Value::take) {
-            Some(Value::Array(items)) if items.len() == expected => items,
-            _ => {
-                return Err(StoreError::Backend {
-                    context: context.to_owned(),
-                    message: format!("expected {expected} items in {}", shorten(&body)),
-                })
-            }
+            Some(Value::Array(items)) => items,
+            _ => Vec::new(),
         };
         Ok(items
             .into_iter()

@@ -12,10 +12,15 @@ use axum::http::header::CONTENT_LENGTH;
 use axum::response::Response;
 use serde_json::{Map, Value};
 
-/// Filters a JSON answer by `filter`, as Elasticsearch does; an answer that is not JSON
+/// Filters a JSON answer by `filter`, as Elasticsearch does: a successful one only (an error
+/// is answered whole, as Elasticsearch builds errors unfiltered); an answer that is not JSON
 /// passes as it is.
 pub(crate) async fn answer(response: Response, filter: &str) -> Response {
+    if !response.status().is_success() {
+        return response;
+    }
     let (mut parts, body) = response.into_parts();
+    parts.headers.remove(CONTENT_LENGTH);
     let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
         return Response::from_parts(parts, axum::body::Body::empty());
     };
@@ -23,7 +28,6 @@ pub(crate) async fn answer(response: Response, filter: &str) -> Response {
         return Response::from_parts(parts, axum::body::Body::from(bytes));
     };
     let filtered = apply(value, filter);
-    parts.headers.remove(CONTENT_LENGTH);
     Response::from_parts(parts, axum::body::Body::from(filtered.to_string()))
 }
 
