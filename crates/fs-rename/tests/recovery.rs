@@ -392,6 +392,100 @@ async fn a_job_whose_journal_answer_came_after_recovery_finished_it_is_not_faile
 struct NoHooks;
 impl RenameHooks for NoHooks {}
 
+/// Kills its store once the job has written everything, before it closes its entry.
+struct KillAfterTheWrites(Arc<FaultyStore>);
+
+#[async_trait]
+impl RenameHooks for KillAfterTheWrites {
+    async fn rewritten(&self) {
+        self.0.kill();
+    }
+}
+
+/// Closes a journal entry, as its own job would, just before recovery's claim of it lands:
+/// the close of a job killed with it in flight, arriving after the listing.
+#[derive(Debug)]
+struct CloseBeforeTheClaim {
+    store: SharedStore,
+    index: String,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl fs_store::StoreLayer for CloseBeforeTheClaim {
+    fn inner(&self) -> &dyn fs_store::DocStore {
+        &*self.store
+    }
+    async fn on_write(
+        &self,
+        index: &str,
+        op: fs_store::BulkOp,
+    ) -> fs_store::Result<fs_store::Version> {
+        if let fs_store::BulkOp::Index {
+            id,
+            if_version: Some(version),
+            ..
+        } = &op
+        {
+            let journal = fs_model::journal_index_name(&self.index);
+            if index == journal && !self.closed.swap(true, Ordering::SeqCst) {
+                Journal::new(Arc::clone(&self.store), &self.index)
+                    .close(id, *version)
+                    .await
+                    .expect("the job's close lands");
+            }
+        }
+        self.store.write(index, op).await
+    }
+}
+
+/// Found by the crash test of `rm -r --rewrite server` on a real Elasticsearch (1 round in
+/// about 150): the job was killed just after its last write, its close in flight. The close
+/// landed after recovery had listed the entry open, so recovery's claim met a tombstone, and
+/// recovery took it for another recoverer's claim: it reported the job as running and spared
+/// its owner's locks, which outlived the run. A claim lost to a close now leaves nothing to
+/// spare: the locks are swept.
+async fn a_close_that_lands_after_the_listing_leaves_no_lock(env: Env) {
+    setup(&env).await;
+    let before = paths_by_id(&env).await;
+    let store = faulty(Arc::clone(&env.store), FaultPlan::default(), 1);
+    let job = renamer(
+        store.clone(),
+        &env,
+        Arc::new(KillAfterTheWrites(Arc::clone(&store))),
+    );
+    let dying = tokio::spawn(async move {
+        let _ = job.rename(&p("/src"), &p("/dst-parent/dst")).await;
+        unreachable!("a dead job never returns");
+    });
+    wait_until_dead(&store).await;
+    let open = Journal::new(Arc::clone(&env.store), &env.index)
+        .list()
+        .await
+        .expect("journal");
+    assert_eq!(open.len(), 1, "the job died with its entry open");
+
+    tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
+    let layer: SharedStore = Arc::new(CloseBeforeTheClaim {
+        store: Arc::clone(&env.store),
+        index: env.index.clone(),
+        closed: Default::default(),
+    });
+    let report = Recovery::new(layer, env.index.clone())
+        .lease(LEASE)
+        .page_size(PAGE)
+        .run()
+        .await
+        .expect("recover");
+    assert!(
+        report.running.is_empty() && report.finished.is_empty(),
+        "a job closed by itself is neither running nor finished by recovery: {report}"
+    );
+    assert!(report.locks_released > 0, "{report}");
+    assert_finished(&env, &before).await;
+    dying.abort();
+}
+
 async fn live_jobs_are_left_alone(env: Env) {
     setup(&env).await;
     let store = faulty(Arc::clone(&env.store), FaultPlan::default(), 4);
@@ -891,6 +985,7 @@ async fn the_protocol_marker_is_passed_over_and_a_newer_one_stops_recovery(env: 
 }
 
 on_every_backend!(
+    a_close_that_lands_after_the_listing_leaves_no_lock,
     the_protocol_marker_is_passed_over_and_a_newer_one_stops_recovery,
     a_borrowing_job_paused_before_journaling_is_fenced_off,
     a_hold_is_kept_while_a_borrower_that_journaled_may_act,

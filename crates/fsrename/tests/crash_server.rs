@@ -162,10 +162,17 @@ async fn paths(place: &Place, index: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-async fn locks(place: &Place, index: &str) -> u64 {
+/// Every lock document left, as stored: empty when none is.
+async fn locks(place: &Place, index: &str) -> Vec<String> {
     let locks = format!("{index}-lock");
     place.store.refresh(&locks).await.expect("refresh");
-    place.store.count(&locks, &Scope::All).await.expect("count")
+    Scan::new(Arc::clone(&place.store), &locks, Scope::All, 1_000)
+        .read_all()
+        .await
+        .expect("the lock index")
+        .into_iter()
+        .map(|d| format!("{}: {}", d.id, d.source))
+        .collect()
 }
 
 async fn journals(place: &Place, index: &str) -> usize {
@@ -176,13 +183,12 @@ async fn journals(place: &Place, index: &str) -> usize {
         .len()
 }
 
-fn run(mut cmd: Command, what: &str) {
+/// Runs `cmd` to its end, which must be a success; returns what it said on stderr.
+fn run(mut cmd: Command, what: &str) -> String {
     let out = cmd.output().expect("run fsrename");
-    assert!(
-        out.status.success(),
-        "{what}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{what}: {said}");
+    said
 }
 
 /// How long an uninterrupted `mv` takes; prints the most by-query tasks seen at once while
@@ -227,7 +233,10 @@ async fn round(place: &Place, delay: Duration) -> usize {
             before.len() - at_kill.len()
         }
     };
-    run(place.fsrename(&index, &["recover"]), "recover");
+    // What `recover` said (its warnings, if any) goes with every failure below.
+    let mut recover = place.fsrename(&index, &["recover"]);
+    recover.env("FSRENAME_LOG", "warn,fs_rename=debug,fs_locks=debug");
+    let recovered = run(recover, "recover");
     let after = paths(place, &index).await;
     if after == before && journals(place, &index).await == 0 {
         // Killed before it journaled: nothing to finish, the user runs it again.
@@ -238,14 +247,27 @@ async fn round(place: &Place, delay: Duration) -> usize {
         .iter()
         .filter_map(|(id, path)| Some((id.clone(), place.after_job(path)?)))
         .collect();
-    assert_eq!(after, want, "documents lost, added or misplaced");
+    let index_said = format!("index `{index}` (kept), recover said: {recovered}");
+    assert_eq!(
+        after, want,
+        "documents lost, added or misplaced; {index_said}"
+    );
     let report = fsck(Arc::clone(&place.store), &index, &FsPath::root())
         .await
         .expect("fsck");
-    assert!(report.is_clean(), "{report}");
-    assert_eq!(locks(place, &index).await, 0, "locks left");
-    assert_eq!(journals(place, &index).await, 0, "journal entries left");
-    assert_eq!(place.running_tasks().await, 0, "a task left running");
+    assert!(report.is_clean(), "{report}; {index_said}");
+    let left = locks(place, &index).await;
+    assert!(left.is_empty(), "locks left: {left:#?}; {index_said}");
+    assert_eq!(
+        journals(place, &index).await,
+        0,
+        "journal entries left; {index_said}"
+    );
+    assert_eq!(
+        place.running_tasks().await,
+        0,
+        "a task left running; {index_said}"
+    );
     place.store.delete_index(&index).await.expect("delete");
     done_at_kill
 }
@@ -389,6 +411,7 @@ async fn ctrl_c_cancels_the_server_s_task_and_leaves_the_rename_to_recover() {
         let want = path.replacen("/src", "/dst", 1);
         assert_eq!(after.get(id), Some(&want), "document {id} ({path})");
     }
-    assert_eq!(locks(&place, &index).await, 0, "locks left");
+    let left = locks(&place, &index).await;
+    assert!(left.is_empty(), "locks left: {left:#?}");
     assert_eq!(journals(&place, &index).await, 0, "journal entries left");
 }

@@ -42,7 +42,7 @@ use fs_store::SharedStore;
 use crate::claims::sweep_claims;
 use crate::error::{RenameError, Result};
 use crate::job::{journaled, Renamer};
-use crate::journal::{Journal, JournalEntry};
+use crate::journal::{Journal, JournalEntry, JournalState};
 use crate::report::{ProgressSink, RenameHooks};
 
 mod orphans;
@@ -83,6 +83,8 @@ enum Step {
     /// Left alone: its owner's locks are leased (until then, epoch ms, where they say), or
     /// another recoverer claimed it.
     LeftAlone(Option<i64>),
+    /// Nothing to do: closed (or withdrawn, or fenced) since the listing showed it open.
+    Ended,
 }
 
 impl Recovery {
@@ -188,6 +190,11 @@ impl Recovery {
         for (entry, version) in entries {
             match self.recover_one(&journal, &entry, version).await {
                 Ok(Step::Finished(done)) => report.finished.push(done),
+                // Its locks protect no open entry any more: the sweep clears them, as those
+                // of a job that closed its entry and died before releasing them.
+                Ok(Step::Ended) => {
+                    tracing::debug!(job = %entry.job_id, "the entry listed open was closed meanwhile")
+                }
                 Ok(Step::LeftAlone(leased_until)) => {
                     report.running.push(Running {
                         job_id: entry.job_id.clone(),
@@ -260,7 +267,7 @@ impl Recovery {
         let version = match journal.claim(&claimed, version).await {
             Ok(version) => version,
             Err(RenameError::Store { cause, .. }) if cause.is_conflict() => {
-                return Ok(Step::LeftAlone(None))
+                return self.after_a_lost_claim(journal, &entry.job_id).await
             }
             Err(e) => return Err(e),
         };
@@ -281,7 +288,7 @@ impl Recovery {
             if let Err(e) = guard.release().await {
                 tracing::warn!(error = %e, "releasing the locks of a job another recoverer claimed failed");
             }
-            return Ok(Step::LeftAlone(None));
+            return self.after_a_lost_claim(journal, &entry.job_id).await;
         }
         let outcome = self
             .renamer_for(&claimed)
@@ -306,6 +313,22 @@ impl Recovery {
                 Err(e)
             }
         }
+    }
+
+    /// What became of the entry `job_id`, listed open, whose claim failed (or no longer
+    /// stands): still open, it is another recoverer's, and its owners' locks are left to it.
+    /// A tombstone means the entry was closed after the listing: by a recoverer that
+    /// finished the job, or by the job itself, killed with its close in flight (the close
+    /// landed after the listing's refresh; a real Elasticsearch showed it in the crash test of
+    /// `rm -r --rewrite server`). Either way nothing is left to finish, and its owners' locks
+    /// are not spared: they protect nothing now, and the sweep clears them once expired (its
+    /// fence finds the tombstone). Spared, they outlived the run, and the report called the
+    /// finished job running.
+    async fn after_a_lost_claim(&self, journal: &Journal, job_id: &str) -> Result<Step> {
+        Ok(match journal.state_of(job_id).await? {
+            JournalState::Open(_) => Step::LeftAlone(None),
+            JournalState::Closed | JournalState::Fenced | JournalState::Absent => Step::Ended,
+        })
     }
 
     /// The renamer that rolls the `claimed` job forward: its strategy, this recovery's
