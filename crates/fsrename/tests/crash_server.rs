@@ -212,6 +212,7 @@ async fn calibrate(place: &Place) -> Duration {
     assert!(status.success(), "an uninterrupted mv: {status}");
     println!("by-query tasks seen at once during an uninterrupted mv: {most}");
     assert_eq!(place.running_tasks().await, 0);
+    drop_indices(place, &index).await;
     took
 }
 
@@ -268,8 +269,21 @@ async fn round(place: &Place, delay: Duration) -> usize {
         0,
         "a task left running; {index_said}"
     );
-    place.store.delete_index(&index).await.expect("delete");
+    drop_indices(place, &index).await;
     done_at_kill
+}
+
+/// Deletes the tree index `index` and its lock and journal indices: a round leaves nothing
+/// on the server (a single node opens at most 1 000 shards, and 200 rounds would fill it).
+async fn drop_indices(place: &Place, index: &str) {
+    let names = [
+        index.to_owned(),
+        fs_model::lock_index_name(index),
+        fs_model::journal_index_name(index),
+    ];
+    for name in &names {
+        place.store.delete_index(name).await.expect("delete");
+    }
 }
 
 /// Every document of `paths` but `/src` has its parent among them: a delete that stopped
