@@ -124,6 +124,14 @@ async fn a_large_delete_is_one_task_for_the_files_then_the_directories_deepest_f
         .filter(|r| r.contains(&format!("/{}/_bulk", env.index)))
         .count();
     assert!((1..=3).contains(&tree_bulks), "{requests:#?}");
+    // One refresh shows the files and the directories gone: the job's, before its release,
+    // not the task's as well. The directories were read without one.
+    assert!(by_query[0].contains("refresh=false"), "{requests:#?}");
+    let refreshes = requests
+        .iter()
+        .filter(|r| r.contains(&format!("/{}/_refresh", env.index)))
+        .count();
+    assert_eq!(refreshes, 1, "{requests:#?}");
     assert_deleted(&env, &before, Some(&proxy)).await;
 }
 

@@ -108,8 +108,10 @@ pub trait ServerRename: Send + Sync {
     async fn rename_on_server(&self, index: &str, job: &PrefixMove) -> Result<TaskState>;
 
     /// Deletes, by one task on the server, every document of `index` at or under `job.path`
-    /// that is not a directory, and returns when it has ended, with what it did (the task
-    /// refreshes the index as it ends). Every delete is conditional on the version the task's
+    /// that is not a directory, and returns when it has ended, with what it did. The task does
+    /// not refresh the index: the caller deletes the directories next, read by
+    /// [`Scope::SubtreeDirs`](crate::Scope::SubtreeDirs) (which no file delete changes), and one
+    /// refresh after those makes both searchable. Every delete is conditional on the version the task's
     /// snapshot read (the first conflict stops it). Listed, cancelled and outliving its caller
     /// as [`ServerRename::rename_on_server`]'s task is.
     ///

@@ -131,6 +131,10 @@ pub enum Scope {
         /// The first path read (it need not exist).
         start: FsPath,
     },
+    /// The directories of `Subtree(root)`: its documents whose `kind` is `dir`. What is left
+    /// of a subtree once its files are gone, read without a refresh while a task deletes them
+    /// (the task writes no directory, so what is searchable of them is what there is).
+    SubtreeDirs(FsPath),
     /// Documents whose `parent` field equals the path: the entries of one directory.
     Children(FsPath),
     /// The documents of `Children(dir)` whose path sorts at or after `start`: a directory's
@@ -185,6 +189,7 @@ impl Scope {
             Scope::Exact(_)
             | Scope::Subtree(_)
             | Scope::SubtreeFrom { .. }
+            | Scope::SubtreeDirs(_)
             | Scope::Children(_)
             | Scope::ChildrenFrom { .. } => true,
         }

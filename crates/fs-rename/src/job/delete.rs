@@ -34,15 +34,23 @@ impl Renamer {
         total: &OnceLock<u64>,
         report: &mut RenameReport,
     ) -> Result<()> {
+        let scope = Scope::Subtree(path.clone());
+        self.delete_scope(hold, (path, scope), total, report).await
+    }
+
+    /// Deletes the documents of `scope` (at or under `path`: the subtree, or what is left of
+    /// it), each after everything under it.
+    pub(super) async fn delete_scope(
+        &self,
+        hold: Hold<'_>,
+        (path, scope): (&FsPath, Scope),
+        total: &OnceLock<u64>,
+        report: &mut RenameReport,
+    ) -> Result<()> {
         let page_size = self.config.page_size;
         // Under locks nothing is added under the path; what is deleted is not read again (a
-        // point in time, or a scan past it).
-        let mut scan = self.subtree_scan(
-            hold.tree,
-            Scope::Subtree(path.clone()),
-            total.get(),
-            page_size,
-        );
+        // point in time, or a scan past it). `total` bounds the scope from above.
+        let mut scan = self.subtree_scan(hold.tree, scope, total.get(), page_size);
         let deleted = async {
             let context = || format!("scanning under `{path}`");
             let mut order = DeleteOrder::new(page_size);

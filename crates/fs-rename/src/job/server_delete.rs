@@ -11,6 +11,15 @@
 //! before its parents are sent. Whenever the job stops, every document still there has its
 //! parent still there, as with the client's delete.
 //!
+//! **One refresh.** The task does not refresh the index as it ends: the directories are read
+//! by a scope of their own ([`fs_store::Scope::SubtreeDirs`]), which the deleted files, still
+//! searchable, are not in, and the job's refresh before its release shows the files and the
+//! directories gone at once (on one node and shard, 30-50 ms of the 0.6 s a delete of 20 000
+//! takes). Nor is a search shown an orphan it would not be shown otherwise: a refresh shows a
+//! shard's writes in the order it applied them, so one that shows a directory gone shows the
+//! files under it (on the same shard) gone; across shards, each refreshes on its own
+//! schedule, as during the client's delete.
+//!
 //! The task is found by the job's journal id, which it carries (`X-Opaque-Id`), as a rename's:
 //! the journal entry names the task, though the job may die before the server names it. It is
 //! watched as a rename's (its progress, the job's lease and cancellation; a job fenced out
@@ -20,7 +29,7 @@
 use std::sync::OnceLock;
 
 use fs_model::FsPath;
-use fs_store::SubtreeDelete;
+use fs_store::{Scope, SubtreeDelete};
 
 use super::before_write::Hold;
 use super::server_rewrite::{no_server_rename, stop_server_renames};
@@ -113,7 +122,13 @@ impl Renamer {
             .delete_files_on_server(hold, path, job_id, total, report)
             .await
         {
-            Ok(_) => self.delete_all(hold, path, total, report).await,
+            // The task did not refresh: what is left are the directories, which it did not
+            // touch, read as they are searchable; the job's refresh after them shows both.
+            Ok(true) => {
+                let left = Scope::SubtreeDirs(path.clone());
+                self.delete_scope(hold, (path, left), total, report).await
+            }
+            Ok(false) => self.delete_all(hold, path, total, report).await,
             Err(e) if super::server_rewrite::lost_the_task(&e) => {
                 tracing::warn!(job = %job_id, error = %e, "the server's delete was lost; the client finishes it");
                 stop_server_renames(hold.tree, job_id).await?;

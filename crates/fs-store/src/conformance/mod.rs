@@ -145,7 +145,7 @@ macro_rules! conformance_suite {
             index_lifecycle, create_then_get, ids_may_contain_slashes_and_unicode,
             index_writes_and_conditions, delete_and_conditions, mget_keeps_order,
             bulk_items_are_independent, search_subtree_is_component_wise, search_exact_path, search_children,
-            search_all_pages_everything, search_pathless, search_any_of, search_in_turn, search_subtree_from, indices_exist_and_bulk_refreshed, chained_writes_land_together_or_not_at_all, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
+            search_all_pages_everything, search_pathless, search_subtree_dirs, search_any_of, search_in_turn, search_subtree_from, indices_exist_and_bulk_refreshed, chained_writes_land_together_or_not_at_all, a_search_stopped_early_is_closed, count_agrees_with_search, search_hits_carry_versions,
             refresh_makes_writes_searchable, sources_must_be_objects, cas_increments_are_exact,
             create_race_has_one_winner, find_by_name_and_words $(, $extra)*);
     };

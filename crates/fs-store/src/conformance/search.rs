@@ -148,6 +148,55 @@ pub async fn search_all_pages_everything(store: SharedStore) {
     assert_eq!(count, TREE.len() as u64 + 1);
 }
 
+/// [`Scope::SubtreeDirs`] finds the directories of a subtree, in path order and in every page
+/// size, and none of its files, nor anything outside it; counted alike.
+pub async fn search_subtree_dirs(store: SharedStore) {
+    let index = fresh_index(&*store, "conf-subtree-dirs").await;
+    let dirs = [
+        "/clinton",
+        "/clinton/projects",
+        "/clinton/projects/kibana",
+        "/clinton-x",
+        "/clintonx",
+    ];
+    let ops = TREE
+        .iter()
+        .enumerate()
+        .map(|(i, p)| BulkOp::Create {
+            id: format!("d{i}"),
+            source: doc(
+                p,
+                if dirs.contains(p) {
+                    DocKind::Dir
+                } else {
+                    DocKind::File
+                },
+            ),
+        })
+        .collect();
+    let results = store.bulk(&index, ops).await.expect("bulk");
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    store.refresh(&index).await.expect("refresh");
+    let scope = Scope::SubtreeDirs(FsPath::parse("/clinton").expect("path"));
+    assert!(scope.sorted_by_path());
+    let expected = ["/clinton", "/clinton/projects", "/clinton/projects/kibana"];
+    for size in [1, 2, 100] {
+        assert_eq!(
+            search_all(&*store, &index, scope.clone(), size).await,
+            expected,
+            "pages of {size}"
+        );
+    }
+    assert_eq!(store.count(&index, &scope).await.expect("count"), 3);
+    let root = Scope::SubtreeDirs(FsPath::root());
+    assert_eq!(
+        search_all(&*store, &index, root.clone(), 100).await.len(),
+        dirs.len()
+    );
+    let file = Scope::SubtreeDirs(FsPath::parse("/clinton/a.txt").expect("path"));
+    assert!(search_all(&*store, &index, file, 100).await.is_empty());
+}
+
 /// [`Scope::Pathless`] finds the documents without a `path` (a copy's claims), in every page
 /// size, and nothing of the tree; no path scope finds them.
 pub async fn search_pathless(store: SharedStore) {

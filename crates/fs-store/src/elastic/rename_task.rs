@@ -2,8 +2,8 @@
 //! files of a subtree a delete removes: `_delete_by_query`; and the tasks API to follow, cancel
 //! and find them. Both run the same way (below).
 //!
-//! The request waits for the task to end (its answer comes the moment the task has refreshed the
-//! index): measured on Elasticsearch 7.10, starting it without waiting
+//! The request waits for the task to end (its answer comes the moment the task has ended, a
+//! rename's once it has refreshed the index): measured on Elasticsearch 7.10, starting it without waiting
 //! (`wait_for_completion=false`) and reading its state until it ends costs 20 to 50 ms more a
 //! rename of 20 000 documents, the time the server takes to store the result in `.tasks`, and
 //! the end is seen only at the next reading. While it waits, the caller reads the task's
@@ -11,7 +11,8 @@
 //! the task (and its slices) and shows in the task list: a recovery finds a dead job's task by
 //! it, though the job died before it could write the task's id anywhere. Every write of the
 //! task is conditional on the version its snapshot read (`conflicts=abort`: the first conflict
-//! stops it), and the index is refreshed when it ends (`refresh=true`).
+//! stops it). A rename's task refreshes the index when it ends (`refresh=true`); a delete's
+//! does not, the job's own refresh after the directories does (`SubtreeDelete`).
 
 use std::time::Duration;
 
@@ -107,7 +108,9 @@ impl ServerRename for ElasticStore {
                     .delete_by_query(DeleteByQueryParts::Index(&indices))
                     .header(HeaderName::from_static(OPAQUE_ID), opaque.clone())
                     .conflicts(Conflicts::Abort)
-                    .refresh(true)
+                    // One refresh, the job's after the directories, makes both searchable:
+                    // one refresh fewer, 30-50 ms of a delete of 20 000 on one node.
+                    .refresh(false)
                     .slices(Slices::Auto)
                     .scroll_size(BATCH)
                     .request_timeout(RENAME_TIMEOUT)

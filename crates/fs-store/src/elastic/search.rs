@@ -301,6 +301,10 @@ pub(super) fn scope_query(scope: &Scope) -> Value {
             "minimum_should_match": 1
         } }),
         Scope::SubtreeFrom { root, start } => subtree_from_query(root, start),
+        Scope::SubtreeDirs(p) => json!({ "bool": { "filter": [
+            scope_query(&Scope::Subtree(p.clone())),
+            { "term": { "kind": "dir" } }
+        ] } }),
         Scope::Children(p) => json!({ "term": { "parent": p.as_str() } }),
         Scope::ChildrenFrom { dir, start } => json!({ "bool": { "filter": [
             { "term": { "parent": dir.as_str() } },
