@@ -436,6 +436,48 @@ pub(crate) mod tests {
         assert_eq!(scan.next_page().await.expect("over"), None);
     }
 
+    /// A scan of a subtree's directories that loses its context starts again where it had
+    /// got to, as a scan of the whole subtree does: every directory once, no file.
+    #[tokio::test]
+    async fn a_scan_of_directories_starts_again_where_it_had_got_to() {
+        let inner = SqliteStore::in_memory().expect("store");
+        inner.create_index("s", &json!({})).await.expect("index");
+        let mut dirs = vec!["/t".to_owned()];
+        for d in 0..5 {
+            let dir = format!("/t/d{d}");
+            for f in 0..3 {
+                let file = format!("{dir}/f{f}");
+                let doc = json!({"path": file, "parent": dir, "kind": "file"});
+                inner.create("s", &file, doc).await.expect("file");
+            }
+            dirs.push(dir);
+        }
+        for dir in &dirs {
+            let parent = if dir == "/t" { "/" } else { "/t" };
+            let doc = json!({"path": dir, "parent": parent, "kind": "dir"});
+            inner.create("s", dir, doc).await.expect("dir");
+        }
+        let contexts = Arc::new(Contexts {
+            inner,
+            opened: AtomicUsize::new(0),
+            closed: AtomicUsize::new(0),
+            // The first continuation.
+            fail_search_at: Some(1),
+            searches: AtomicUsize::new(0),
+        });
+        let root = FsPath::parse("/t").expect("path");
+        let docs = Scan::new(contexts.clone(), "s", Scope::SubtreeDirs(root), 2)
+            .read_all()
+            .await
+            .expect("a scan that starts again");
+        let paths: Vec<&str> = docs
+            .iter()
+            .filter_map(|d| d.source.get("path").and_then(Value::as_str))
+            .collect();
+        assert_eq!(paths, dirs);
+        assert_eq!(contexts.open(), 0);
+    }
+
     #[tokio::test]
     async fn a_dropped_open_scan_closes_in_the_background() {
         let contexts = store(25, None).await;

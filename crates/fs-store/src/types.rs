@@ -135,6 +135,14 @@ pub enum Scope {
     /// of a subtree once its files are gone, read without a refresh while a task deletes them
     /// (the task writes no directory, so what is searchable of them is what there is).
     SubtreeDirs(FsPath),
+    /// The documents of `SubtreeDirs(root)` whose path sorts at or after `start`: where a scan
+    /// of them starts again when its search context is lost.
+    SubtreeDirsFrom {
+        /// The subtree.
+        root: FsPath,
+        /// The first path read (it need not exist).
+        start: FsPath,
+    },
     /// Documents whose `parent` field equals the path: the entries of one directory.
     Children(FsPath),
     /// The documents of `Children(dir)` whose path sorts at or after `start`: a directory's
@@ -172,6 +180,12 @@ impl Scope {
                 root: root.clone(),
                 start: start.clone(),
             }),
+            Scope::SubtreeDirs(root) | Scope::SubtreeDirsFrom { root, .. } => {
+                Some(Scope::SubtreeDirsFrom {
+                    root: root.clone(),
+                    start: start.clone(),
+                })
+            }
             Scope::Children(dir) | Scope::ChildrenFrom { dir, .. } => Some(Scope::ChildrenFrom {
                 dir: dir.clone(),
                 start: start.clone(),
@@ -190,6 +204,7 @@ impl Scope {
             | Scope::Subtree(_)
             | Scope::SubtreeFrom { .. }
             | Scope::SubtreeDirs(_)
+            | Scope::SubtreeDirsFrom { .. }
             | Scope::Children(_)
             | Scope::ChildrenFrom { .. } => true,
         }

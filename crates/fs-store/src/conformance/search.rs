@@ -195,6 +195,20 @@ pub async fn search_subtree_dirs(store: SharedStore) {
     );
     let file = Scope::SubtreeDirs(FsPath::parse("/clinton/a.txt").expect("path"));
     assert!(search_all(&*store, &index, file, 100).await.is_empty());
+    // From a path on: where a scan of them starts again.
+    let start = FsPath::parse("/clinton/projects").expect("path");
+    let rest = scope
+        .from_path(&start)
+        .expect("a scope read from a path on");
+    assert!(rest.sorted_by_path());
+    for size in [1, 100] {
+        assert_eq!(
+            search_all(&*store, &index, rest.clone(), size).await,
+            ["/clinton/projects", "/clinton/projects/kibana"],
+            "pages of {size}"
+        );
+    }
+    assert_eq!(store.count(&index, &rest).await.expect("count"), 2);
 }
 
 /// [`Scope::Pathless`] finds the documents without a `path` (a copy's claims), in every page

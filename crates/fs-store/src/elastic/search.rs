@@ -301,10 +301,8 @@ pub(super) fn scope_query(scope: &Scope) -> Value {
             "minimum_should_match": 1
         } }),
         Scope::SubtreeFrom { root, start } => subtree_from_query(root, start),
-        Scope::SubtreeDirs(p) => json!({ "bool": { "filter": [
-            scope_query(&Scope::Subtree(p.clone())),
-            { "term": { "kind": "dir" } }
-        ] } }),
+        Scope::SubtreeDirs(p) => dirs_only(scope_query(&Scope::Subtree(p.clone()))),
+        Scope::SubtreeDirsFrom { root, start } => dirs_only(subtree_from_query(root, start)),
         Scope::Children(p) => json!({ "term": { "parent": p.as_str() } }),
         Scope::ChildrenFrom { dir, start } => json!({ "bool": { "filter": [
             { "term": { "parent": dir.as_str() } },
@@ -333,6 +331,11 @@ pub(super) fn scope_query(scope: &Scope) -> Value {
             } })
         }
     }
+}
+
+/// The directories among what `query` matches.
+fn dirs_only(query: Value) -> Value {
+    json!({ "bool": { "filter": [ query, { "term": { "kind": "dir" } } ] } })
 }
 
 /// A subtree from a path on, as one `range` over the paths below the root, `[max(start, root/),

@@ -36,9 +36,17 @@ pub(super) fn scope_filter(scope: &Scope, binds: &mut Vec<SqlValue>) -> String {
             binds.push(SqlValue::Text(start.as_str().to_owned()));
             format!("{subtree} AND path >= ?{}", binds.len())
         }
+        // The kind is in the source only: the path range picks the rows first.
         Scope::SubtreeDirs(p) => {
-            // The kind is in the source only: the path range picks the rows first.
             let subtree = scope_filter(&Scope::Subtree(p.clone()), binds);
+            format!("{subtree} AND json_extract(source, '$.kind') = 'dir'")
+        }
+        Scope::SubtreeDirsFrom { root, start } => {
+            let from = Scope::SubtreeFrom {
+                root: root.clone(),
+                start: start.clone(),
+            };
+            let subtree = scope_filter(&from, binds);
             format!("{subtree} AND json_extract(source, '$.kind') = 'dir'")
         }
         Scope::Children(p) => {
