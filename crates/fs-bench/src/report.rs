@@ -425,11 +425,11 @@ fn service(s: &mut String, results: &[BackendResults], plan: &Plan) {
     if results.iter().all(|r| r.service.is_empty()) {
         return;
     }
-    let _ = writeln!(s, "## 6. Renames through the service\n\n`fsrename serve` in process on the backend: K clients each rename their own `/p/sI` (of {} documents) back and forth through the HTTP API (`POST /renames`, then `GET /renames/ID` every 2 ms until done) for {} s; medians over {} rounds, each running tree, tree with the instances' intention locks shared among their jobs (*shared*, `serve --share-intentions`), global and no locks in a rotating order. Read *tree ÷ none* as what the locks cost a job served over HTTP, against the same service taking none; *latency* is a client's submit-to-done time, polling included; *requests / job* counts every store request of the service while it runs (locks, rewrite, the job's records in the jobs index), over the jobs finished; *lock writes / job* the documents written to the lock index (takes, releases, renewals, waiters: an item of a bulk is one), and *on `/p`* those of the parent all the clients share; *failed* the jobs that ended failed over all the rounds, tree / shared / global / none (a client whose job failed stops; the first failure of each is under the tables). With several instances, they serve one store and the clients are spread over them.\n", plan.concurrent_docs, plan.concurrent_secs, plan.service_rounds);
+    let _ = writeln!(s, "## 6. Renames through the service\n\n`fsrename serve` in process on the backend: K clients each rename their own `/p/sI` (of {} documents) back and forth through the HTTP API (`POST /renames`, then `GET /renames/ID` every 2 ms until done) for {} s; medians over {} rounds, each running tree, tree with the instances' intention locks shared among their jobs (*shared*, `serve --share-intentions`), global and no locks in a rotating order. Read *tree ÷ none* as what the locks cost a job served over HTTP, against the same service taking none; *latency* is a client's submit-to-done time, polling included; *requests / job* counts every store request of the service while it runs (locks, rewrite, the job's records in the jobs index), over the jobs finished (the service sends the small lock requests of jobs running at once as one request: a group commit); *lock writes / job* the documents written to the lock index (takes, releases, renewals, waiters: an item of a bulk is one), and *on `/p`* those of the parent all the clients share; *failed* the jobs that ended failed over all the rounds, tree / shared / global / none (a client whose job failed stops; the first failure of each is under the tables). With several instances, they serve one store and the clients are spread over them.\n", plan.concurrent_docs, plan.concurrent_secs, plan.service_rounds);
     for r in results.iter().filter(|r| !r.service.is_empty()) {
         let _ = writeln!(
             s,
-            "**{}**\n\n| instances | K | tree /s | shared /s | global /s | none /s | tree ÷ none | shared ÷ none | tree latency ms | none latency ms | tree requests / job | none requests / job | tree lock writes / job | on `/p` | shared lock writes / job | on `/p` | failed |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "**{}**\n\n| instances | K | tree /s | shared /s | global /s | none /s | tree ÷ none | shared ÷ none | tree latency ms | none latency ms | tree requests / job | shared requests / job | none requests / job | tree lock writes / job | on `/p` | shared lock writes / job | on `/p` | failed |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
             r.name
         );
         for &n in &plan.service_instances {
@@ -450,7 +450,7 @@ fn service(s: &mut String, results: &[BackendResults], plan: &Plan) {
                 let tree = row(Strategy::Tree);
                 let _ = writeln!(
                     s,
-                    "| {n} | {k} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} / {} / {} / {} |",
+                    "| {n} | {k} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} / {} / {} / {} |",
                     rate(Strategy::Tree),
                     shared.map_or(0.0, |c| c.per_sec),
                     rate(Strategy::Global),
@@ -460,6 +460,7 @@ fn service(s: &mut String, results: &[BackendResults], plan: &Plan) {
                     lat(Strategy::Tree),
                     lat(Strategy::None),
                     req(Strategy::Tree),
+                    shared.map_or(0.0, |c| c.requests),
                     req(Strategy::None),
                     tree.map_or(0.0, |c| c.lock_writes),
                     tree.map_or(0.0, |c| c.shared_lock_writes),

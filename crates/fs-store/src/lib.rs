@@ -30,6 +30,8 @@
 //!   [`Scan::read_ahead`] ([`ReadAhead`]) reads the next page while its caller works on the
 //!   last, in order.
 //! - [`CountingStore`]: a layer that counts the round trips made through it.
+//! - [`GroupCommit`]: a layer that sends the small bulk requests made at the same time to one
+//!   index as one request (a process running many jobs: their lock takes and releases).
 //!
 //! ```
 //! use fs_store::{DocStore, SqliteStore, StoreError};
@@ -55,6 +57,7 @@ pub mod conformance;
 mod counting;
 mod elastic;
 mod error;
+mod group_commit;
 mod index_name;
 mod layer;
 mod pipeline;
@@ -73,6 +76,7 @@ pub use capabilities::{Capabilities, ChainedBulk, Find, HeldCursors, IndexAdmin,
 pub use counting::CountingStore;
 pub use elastic::{redact as redact_url, Auth, ElasticConfig, ElasticStore, Paging};
 pub use error::{Result, StoreError};
+pub use group_commit::{GroupCommit, GROUP_ITEMS, SMALL_BULK};
 pub use index_name::validate_index_name;
 pub use layer::{Call, StoreLayer};
 pub use read_ahead::ReadAhead;

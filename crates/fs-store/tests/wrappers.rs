@@ -1,4 +1,5 @@
-//! The store conformance suite over every store wrapper (`CountingStore`, and fs-testkit's
+//! The store conformance suite over every store wrapper (`CountingStore`, `GroupCommit`
+//! grouping every index, and fs-testkit's
 //! `LatencyStore`, `FaultyStore` with a plan that injects nothing, and `ScriptingStore`), each
 //! on the embedded store and on osmem-server over HTTP: a wrapper must keep every behaviour
 //! and every capability of the store it wraps.
@@ -6,11 +7,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fs_store::{CountingStore, SharedStore};
+use fs_store::{CountingStore, GroupCommit, SharedStore};
 use fs_testkit::{Backend, FaultPlan, FaultyStore, LatencyStore, ScriptingStore};
 
 fn counting(inner: SharedStore) -> SharedStore {
     Arc::new(CountingStore::new(inner))
+}
+
+fn grouped(inner: SharedStore) -> SharedStore {
+    Arc::new(GroupCommit::every_index(inner))
 }
 
 fn latency(inner: SharedStore) -> SharedStore {
@@ -45,6 +50,8 @@ macro_rules! wrapped {
 wrapped! {
     counting_embedded: counting over Embedded;
     counting_osmem: counting over Osmem;
+    grouped_embedded: grouped over Embedded;
+    grouped_osmem: grouped over Osmem;
     latency_embedded: latency over Embedded;
     latency_osmem: latency over Osmem;
     faulty_embedded: faulty over Embedded;
@@ -60,7 +67,7 @@ fn wrappers_offer_the_capabilities_of_the_store_they_wrap() {
     for backend in [Backend::Embedded, Backend::Osmem] {
         let bare = backend.store();
         let expected = bare.capabilities().names();
-        for wrap in [counting, latency, faulty, scripting] {
+        for wrap in [counting, grouped, latency, faulty, scripting] {
             let wrapped = wrap(Arc::clone(&bare));
             assert_eq!(
                 wrapped.capabilities().names(),

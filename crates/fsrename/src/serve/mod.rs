@@ -74,6 +74,16 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<Server> {
         config.validate()?;
+        // Many jobs at once each take and give back their locks in a bulk request of a few
+        // items, and write and close a journal entry: sent together (a group commit), the
+        // server does a request's work once for all of them.
+        let store: SharedStore = Arc::new(fs_store::GroupCommit::new(
+            store,
+            [
+                fs_model::lock_index_name(&config.index),
+                fs_model::journal_index_name(&config.index),
+            ],
+        ));
         // Before the first heartbeat: instances judge each other's by the server's clock.
         fs_locks::LeaseClock::sync(store.as_ref()).await;
         let tree = FsTree::new(Arc::clone(&store), config.index.clone()).with_layout(config.layout);
