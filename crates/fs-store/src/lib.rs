@@ -30,8 +30,9 @@
 //!   [`Scan::read_ahead`] ([`ReadAhead`]) reads the next page while its caller works on the
 //!   last, in order.
 //! - [`CountingStore`]: a layer that counts the round trips made through it.
-//! - [`GroupCommit`]: a layer that sends the small bulk requests made at the same time to one
-//!   index as one request (a process running many jobs: their lock takes and releases).
+//! - [`GroupCommit`]: a layer that sends the small bulk requests and the writes made at the
+//!   same time to one index as one request (a process running many jobs: their lock takes
+//!   and releases, their journal entries and closes).
 //!
 //! ```
 //! use fs_store::{DocStore, SqliteStore, StoreError};
